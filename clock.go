@@ -1,0 +1,25 @@
+package redlock
+
+import "time"
+
+// Clock is the source of time for validity arithmetic and retry waits.
+//
+// Now must be monotonic: the lock measures elapsed time as the difference of
+// two Now readings, so a wall-clock step must not move it. The values that
+// time.Now returns carry a monotonic reading and qualify; a Clock built from
+// wall-clock values alone does not.
+//
+// The clocks of github.com/jonboulle/clockwork satisfy Clock as they are,
+// which lets tests move time without sleeping.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// After returns a channel that receives the time once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+// systemClock is the default Clock: the process's monotonic clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

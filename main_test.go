@@ -1,0 +1,192 @@
+package redlock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/redlock"
+)
+
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; the tests close nodes on purpose.
+	redis.SetLogger(quietLogger{})
+	goleak.VerifyTestMain(m)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// cluster is a set of embedded Redis nodes with one go-redis client each.
+type cluster struct {
+	servers []*miniredis.Miniredis
+	clients []redis.UniversalClient
+}
+
+// newCluster starts n embedded nodes; they and their clients are closed
+// when the test ends.
+func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := &cluster{}
+	for range n {
+		s := miniredis.RunT(t)
+		c.servers = append(c.servers, s)
+	}
+	c.clients = c.connect(t)
+	return c
+}
+
+// connect returns a fresh set of go-redis clients for the nodes, as a
+// separate process would have. Retries are off so that a closed node fails
+// at once rather than after go-redis's backoff.
+func (c *cluster) connect(t *testing.T) []redis.UniversalClient {
+	t.Helper()
+	clients := make([]redis.UniversalClient, len(c.servers))
+	for i, s := range c.servers {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients[i] = rdb
+	}
+	return clients
+}
+
+// client returns a redlock Client over the cluster's shared go-redis clients.
+func (c *cluster) client(t *testing.T, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	return mustNew(t, c.clients, opts...)
+}
+
+func mustNew(t *testing.T, nodes []redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	rc, err := redlock.New(nodes, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return rc
+}
+
+// holders returns the indexes of the running nodes whose key holds value.
+func (c *cluster) holders(key, value string) []int {
+	var idx []int
+	for i, s := range c.servers {
+		if v, err := s.Get(key); err == nil && v == value {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// holdersAny returns the indexes of the nodes on which key exists at all.
+func (c *cluster) holdersAny(key string) []int {
+	var idx []int
+	for i, s := range c.servers {
+		if s.Exists(key) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+func (c *cluster) commands() int {
+	n := 0
+	for _, s := range c.servers {
+		n += s.CommandCount()
+	}
+	return n
+}
+
+// fakeClock returns a clock that moves only when told to.
+func fakeClock() *clockwork.FakeClock {
+	return clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+}
+
+// hungNode is a TCP server that accepts connections and reads from them but
+// never answers: a node that is up and stuck.
+type hungNode struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newHungNode(t *testing.T) *hungNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hungNode{ln: ln}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.mu.Lock()
+			h.conns = append(h.conns, conn)
+			h.mu.Unlock()
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				r := bufio.NewReader(conn)
+				for {
+					if _, err := r.ReadByte(); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		h.mu.Lock()
+		for _, c := range h.conns {
+			_ = c.Close()
+		}
+		h.mu.Unlock()
+		h.wg.Wait()
+	})
+	return h
+}
+
+func (h *hungNode) Addr() string { return h.ln.Addr().String() }
+
+// clockHook advances a fake clock whenever its client runs a command that
+// matches, as if the node took that long to answer.
+type clockHook struct {
+	clock *clockwork.FakeClock
+	by    time.Duration
+}
+
+func (h clockHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h clockHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.clock.Advance(h.by)
+		return err
+	}
+}
+
+func (h clockHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func mustNotAcquire(t *testing.T, err error) {
+	t.Helper()
+	if !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("err = %v, want ErrNotAcquired", err)
+	}
+}

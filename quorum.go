@@ -1,0 +1,196 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The arithmetic of the algorithm, kept free of I/O so that it can be
+// table-tested on its own.
+
+// quorumOf is the number of nodes that must agree out of n: a strict
+// majority, so that any two quorums share at least one node.
+func quorumOf(n int) int { return n/2 + 1 }
+
+// driftFor is the allowance for the difference between this process's clock
+// rate and the nodes' over ttl. The 2 ms on top cover Redis's millisecond
+// expiry resolution and keep a floor for small TTLs.
+func driftFor(ttl time.Duration, factor float64) time.Duration {
+	return time.Duration(float64(ttl)*factor) + 2*time.Millisecond
+}
+
+// validity is how much of ttl is left to the holder once elapsed has passed
+// since the operation started, less the drift. It may be negative.
+func validity(ttl, elapsed, drift time.Duration) time.Duration {
+	return ttl - elapsed - drift
+}
+
+// decide reports whether yes answers already make a quorum (won), or whether
+// so many nodes answered other than yes that a quorum can no longer be
+// reached (lost). Both are false while the outcome is open.
+func decide(n, quorum, yes, notYes int) (won, lost bool) {
+	return yes >= quorum, n-notYes < quorum
+}
+
+// releaseOutcome is what a release learned about the lock.
+type releaseOutcome uint8
+
+const (
+	released   releaseOutcome = iota // a quorum of nodes is free of the token
+	lostBefore                       // the lock did not hold until the release
+	incomplete                       // too few nodes answered to tell
+)
+
+// judgeRelease reads a release's answers: yes nodes deleted our key, no nodes
+// did not hold it, the rest failed; expired tells whether the validity had
+// run out before the release started.
+//
+// The lock held to the end if a quorum still had the token. It was lost if
+// a majority did not have it (their keys were gone: expiry, or a node that
+// lost its data), or if the validity had run out and no quorum confirmed the
+// token. A failed node counts as still holding it, as the safety
+// assumptions say a crashed node does (it persists the key or stays down
+// longer than the TTL). The release did its work once a quorum of nodes is
+// known to be free of the token, so that another client can acquire.
+func judgeRelease(n, quorum, yes, no int, expired bool) releaseOutcome {
+	switch {
+	case yes >= quorum:
+		return released
+	case no > n-quorum || expired:
+		return lostBefore
+	case yes+no >= quorum:
+		return released
+	default:
+		return incomplete
+	}
+}
+
+// pxMillis converts ttl to the whole milliseconds given to Redis, rounding
+// up: a key may outlive the lock's validity, never the other way round.
+func pxMillis(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
+
+// answer is one node's part in an operation.
+type answer uint8
+
+const (
+	unanswered answer = iota // no reply before the operation ended
+	holds                    // the node holds our token after the operation
+	holdsNot                 // the node certainly does not hold our token
+	failed                   // the node returned an error: it may hold our token
+)
+
+// tally is what one fan-out learned from the nodes.
+type tally struct {
+	answers []answer // by node index
+	yes     int      // nodes that answered holds
+	no      int      // nodes that answered holdsNot
+	notYes  int      // nodes that answered holdsNot, failed or did not answer
+	errs    []error  // a *NodeError for every failed or unanswered node
+}
+
+// nodeOp is one node's share of an operation. It reports whether the node
+// holds the token once the operation has run there.
+type nodeOp func(ctx context.Context, rdb redis.UniversalClient) (bool, error)
+
+type nodeReply struct {
+	node int
+	ok   bool
+	err  error
+}
+
+// fanOut runs op on every node at once, each under the same per-node
+// timeout, and tallies the replies. Nodes marked in skip (which may be nil)
+// are not contacted and count as holdsNot. It returns when every node has
+// replied, when the timeout or ctx ends, or, if early is set, as soon as the
+// quorum is won or lost.
+//
+// Calls still running when it returns are left to finish; settled is
+// closed once they all have, or once the timeout has passed. The next
+// operation on the same key and token waits for it, so that a late write of
+// this one cannot land after that operation's own (a late SET after the
+// release's DEL would leave a key behind until its TTL).
+//
+// It does not use errgroup: Group.Wait waits for every goroutine, and a
+// go-redis client without ContextTimeoutEnabled ignores context deadlines on
+// the socket, so one hung node would hold the operation for the client's
+// ReadTimeout (5 s by default). Here a late reply is left in a buffered
+// channel and its goroutine ends on its own. Nor does it cancel the calls
+// still running once the outcome is decided: cancelling a go-redis command
+// closes its connection, which costs a new dial on the next operation.
+func (c *Client) fanOut(ctx context.Context, timeout time.Duration, early bool, skip []bool, op nodeOp) (t tally, settled <-chan struct{}) {
+	n := len(c.nodes)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	replies := make(chan nodeReply, n)
+	var running atomic.Int32
+	running.Store(int32(n))
+	reply := func(r nodeReply) {
+		replies <- r
+		if running.Add(-1) == 0 {
+			cancel() // the last node is done: free the timer
+		}
+	}
+	for i, nd := range c.nodes {
+		if skip != nil && skip[i] {
+			reply(nodeReply{node: i})
+			continue
+		}
+		go func() {
+			ok, err := op(ctx, nd.rdb)
+			reply(nodeReply{node: i, ok: ok, err: err})
+		}()
+	}
+
+	settled = ctx.Done()
+	t = tally{answers: make([]answer, n)}
+	add := func(r nodeReply) {
+		switch {
+		case r.err != nil:
+			t.answers[r.node] = failed
+			t.notYes++
+			t.errs = append(t.errs, c.nodeError(r.node, r.err))
+		case r.ok:
+			t.answers[r.node] = holds
+			t.yes++
+		default:
+			t.answers[r.node] = holdsNot
+			t.no++
+			t.notYes++
+		}
+	}
+	for received := 0; received < n; {
+		if early {
+			if won, lost := decide(n, c.quorum, t.yes, t.notYes); won || lost {
+				return t, settled
+			}
+		}
+		select {
+		case r := <-replies:
+			add(r)
+			received++
+		case <-ctx.Done():
+			// Replies that came in together with the deadline still count.
+			for ; received < n; received++ {
+				select {
+				case r := <-replies:
+					add(r)
+				default:
+					for i, a := range t.answers {
+						if a == unanswered {
+							t.notYes++
+							t.errs = append(t.errs, c.nodeError(i,
+								fmt.Errorf("no reply within %v: %w", timeout, ctx.Err())))
+						}
+					}
+					return t, settled
+				}
+			}
+		}
+	}
+	return t, settled
+}

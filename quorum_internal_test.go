@@ -1,0 +1,182 @@
+package redlock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestQuorumOf(t *testing.T) {
+	for _, tt := range []struct{ n, want int }{
+		{1, 1}, {2, 2}, {3, 2}, {4, 3}, {5, 3}, {6, 4}, {7, 4}, {9, 5},
+	} {
+		if got := quorumOf(tt.n); got != tt.want {
+			t.Errorf("quorumOf(%d) = %d, want %d", tt.n, got, tt.want)
+		}
+	}
+}
+
+func TestDriftFor(t *testing.T) {
+	for _, tt := range []struct {
+		ttl    time.Duration
+		factor float64
+		want   time.Duration
+	}{
+		{time.Second, 0.01, 12 * time.Millisecond},
+		{10 * time.Second, 0.01, 102 * time.Millisecond},
+		{100 * time.Millisecond, 0.01, 3 * time.Millisecond},
+		{time.Second, 0, 2 * time.Millisecond},
+		{time.Second, 0.5, 502 * time.Millisecond},
+	} {
+		if got := driftFor(tt.ttl, tt.factor); got != tt.want {
+			t.Errorf("driftFor(%v, %v) = %v, want %v", tt.ttl, tt.factor, got, tt.want)
+		}
+	}
+}
+
+func TestValidity(t *testing.T) {
+	for _, tt := range []struct {
+		ttl, elapsed, drift, want time.Duration
+	}{
+		{time.Second, 0, 12 * time.Millisecond, 988 * time.Millisecond},
+		{time.Second, 100 * time.Millisecond, 12 * time.Millisecond, 888 * time.Millisecond},
+		{time.Second, 988 * time.Millisecond, 12 * time.Millisecond, 0},
+		{time.Second, 2 * time.Second, 12 * time.Millisecond, -1012 * time.Millisecond},
+	} {
+		if got := validity(tt.ttl, tt.elapsed, tt.drift); got != tt.want {
+			t.Errorf("validity(%v, %v, %v) = %v, want %v", tt.ttl, tt.elapsed, tt.drift, got, tt.want)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	for _, tt := range []struct {
+		n, quorum, yes, notYes int
+		won, lost              bool
+	}{
+		{5, 3, 0, 0, false, false},
+		{5, 3, 2, 2, false, false},
+		{5, 3, 3, 0, true, false},
+		{5, 3, 3, 2, true, false},
+		{5, 3, 0, 3, false, true},
+		{5, 3, 2, 3, false, true},
+		{3, 2, 1, 1, false, false},
+		{3, 2, 0, 2, false, true},
+		{1, 1, 0, 0, false, false},
+		{1, 1, 1, 0, true, false},
+		{1, 1, 0, 1, false, true},
+		{4, 3, 2, 1, false, false},
+		{4, 3, 2, 2, false, true},
+	} {
+		won, lost := decide(tt.n, tt.quorum, tt.yes, tt.notYes)
+		if won != tt.won || lost != tt.lost {
+			t.Errorf("decide(n=%d, q=%d, yes=%d, notYes=%d) = (%v, %v), want (%v, %v)",
+				tt.n, tt.quorum, tt.yes, tt.notYes, won, lost, tt.won, tt.lost)
+		}
+	}
+}
+
+func TestPxMillis(t *testing.T) {
+	for _, tt := range []struct {
+		ttl  time.Duration
+		want int64
+	}{
+		{time.Second, 1000},
+		{time.Millisecond, 1},
+		{1500 * time.Microsecond, 2},
+		{time.Nanosecond, 1},
+		{10*time.Second + 1, 10001},
+	} {
+		if got := pxMillis(tt.ttl); got != tt.want {
+			t.Errorf("pxMillis(%v) = %d, want %d", tt.ttl, got, tt.want)
+		}
+	}
+}
+
+func TestNodeTimeout_derivedFromTTL(t *testing.T) {
+	c := &Client{}
+	for _, tt := range []struct{ ttl, want time.Duration }{
+		{100 * time.Millisecond, 50 * time.Millisecond},
+		{time.Second, 100 * time.Millisecond},
+		{5 * time.Second, 500 * time.Millisecond},
+		{time.Minute, time.Second},
+	} {
+		if got := c.nodeTimeout(tt.ttl); got != tt.want {
+			t.Errorf("nodeTimeout(%v) = %v, want %v", tt.ttl, got, tt.want)
+		}
+	}
+	c.cfg.nodeTimeout = 7 * time.Millisecond
+	if got := c.nodeTimeout(time.Minute); got != 7*time.Millisecond {
+		t.Errorf("nodeTimeout with WithNodeTimeout(7ms) = %v", got)
+	}
+}
+
+func TestExponentialBackoff(t *testing.T) {
+	p := ExponentialBackoff(10*time.Millisecond, 320*time.Millisecond)
+	for _, tt := range []struct {
+		failed   int
+		min, max time.Duration
+	}{
+		{0, 5 * time.Millisecond, 10 * time.Millisecond},
+		{1, 5 * time.Millisecond, 10 * time.Millisecond},
+		{2, 10 * time.Millisecond, 20 * time.Millisecond},
+		{6, 160 * time.Millisecond, 320 * time.Millisecond},
+		{7, 160 * time.Millisecond, 320 * time.Millisecond},
+		{100, 160 * time.Millisecond, 320 * time.Millisecond},
+	} {
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := p.Delay(tt.failed)
+			if d < tt.min || d > tt.max {
+				t.Fatalf("Delay(%d) = %v, want in [%v, %v]", tt.failed, d, tt.min, tt.max)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 10 {
+			t.Errorf("Delay(%d) took only %d distinct values in 200 draws: no jitter", tt.failed, len(seen))
+		}
+	}
+}
+
+func TestRandomDelay(t *testing.T) {
+	p := RandomDelay(time.Millisecond, 3*time.Millisecond)
+	seen := map[time.Duration]bool{}
+	for i := range 200 {
+		d := p.Delay(i)
+		if d < time.Millisecond || d > 3*time.Millisecond {
+			t.Fatalf("Delay = %v, want in [1ms, 3ms]", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("only %d distinct delays in 200 draws: no jitter", len(seen))
+	}
+}
+
+func TestJudgeRelease(t *testing.T) {
+	for _, tt := range []struct {
+		n, quorum, yes, no int
+		expired            bool
+		want               releaseOutcome
+	}{
+		{5, 3, 5, 0, false, released},
+		{5, 3, 3, 0, false, released},   // two nodes failed: they keep the key until its TTL
+		{5, 3, 3, 0, true, released},    // ran over, but a quorum proves nobody else got in
+		{5, 3, 2, 1, false, released},   // held on three, one of which died since
+		{5, 3, 2, 1, true, lostBefore},  // ran over and no quorum confirms
+		{5, 3, 2, 3, false, lostBefore}, // a majority had lost the key
+		{5, 3, 0, 5, false, lostBefore},
+		{5, 3, 0, 0, false, incomplete}, // nobody answered
+		{5, 3, 2, 0, false, incomplete},
+		{5, 3, 0, 0, true, lostBefore},
+		{1, 1, 1, 0, false, released},
+		{1, 1, 0, 1, false, lostBefore},
+		{1, 1, 0, 0, false, incomplete},
+		{3, 2, 1, 1, false, released},
+		{3, 2, 0, 2, false, lostBefore},
+	} {
+		if got := judgeRelease(tt.n, tt.quorum, tt.yes, tt.no, tt.expired); got != tt.want {
+			t.Errorf("judgeRelease(n=%d, q=%d, yes=%d, no=%d, expired=%v) = %d, want %d",
+				tt.n, tt.quorum, tt.yes, tt.no, tt.expired, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,671 @@
+// Package redlock implements distributed locks over N independent Redis
+// masters with the Redlock algorithm: a lock is held when a majority of the
+// nodes took it, and it is valid for its TTL less the time the acquisition
+// took and an allowance for clock drift.
+//
+// A Client acquires a lock in five steps (see docs/algorithm.md):
+//
+//  1. note the start time on a monotonic Clock;
+//  2. run SET-if-absent with the TTL on every node at once, each under a
+//     small per-node timeout;
+//  3. count the nodes that took the lock and compute the validity:
+//     ttl − elapsed − (ttl·driftFactor + 2ms); the lock is acquired only if a
+//     quorum (N/2+1) took it and the validity is positive;
+//  4. otherwise release it on every node that may have taken it, with a
+//     context of its own;
+//  5. retry after a random delay until the caller's context ends (Acquire),
+//     or give up after one attempt (TryAcquire).
+//
+// The lock key is stored under the key as given, with a random token of 128
+// bits or more as its value, so `redis-cli GET key` shows the holder.
+//
+// The algorithm is safe only under the assumptions in docs/safety.md:
+// bounded clock rate error, nodes that persist every write or stay down
+// longer than the largest TTL, and a holder that stops working when its
+// validity ends.
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrNotAcquired is returned when a lock could not be acquired: fewer than a
+	// quorum of nodes took it, its validity was spent before a quorum answered,
+	// or the context ended first. In the last case the error also matches the
+	// context's error with errors.Is.
+	ErrNotAcquired = errors.New("redlock: not acquired")
+
+	// ErrLockLost is returned by Extend when fewer than a quorum of nodes
+	// still held the lock's token, and by Release when the lock did not hold
+	// until the release (see Release): the lock may have expired and another
+	// holder may have taken it, so the work done under it may not have been
+	// protected.
+	ErrLockLost = errors.New("redlock: lock lost")
+
+	// ErrInvalidArgument is returned, before any node is contacted, for input
+	// that can never work: no nodes, a nil or repeated node, an empty key, a
+	// ttl that is not positive or not larger than the drift allowance, or an
+	// option with a value out of range. The message names the problem.
+	ErrInvalidArgument = errors.New("redlock: invalid argument")
+
+	// errReleaseIncomplete heads a release that too many nodes failed to
+	// judge; the *NodeError values it joins are what a caller acts on.
+	errReleaseIncomplete = errors.New("redlock: release incomplete")
+)
+
+// NodeError is one node's failure during an operation. The errors that
+// Acquire, TryAcquire, Extend and Release return join one NodeError for every
+// node that failed or did not answer in time; find them with errors.As.
+type NodeError struct {
+	Node int    // index of the node in the slice given to New
+	Addr string // the node's address, when its client reveals one
+	Err  error  // what went wrong
+}
+
+func (e *NodeError) Error() string {
+	if e.Addr == "" {
+		return fmt.Sprintf("redlock: node %d: %v", e.Node, e.Err)
+	}
+	return fmt.Sprintf("redlock: node %d (%s): %v", e.Node, e.Addr, e.Err)
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// quorumError reports an operation that did not reach its quorum on one line,
+// and unwraps to its sentinel, the context's error if the context ended, and
+// every node's error.
+type quorumError struct {
+	kind   error // ErrNotAcquired, ErrLockLost or errReleaseIncomplete
+	detail string
+	cause  error // the context's error, or nil
+	nodes  []error
+}
+
+func (e *quorumError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.kind.Error())
+	b.WriteString(": ")
+	b.WriteString(e.detail)
+	if e.cause != nil {
+		b.WriteString(": ")
+		b.WriteString(e.cause.Error())
+	}
+	for _, n := range e.nodes {
+		b.WriteString("; ")
+		b.WriteString(n.Error())
+	}
+	return b.String()
+}
+
+func (e *quorumError) Unwrap() []error {
+	errs := make([]error, 0, 2+len(e.nodes))
+	errs = append(errs, e.kind)
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	return append(errs, e.nodes...)
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}
+
+// Defaults, in one place. The per-node timeout is derived from the ttl when
+// WithNodeTimeout is not given: a tenth of it, but no less than a healthy
+// node on a loaded machine needs and no more than a hung node may cost.
+const (
+	defaultDriftFactor    = 0.01
+	nodeTimeoutFraction   = 10
+	minDerivedNodeTimeout = 50 * time.Millisecond
+	maxDerivedNodeTimeout = time.Second
+)
+
+type config struct {
+	driftFactor float64
+	nodeTimeout time.Duration // 0: derived from the ttl
+	retry       RetryPolicy
+	clock       Clock
+	logger      *slog.Logger
+}
+
+type acquireConfig struct {
+	retry RetryPolicy
+}
+
+// Option configures a Client. Pass options to New.
+type Option interface {
+	applyClient(*config) error
+}
+
+// AcquireOption configures one Acquire or TryAcquire call.
+type AcquireOption interface {
+	applyAcquire(*acquireConfig) error
+}
+
+// RetryOption is an option that may be given to New, where it sets the
+// Client's default, or to Acquire, where it applies to that call only.
+type RetryOption interface {
+	Option
+	AcquireOption
+}
+
+type clientOption func(*config) error
+
+func (f clientOption) applyClient(c *config) error { return f(c) }
+
+// WithDriftFactor sets the fraction of the ttl set aside for the difference
+// between the clock rates of this process and the nodes. The drift allowance
+// is ttl·factor + 2ms. The factor must be in [0, 1). Default: 0.01.
+func WithDriftFactor(factor float64) Option {
+	return clientOption(func(c *config) error {
+		if !(factor >= 0 && factor < 1) {
+			return invalid("drift factor %v is not in [0, 1)", factor)
+		}
+		c.driftFactor = factor
+		return nil
+	})
+}
+
+// WithNodeTimeout sets how long an operation waits for each node's reply. It
+// must be positive. A node that does not answer in time counts as failed for
+// that operation. Default: a tenth of the operation's ttl, but at least 50ms
+// and at most 1s.
+//
+// The timeout is enforced whether or not the go-redis client was created
+// with ContextTimeoutEnabled; with it, the late command's socket is also
+// cut at the deadline.
+func WithNodeTimeout(d time.Duration) Option {
+	return clientOption(func(c *config) error {
+		if d <= 0 {
+			return invalid("node timeout %v must be positive", d)
+		}
+		c.nodeTimeout = d
+		return nil
+	})
+}
+
+// WithClock sets the monotonic Clock used for validity and retry waits. It
+// must not be nil. Default: the system's monotonic clock.
+func WithClock(clock Clock) Option {
+	return clientOption(func(c *config) error {
+		if isNil(clock) {
+			return invalid("clock is nil")
+		}
+		c.clock = clock
+		return nil
+	})
+}
+
+// WithLogger sets where the Client logs failed attempts (Debug) and nodes it
+// could not clean up (Warn). It must not be nil. Default: no logging.
+func WithLogger(logger *slog.Logger) Option {
+	return clientOption(func(c *config) error {
+		if logger == nil {
+			return invalid("logger is nil")
+		}
+		c.logger = logger
+		return nil
+	})
+}
+
+type retryOption struct{ policy RetryPolicy }
+
+func (o retryOption) check() error {
+	if isNil(o.policy) {
+		return invalid("retry policy is nil")
+	}
+	if v, ok := o.policy.(interface{ validate() error }); ok {
+		return v.validate()
+	}
+	return nil
+}
+
+func (o retryOption) applyClient(c *config) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	c.retry = o.policy
+	return nil
+}
+
+func (o retryOption) applyAcquire(c *acquireConfig) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	c.retry = o.policy
+	return nil
+}
+
+// WithRetry sets how long Acquire waits between attempts. Given to New it
+// sets the Client's default; given to Acquire it applies to that call.
+// TryAcquire makes one attempt and ignores it. The policy must not be nil.
+// Default: ExponentialBackoff(10ms, 320ms).
+func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
+
+// node is one Redis master.
+type node struct {
+	rdb  redis.UniversalClient
+	addr string // "" when the client does not reveal it
+}
+
+// Client acquires locks over a fixed set of nodes. It is safe for concurrent
+// use.
+type Client struct {
+	nodes  []node
+	quorum int
+	cfg    config
+}
+
+// New returns a Client over nodes, which must be independent Redis masters
+// (not replicas of one another). A single node gives a plain single-node lock
+// with the same API; an even number is allowed, with quorum N/2+1.
+//
+// Any go-redis client type may be given, e.g. []*redis.Client or
+// []redis.UniversalClient. New does not contact the nodes.
+//
+// It returns an error matching ErrInvalidArgument when nodes is empty, a
+// node is nil, the same node appears twice (the same client, or clients with
+// the same address), or an option's value is out of range.
+func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
+	if len(nodes) == 0 {
+		return nil, invalid("no nodes")
+	}
+	c := &Client{
+		nodes:  make([]node, len(nodes)),
+		quorum: quorumOf(len(nodes)),
+		cfg: config{
+			driftFactor: defaultDriftFactor,
+			retry:       ExponentialBackoff(defaultRetryBase, defaultRetryMax),
+			clock:       systemClock{},
+			logger:      slog.New(slog.DiscardHandler),
+		},
+	}
+	for i, rdb := range nodes {
+		if isNil(rdb) {
+			return nil, invalid("node %d is nil", i)
+		}
+		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb)}
+		for j := range i {
+			if sameNode(c.nodes[j], c.nodes[i]) {
+				return nil, invalid("node %d is the same as node %d (%s): the nodes must be independent", i, j, c.nodes[i].describe())
+			}
+		}
+	}
+	for _, o := range opts {
+		if isNil(o) {
+			return nil, invalid("option is nil")
+		}
+		if err := o.applyClient(&c.cfg); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Quorum returns how many nodes must agree for a lock: N/2+1.
+func (c *Client) Quorum() int { return c.quorum }
+
+// Acquire acquires the lock on key for ttl, retrying after failed attempts
+// (see WithRetry) until it succeeds or ctx ends. The Lock is valid for ttl
+// less the time the successful attempt took and the drift allowance; see
+// Lock.Until.
+//
+// It returns an error matching ErrInvalidArgument for an empty key, a ttl
+// that is not larger than the drift allowance, or a bad option, before any
+// node is contacted. When ctx ends first, the error matches both
+// ErrNotAcquired and ctx.Err(), and joins the last attempt's *NodeError
+// values.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	ac, err := c.acquireConfig(key, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	for failed := 1; ; failed++ {
+		lock, qe := c.attempt(ctx, key, ttl)
+		if qe == nil {
+			return lock, nil
+		}
+		if qe.cause != nil {
+			return nil, qe
+		}
+		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "key", key, "attempt", failed, "err", qe)
+		select {
+		case <-c.cfg.clock.After(ac.retry.Delay(failed)):
+		case <-ctx.Done():
+			qe.cause = ctx.Err()
+			return nil, qe
+		}
+	}
+}
+
+// TryAcquire makes exactly one attempt to acquire the lock on key for ttl.
+//
+// It returns an error matching ErrNotAcquired when fewer than a quorum of
+// nodes took the lock or its validity was spent, joined with a *NodeError
+// for every node that failed; when ctx ended, the error also matches
+// ctx.Err(). Bad input gives an error matching ErrInvalidArgument, before
+// any node is contacted.
+func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if _, err := c.acquireConfig(key, ttl, opts); err != nil {
+		return nil, err
+	}
+	lock, qe := c.attempt(ctx, key, ttl)
+	if qe != nil {
+		return nil, qe
+	}
+	return lock, nil
+}
+
+func (c *Client) acquireConfig(key string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
+	ac := acquireConfig{retry: c.cfg.retry}
+	if err := c.checkLease(key, ttl); err != nil {
+		return ac, err
+	}
+	for _, o := range opts {
+		if isNil(o) {
+			return ac, invalid("acquire option is nil")
+		}
+		if err := o.applyAcquire(&ac); err != nil {
+			return ac, err
+		}
+	}
+	return ac, nil
+}
+
+func (c *Client) checkLease(key string, ttl time.Duration) error {
+	if key == "" {
+		return invalid("empty key")
+	}
+	if ttl <= 0 {
+		return invalid("ttl %v must be positive", ttl)
+	}
+	if d := driftFor(ttl, c.cfg.driftFactor); ttl <= d {
+		return invalid("ttl %v is not larger than its drift allowance %v", ttl, d)
+	}
+	return nil
+}
+
+// attempt is one run of steps 1 to 4 of the algorithm. Its error carries the
+// context's error when the context had ended by the time it returned.
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, *quorumError) {
+	if err := ctx.Err(); err != nil {
+		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%q: no attempt made", key), cause: err}
+	}
+	token := rand.Text()
+	start := c.cfg.clock.Now()
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), true, nil, acquireOn(key, token, ttl))
+	drift := driftFor(ttl, c.cfg.driftFactor)
+	elapsed := c.cfg.clock.Now().Sub(start)
+	v := validity(ttl, elapsed, drift)
+	if t.yes >= c.quorum && v > 0 {
+		if len(t.errs) > 0 {
+			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "key", key, "err", errors.Join(t.errs...))
+		}
+		return &Lock{client: c, key: key, token: token, ttl: ttl, until: start.Add(ttl - drift), settled: settled}, nil
+	}
+
+	// Step 4: a node that failed or did not answer may still have taken the
+	// lock, so everything but a definite "held by another" is released, once
+	// the SETs still under way have landed or timed out.
+	<-settled
+	skip := make([]bool, len(t.answers))
+	for i, a := range t.answers {
+		skip[i] = a == holdsNot
+	}
+	c.cleanup(ctx, key, token, ttl, skip)
+
+	detail := fmt.Sprintf("%q: taken on %d of %d nodes, quorum %d", key, t.yes, len(c.nodes), c.quorum)
+	if t.yes >= c.quorum {
+		detail = fmt.Sprintf("%q: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", key, elapsed, ttl, drift)
+	}
+	return nil, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs}
+}
+
+// cleanup releases key on every node not skipped, with a context that the
+// caller's cancellation does not reach: the caller may have given up, but
+// the keys must still go.
+func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Duration, skip []bool) {
+	t, _ := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), false, skip, releaseOn(key, token))
+	if len(t.errs) > 0 {
+		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
+			"key", key, "ttl", ttl, "err", errors.Join(t.errs...))
+	}
+}
+
+func (c *Client) nodeTimeout(ttl time.Duration) time.Duration {
+	if c.cfg.nodeTimeout > 0 {
+		return c.cfg.nodeTimeout
+	}
+	return min(max(ttl/nodeTimeoutFraction, minDerivedNodeTimeout), maxDerivedNodeTimeout)
+}
+
+func (c *Client) nodeError(i int, err error) error {
+	return &NodeError{Node: i, Addr: c.nodes[i].addr, Err: err}
+}
+
+// Lock is a lock held on a quorum of nodes. It is safe for concurrent use,
+// and its methods may be called on a nil *Lock (as after a failed acquire):
+// they report that nothing is held.
+type Lock struct {
+	client *Client
+	key    string
+	token  string
+
+	// op serialises Extend and Release. Each waits for settled, which the
+	// previous operation left, so their writes reach each node in order.
+	op      sync.Mutex
+	settled <-chan struct{}
+
+	mu       sync.Mutex
+	ttl      time.Duration // of the last acquire or extend
+	until    time.Time
+	released bool
+}
+
+// Key returns the locked key, or "" for a nil Lock.
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
+
+// Token returns the random value stored under the key on each node, or ""
+// for a nil Lock.
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
+
+// Until returns the end of the lock's validity: the start of the last
+// successful acquire or extend plus its ttl less the drift allowance, on
+// the Client's Clock. It returns the zero time for a nil Lock.
+func (l *Lock) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+// Validity returns how much of the lock's validity is left: never negative,
+// and zero for a released or nil Lock.
+func (l *Lock) Validity() time.Duration {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	until, released := l.until, l.released
+	l.mu.Unlock()
+	if released {
+		return 0
+	}
+	return max(0, until.Sub(l.client.cfg.clock.Now()))
+}
+
+// Extend sets the lock's ttl anew on every node that still holds its token,
+// all at once. It succeeds when a quorum did so within the new validity; the
+// validity is then counted from the start of this call (see Until).
+//
+// It returns an error matching ErrLockLost, joined with each failed node's
+// *NodeError, when fewer than a quorum still held the token, the new validity
+// was spent, or the lock was released; Until is then left as it was. Bad
+// input gives ErrInvalidArgument, and an ended ctx its error, before any node
+// is contacted. On a nil Lock it returns ErrNotAcquired.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return ErrNotAcquired
+	}
+	c := l.client
+	if err := c.checkLease(l.key, ttl); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redlock: extend %q: %w", l.key, err)
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	if l.isReleased() {
+		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%q: already released", l.key)}
+	}
+
+	<-l.settled
+	start := c.cfg.clock.Now()
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), true, nil, extendOn(l.key, l.token, ttl))
+	l.settled = settled
+	drift := driftFor(ttl, c.cfg.driftFactor)
+	elapsed := c.cfg.clock.Now().Sub(start)
+	if t.yes >= c.quorum && validity(ttl, elapsed, drift) > 0 {
+		l.mu.Lock()
+		l.ttl, l.until = ttl, start.Add(ttl-drift)
+		l.mu.Unlock()
+		return nil
+	}
+	detail := fmt.Sprintf("%q: extended on %d of %d nodes, quorum %d", l.key, t.yes, len(c.nodes), c.quorum)
+	if t.yes >= c.quorum {
+		detail = fmt.Sprintf("%q: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.key, elapsed, ttl, drift)
+	}
+	return &quorumError{kind: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+}
+
+// Release deletes the lock on every node that still holds its token, all at
+// once; a key that holds another token is left alone. It runs even if ctx
+// has ended (it keeps ctx's values, not its cancellation), bounded by the
+// per-node timeout, so `defer lock.Release(ctx)` is always right. After
+// Release, Validity is zero and Extend fails; calling Release again does
+// nothing and returns nil.
+//
+// It returns nil when a quorum of nodes is free of the token afterwards
+// and the lock held until the release: a quorum still had the token, or the
+// validity had not run out and no majority had lost it. A node that fails is
+// taken to still hold the token, as the safety assumptions say a crashed
+// node does; its key expires with the ttl, and the failure is logged.
+//
+// It returns an error matching ErrLockLost when a majority of the nodes no
+// longer had the token, or the validity had run out and fewer than a quorum
+// confirmed it: the work done under the lock may not have been protected.
+// When so many nodes fail that neither can be told, it returns an error that
+// joins their *NodeError values; the keys they may hold expire with the
+// ttl. On a nil Lock it returns ErrNotAcquired.
+func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		return ErrNotAcquired
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	l.mu.Lock()
+	ttl, until, released := l.ttl, l.until, l.released
+	l.released = true
+	l.mu.Unlock()
+	if released {
+		return nil
+	}
+
+	c := l.client
+	<-l.settled
+	expired := !c.cfg.clock.Now().Before(until)
+	t, _ := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), false, nil, releaseOn(l.key, l.token))
+	n := len(c.nodes)
+	switch judgeRelease(n, c.quorum, t.yes, t.no, expired) {
+	case lostBefore:
+		detail := fmt.Sprintf("%q: held by %d of %d nodes at release, quorum %d", l.key, t.yes, n, c.quorum)
+		if expired && t.no <= n-c.quorum {
+			detail += ", after its validity had run out"
+		}
+		return &quorumError{kind: ErrLockLost, detail: detail, nodes: t.errs}
+	case incomplete:
+		return &quorumError{
+			kind: errReleaseIncomplete,
+			detail: fmt.Sprintf("%q: deleted on %d and absent from %d of %d nodes, quorum %d; the rest expire with the ttl %v",
+				l.key, t.yes, t.no, n, c.quorum, ttl),
+			nodes: t.errs,
+		}
+	}
+	if len(t.errs) > 0 {
+		c.cfg.logger.WarnContext(ctx, "redlock: released, but some nodes failed; their keys expire with the ttl",
+			"key", l.key, "ttl", ttl, "err", errors.Join(t.errs...))
+	}
+	return nil
+}
+
+func (l *Lock) isReleased() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer,
+// map, slice, func or channel.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// addrOf returns the address a client connects to, when it reveals one.
+func addrOf(rdb redis.UniversalClient) string {
+	switch v := rdb.(type) {
+	case *redis.Client:
+		return v.Options().Addr
+	case *redis.ClusterClient:
+		addrs := slices.Clone(v.Options().Addrs)
+		slices.Sort(addrs)
+		return strings.Join(addrs, ",")
+	}
+	return ""
+}
+
+func sameNode(a, b node) bool {
+	if a.addr != "" && a.addr == b.addr {
+		return true
+	}
+	ta, tb := reflect.TypeOf(a.rdb), reflect.TypeOf(b.rdb)
+	return ta == tb && ta.Comparable() && a.rdb == b.rdb
+}
+
+func (n node) describe() string {
+	if n.addr == "" {
+		return "same client"
+	}
+	return n.addr
+}

@@ -1,0 +1,826 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+func TestNew_badInput(t *testing.T) {
+	c := newCluster(t, 2)
+	a, b := c.clients[0], c.clients[1]
+	sameAddr := redis.NewClient(&redis.Options{Addr: c.servers[0].Addr(), DB: 1})
+	t.Cleanup(func() { _ = sameAddr.Close() })
+	var nilClient *redis.Client
+
+	tests := []struct {
+		name  string
+		nodes []redis.UniversalClient
+		opts  []redlock.Option
+		want  string
+	}{
+		{"no nodes", nil, nil, "no nodes"},
+		{"nil node", []redis.UniversalClient{a, nil}, nil, "node 1 is nil"},
+		{"typed nil node", []redis.UniversalClient{nilClient}, nil, "node 0 is nil"},
+		{"same client twice", []redis.UniversalClient{a, b, a}, nil, "node 2 is the same as node 0"},
+		{"same address twice", []redis.UniversalClient{a, sameAddr}, nil, "node 1 is the same as node 0"},
+		{"negative drift factor", []redis.UniversalClient{a}, []redlock.Option{redlock.WithDriftFactor(-0.1)}, "drift factor"},
+		{"drift factor of one", []redis.UniversalClient{a}, []redlock.Option{redlock.WithDriftFactor(1)}, "drift factor"},
+		{"NaN drift factor", []redis.UniversalClient{a}, []redlock.Option{redlock.WithDriftFactor(math.NaN())}, "drift factor"},
+		{"zero node timeout", []redis.UniversalClient{a}, []redlock.Option{redlock.WithNodeTimeout(0)}, "node timeout"},
+		{"negative node timeout", []redis.UniversalClient{a}, []redlock.Option{redlock.WithNodeTimeout(-time.Second)}, "node timeout"},
+		{"nil clock", []redis.UniversalClient{a}, []redlock.Option{redlock.WithClock(nil)}, "clock is nil"},
+		{"nil logger", []redis.UniversalClient{a}, []redlock.Option{redlock.WithLogger(nil)}, "logger is nil"},
+		{"nil retry policy", []redis.UniversalClient{a}, []redlock.Option{redlock.WithRetry(nil)}, "retry policy is nil"},
+		{"bad backoff", []redis.UniversalClient{a}, []redlock.Option{redlock.WithRetry(redlock.ExponentialBackoff(time.Second, time.Millisecond))}, "ExponentialBackoff"},
+		{"bad random delay", []redis.UniversalClient{a}, []redlock.Option{redlock.WithRetry(redlock.RandomDelay(0, time.Millisecond))}, "RandomDelay"},
+		{"nil option", []redis.UniversalClient{a}, []redlock.Option{nil}, "option is nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc, err := redlock.New(tt.nodes, tt.opts...)
+			if !errors.Is(err, redlock.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New: err = %v, want ErrInvalidArgument mentioning %q", err, tt.want)
+			}
+			if rc != nil {
+				t.Fatal("New returned a Client with an error")
+			}
+		})
+	}
+	if n := c.commands(); n != 0 {
+		t.Errorf("New sent %d commands to the nodes, want 0", n)
+	}
+}
+
+func TestNew_acceptsConcreteClientSlices(t *testing.T) {
+	c := newCluster(t, 3)
+	nodes := make([]*redis.Client, len(c.clients))
+	for i, rdb := range c.clients {
+		nodes[i] = rdb.(*redis.Client)
+	}
+	rc, err := redlock.New(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rc.Quorum(); got != 2 {
+		t.Fatalf("Quorum = %d, want 2", got)
+	}
+}
+
+func TestClient_Quorum(t *testing.T) {
+	for n, want := range map[int]int{1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 4} {
+		if got := newCluster(t, n).client(t).Quorum(); got != want {
+			t.Errorf("N=%d: Quorum = %d, want %d", n, got, want)
+		}
+	}
+}
+
+func TestClient_TryAcquire_badInput(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		key  string
+		ttl  time.Duration
+		opts []redlock.AcquireOption
+		want string
+	}{
+		{"empty key", "", time.Second, nil, "empty key"},
+		{"zero ttl", "k", 0, nil, "must be positive"},
+		{"negative ttl", "k", -time.Second, nil, "must be positive"},
+		{"ttl within drift", "k", 2 * time.Millisecond, nil, "drift allowance"},
+		{"nil option", "k", time.Second, []redlock.AcquireOption{nil}, "option is nil"},
+		{"bad retry", "k", time.Second, []redlock.AcquireOption{redlock.WithRetry(redlock.RandomDelay(2, 1))}, "RandomDelay"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for name, acquire := range map[string]func() (*redlock.Lock, error){
+				"TryAcquire": func() (*redlock.Lock, error) { return rc.TryAcquire(ctx, tt.key, tt.ttl, tt.opts...) },
+				"Acquire":    func() (*redlock.Lock, error) { return rc.Acquire(ctx, tt.key, tt.ttl, tt.opts...) },
+			} {
+				lock, err := acquire()
+				if !errors.Is(err, redlock.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("%s: err = %v, want ErrInvalidArgument mentioning %q", name, err, tt.want)
+				}
+				if lock != nil {
+					t.Fatalf("%s returned a lock with an error", name)
+				}
+			}
+		})
+	}
+	if n := c.commands(); n != 0 {
+		t.Errorf("bad input sent %d commands to the nodes, want 0", n)
+	}
+}
+
+func TestClient_TryAcquire_storesTokenUnderKey(t *testing.T) {
+	c := newCluster(t, 3)
+	lock, err := c.client(t).TryAcquire(context.Background(), "orders:42", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(lock)
+	if len(lock.Token()) < 22 { // 128 bits are at least 22 base64 or 26 base32 characters
+		t.Errorf("token %q is too short to carry 128 random bits", lock.Token())
+	}
+	if got := c.holders("orders:42", lock.Token()); len(got) != 3 {
+		t.Errorf("token on nodes %v, want all 3", got)
+	}
+	for i, s := range c.servers {
+		if ttl := s.TTL("orders:42"); ttl != time.Second {
+			t.Errorf("node %d: TTL = %v, want 1s", i, ttl)
+		}
+	}
+	if lock.Key() != "orders:42" {
+		t.Errorf("Key = %q", lock.Key())
+	}
+	other, err := c.client(t).TryAcquire(context.Background(), "orders:42", time.Second)
+	mustNotAcquire(t, err)
+	if other != nil {
+		t.Fatal("second TryAcquire returned a lock")
+	}
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.holdersAny("orders:42"); len(got) != 0 {
+		t.Errorf("key left on nodes %v after release", got)
+	}
+}
+
+// TestClient_TryAcquire_downNodes walks every set of down nodes for N = 1, 3
+// and 5: the lock is acquired exactly when a quorum is up, a failed attempt
+// leaves no key on any live node, and a release leaves none either.
+func TestClient_TryAcquire_downNodes(t *testing.T) {
+	for _, n := range []int{1, 3, 5} {
+		for mask := range 1 << n {
+			t.Run(fmt.Sprintf("N=%d/down=%0*b", n, n, mask), func(t *testing.T) {
+				c := newCluster(t, n)
+				rc := c.client(t, redlock.WithNodeTimeout(time.Second))
+				up := n
+				for i := range n {
+					if mask&(1<<i) != 0 {
+						c.servers[i].Close()
+						up--
+					}
+				}
+				ctx := context.Background()
+				lock, err := rc.TryAcquire(ctx, "k", time.Minute)
+				if want := up >= rc.Quorum(); (err == nil) != want {
+					t.Fatalf("up=%d quorum=%d: err = %v, want success %v", up, rc.Quorum(), err, want)
+				}
+				if err != nil {
+					mustNotAcquire(t, err)
+					var ne *redlock.NodeError
+					if up < n && !errors.As(err, &ne) {
+						t.Errorf("err = %v, want a *NodeError for a down node", err)
+					}
+					if got := c.holdersAny("k"); len(got) != 0 {
+						t.Fatalf("failed attempt left the key on nodes %v", got)
+					}
+					return
+				}
+				redlock.WaitSettled(lock)
+				if got := c.holders("k", lock.Token()); len(got) != up {
+					t.Fatalf("token on %d nodes, want all %d live ones", len(got), up)
+				}
+				if err := lock.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				if got := c.holdersAny("k"); len(got) != 0 {
+					t.Fatalf("release left the key on nodes %v", got)
+				}
+			})
+		}
+	}
+}
+
+// TestClient_TryAcquire_heldElsewhere puts another holder's key on every
+// subset of the nodes: the lock is acquired exactly when the free nodes make
+// a quorum, and the other holder's keys are never touched.
+func TestClient_TryAcquire_heldElsewhere(t *testing.T) {
+	const other = "someone-else"
+	for _, n := range []int{1, 3, 5} {
+		for mask := range 1 << n {
+			t.Run(fmt.Sprintf("N=%d/held=%0*b", n, n, mask), func(t *testing.T) {
+				c := newCluster(t, n)
+				rc := c.client(t)
+				var held []int
+				for i := range n {
+					if mask&(1<<i) != 0 {
+						_ = c.servers[i].Set("k", other)
+						c.servers[i].SetTTL("k", time.Minute)
+						held = append(held, i)
+					}
+				}
+				checkOther := func(when string) {
+					t.Helper()
+					if got := c.holders("k", other); !slices.Equal(got, held) {
+						t.Fatalf("%s: other holder's key on %v, want %v", when, got, held)
+					}
+					for _, i := range held {
+						if ttl := c.servers[i].TTL("k"); ttl != time.Minute {
+							t.Fatalf("%s: other holder's TTL on node %d = %v, want 1m", when, i, ttl)
+						}
+					}
+				}
+				ctx := context.Background()
+				lock, err := rc.TryAcquire(ctx, "k", 10*time.Second)
+				if want := n-len(held) >= rc.Quorum(); (err == nil) != want {
+					t.Fatalf("held on %d of %d: err = %v, want success %v", len(held), n, err, want)
+				}
+				checkOther("after acquire")
+				if err != nil {
+					mustNotAcquire(t, err)
+					if got := c.holdersAny("k"); !slices.Equal(got, held) {
+						t.Fatalf("failed attempt left our key: key on %v, other holds %v", got, held)
+					}
+					return
+				}
+				if err := lock.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				checkOther("after release")
+				if got := c.holdersAny("k"); !slices.Equal(got, held) {
+					t.Fatalf("release left our key: key on %v, other holds %v", got, held)
+				}
+			})
+		}
+	}
+}
+
+// TestLock_afterExpiry lets the TTL pass on the nodes: Extend and Release
+// then report the loss, and the new holder's keys stay as they are.
+func TestLock_afterExpiry(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	old, err := c.client(t).TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(old)
+	for _, s := range c.servers {
+		s.FastForward(2 * time.Second)
+	}
+	newer, err := mustNew(t, c.connect(t)).TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatalf("new holder after expiry: %v", err)
+	}
+	redlock.WaitSettled(newer)
+	if err := old.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend after expiry: err = %v, want ErrLockLost", err)
+	}
+	if got := c.holders("k", newer.Token()); len(got) != 3 {
+		t.Fatalf("after old Extend, new holder's key on %v, want all 3", got)
+	}
+	if err := old.Release(ctx); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Release after expiry: err = %v, want ErrLockLost", err)
+	}
+	if got := c.holders("k", newer.Token()); len(got) != 3 {
+		t.Fatalf("after old Release, new holder's key on %v, want all 3", got)
+	}
+	for i, s := range c.servers {
+		if ttl := s.TTL("k"); ttl != time.Minute {
+			t.Errorf("node %d: new holder's TTL = %v, want 1m", i, ttl)
+		}
+	}
+	if err := newer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLock_Extend_lostOnMajority: a lock whose key is gone from a majority
+// cannot be extended, even though one node still holds it.
+func TestLock_Extend_lostOnMajority(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(lock)
+	c.servers[0].Del("k")
+	c.servers[1].Del("k")
+	err = lock.Extend(ctx, time.Second)
+	if !errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "extended on 1 of 3 nodes, quorum 2") {
+		t.Fatalf("Extend: err = %v, want ErrLockLost on 1 of 3", err)
+	}
+}
+
+func TestLock_Extend_setsTTLOnEveryNode(t *testing.T) {
+	c := newCluster(t, 5)
+	ctx := context.Background()
+	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(lock)
+	for i, s := range c.servers {
+		if ttl := s.TTL("k"); ttl != time.Minute {
+			t.Errorf("node %d: TTL = %v after Extend, want 1m", i, ttl)
+		}
+	}
+}
+
+// TestLock_validity checks Until and Validity against a fake clock: the lock
+// is valid for ttl less the drift from the start of the acquire, and from
+// the start of each extend.
+func TestLock_validity(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	t0 := clock.Now()
+	ctx := context.Background()
+	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drift := 10*time.Millisecond + 2*time.Millisecond // 1s × 0.01 + 2ms
+	if got, want := lock.Until(), t0.Add(time.Second-drift); !got.Equal(want) {
+		t.Fatalf("Until = %v, want %v", got, want)
+	}
+	if got, want := lock.Validity(), time.Second-drift; got != want {
+		t.Fatalf("Validity = %v, want %v", got, want)
+	}
+	clock.Advance(500 * time.Millisecond)
+	if got, want := lock.Validity(), 500*time.Millisecond-drift; got != want {
+		t.Fatalf("Validity after 500ms = %v, want %v", got, want)
+	}
+	clock.Advance(time.Second)
+	if got := lock.Validity(); got != 0 {
+		t.Fatalf("Validity after expiry = %v, want 0", got)
+	}
+
+	// The nodes' TTLs did not move (miniredis keeps time still), so the
+	// extend finds the keys and counts its validity from its own start.
+	if err := lock.Extend(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	drift2 := 20*time.Millisecond + 2*time.Millisecond
+	if got, want := lock.Until(), t0.Add(1500*time.Millisecond+2*time.Second-drift2); !got.Equal(want) {
+		t.Fatalf("Until after Extend = %v, want %v", got, want)
+	}
+	if got, want := lock.Validity(), 2*time.Second-drift2; got != want {
+		t.Fatalf("Validity after Extend = %v, want %v", got, want)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := lock.Validity(); got != 0 {
+		t.Fatalf("Validity after Release = %v, want 0", got)
+	}
+}
+
+func TestLock_validity_customDriftFactor(t *testing.T) {
+	c := newCluster(t, 1)
+	clock := fakeClock()
+	lock, err := c.client(t, redlock.WithClock(clock), redlock.WithDriftFactor(0.1)).TryAcquire(context.Background(), "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lock.Validity(), time.Second-100*time.Millisecond-2*time.Millisecond; got != want {
+		t.Fatalf("Validity = %v, want %v", got, want)
+	}
+}
+
+// TestClient_TryAcquire_slowNodeSpendsValidity: one node answers only after
+// the whole ttl has passed, so the quorum comes too late; the attempt fails
+// and leaves nothing behind.
+func TestClient_TryAcquire_slowNodeSpendsValidity(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	const ttl = time.Second
+	// Every node answers, but node 0 takes the whole ttl to do it.
+	c.clients[0].AddHook(clockHook{clock: clock, by: ttl})
+	_, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", ttl)
+	mustNotAcquire(t, err)
+	if !strings.Contains(err.Error(), "validity was spent") {
+		t.Fatalf("err = %v, want it to say the validity was spent", err)
+	}
+	if got := c.holdersAny("k"); len(got) != 0 {
+		t.Fatalf("failed attempt left the key on nodes %v", got)
+	}
+}
+
+// TestLock_Extend_slowNodeSpendsValidity: an extend whose quorum comes after
+// its new ttl has passed fails and leaves Until as it was.
+func TestLock_Extend_slowNodeSpendsValidity(t *testing.T) {
+	c := newCluster(t, 1)
+	clock := fakeClock()
+	ctx := context.Background()
+	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := lock.Until()
+	c.clients[0].AddHook(clockHook{clock: clock, by: 100 * time.Millisecond})
+	err = lock.Extend(ctx, 50*time.Millisecond)
+	if !errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "validity was spent") {
+		t.Fatalf("Extend: err = %v, want ErrLockLost saying the validity was spent", err)
+	}
+	if !lock.Until().Equal(until) {
+		t.Fatalf("Until moved to %v after a failed Extend, want %v", lock.Until(), until)
+	}
+}
+
+// TestClient_TryAcquire_hungNode: a node that accepts connections but never
+// answers costs an attempt its per-node timeout, not the go-redis client's
+// read timeout.
+func TestClient_TryAcquire_hungNode(t *testing.T) {
+	c := newCluster(t, 2)
+	hung := newHungNode(t)
+	// A read timeout far beyond the per-node timeout, and no
+	// ContextTimeoutEnabled: only the Client's own timeout can end the wait.
+	stuck := redis.NewClient(&redis.Options{Addr: hung.Addr(), ReadTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { _ = stuck.Close() })
+	nodes := []redis.UniversalClient{c.clients[0], c.clients[1], stuck}
+	const nodeTimeout = 200 * time.Millisecond
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(nodeTimeout))
+	ctx := context.Background()
+
+	t.Run("quorum without it", func(t *testing.T) {
+		lock, err := rc.TryAcquire(ctx, "a", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("quorum needs it", func(t *testing.T) {
+		_ = c.servers[0].Set("b", "someone-else")
+		start := time.Now()
+		_, err := rc.TryAcquire(ctx, "b", time.Minute)
+		elapsed := time.Since(start)
+		mustNotAcquire(t, err)
+		var ne *redlock.NodeError
+		if !errors.As(err, &ne) || ne.Node != 2 || ne.Addr != hung.Addr() || !errors.Is(ne, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want a *NodeError for node 2 with DeadlineExceeded", err)
+		}
+		// The attempt and its cleanup each wait one node timeout; the
+		// bound is wide for a loaded machine but far below the minute the
+		// go-redis client would wait.
+		if elapsed > 10*time.Second {
+			t.Fatalf("TryAcquire took %v with a %v node timeout", elapsed, nodeTimeout)
+		}
+		if got := c.holders("b", "someone-else"); !slices.Equal(got, []int{0}) {
+			t.Fatalf("other holder's key on %v, want [0]", got)
+		}
+		if c.servers[1].Exists("b") {
+			t.Fatal("failed attempt left the key on node 1")
+		}
+	})
+}
+
+func TestClient_Acquire_cancelledContext(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, acquire := range map[string]func() (*redlock.Lock, error){
+		"TryAcquire": func() (*redlock.Lock, error) { return rc.TryAcquire(ctx, "k", time.Second) },
+		"Acquire":    func() (*redlock.Lock, error) { return rc.Acquire(ctx, "k", time.Second) },
+	} {
+		lock, err := acquire()
+		if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: err = %v, want ErrNotAcquired and context.Canceled", name, err)
+		}
+		if lock != nil {
+			t.Fatalf("%s returned a lock", name)
+		}
+	}
+	if n := c.commands(); n != 0 {
+		t.Errorf("cancelled acquires sent %d commands, want 0", n)
+	}
+}
+
+func TestClient_Acquire_deadline(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	holder, err := c.client(t).TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(holder)
+	other := mustNew(t, c.connect(t), redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
+	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	lock, err := other.Acquire(dctx, "k", time.Second)
+	if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if lock != nil {
+		t.Fatal("Acquire returned a lock")
+	}
+	if got := c.holders("k", holder.Token()); len(got) != 3 {
+		t.Fatalf("holder's key on %v after a contender gave up, want all 3", got)
+	}
+}
+
+// TestClient_Acquire_retriesAfterDelay drives the retry wait with a fake
+// clock: Acquire fails, waits on the clock, and succeeds once the holder is
+// gone and the delay has passed.
+func TestClient_Acquire_retriesAfterDelay(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	holder, err := c.client(t).TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := fakeClock()
+	var delays atomic.Int32
+	retry := redlock.RetryFunc(func(failed int) time.Duration {
+		delays.Add(1)
+		return time.Duration(failed) * time.Second
+	})
+	rc := mustNew(t, c.connect(t), redlock.WithClock(clock))
+	type result struct {
+		lock *redlock.Lock
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		lock, err := rc.Acquire(ctx, "k", time.Second, redlock.WithRetry(retry))
+		done <- result{lock, err}
+	}()
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := clock.BlockUntilContext(bctx, 1); err != nil {
+		t.Fatalf("Acquire never waited on the clock: %v", err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Acquire: %v", r.err)
+	}
+	redlock.WaitSettled(r.lock)
+	if got := c.holders("k", r.lock.Token()); len(got) != 3 {
+		t.Fatalf("token on %v, want all 3", got)
+	}
+	if got := delays.Load(); got != 1 {
+		t.Fatalf("retry policy asked %d times, want 1", got)
+	}
+	if err := r.lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLock_nil(t *testing.T) {
+	var l *redlock.Lock
+	ctx := context.Background()
+	if l.Key() != "" || l.Token() != "" || !l.Until().IsZero() || l.Validity() != 0 {
+		t.Fatal("nil Lock reports something held")
+	}
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("Extend: err = %v, want ErrNotAcquired", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("Release: err = %v, want ErrNotAcquired", err)
+	}
+}
+
+func TestLock_Release_twice(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := c.commands()
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	if err := lock.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend after Release: err = %v, want ErrLockLost", err)
+	}
+	if n := c.commands() - before; n != 0 {
+		t.Fatalf("second Release and Extend sent %d commands, want 0", n)
+	}
+}
+
+// TestLock_Release_cancelledContext: a deferred Release with a context that
+// has already ended still deletes the keys.
+func TestLock_Release_cancelledContext(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	lock, err := c.client(t).TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if got := c.holdersAny("k"); len(got) != 0 {
+		t.Fatalf("key left on nodes %v", got)
+	}
+}
+
+func TestLock_Extend_badInput(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.commands()
+	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond} {
+		if err := lock.Extend(ctx, ttl); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("Extend(%v): err = %v, want ErrInvalidArgument", ttl, err)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := lock.Extend(cctx, time.Second); !errors.Is(err, context.Canceled) {
+		t.Errorf("Extend with a cancelled context: err = %v, want context.Canceled", err)
+	}
+	if n := c.commands() - before; n != 0 {
+		t.Fatalf("rejected extends sent %d commands, want 0", n)
+	}
+}
+
+// TestLock_concurrentUse extends and releases one lock from many goroutines
+// at once; -race checks the Lock, and the lock ends released.
+func TestLock_concurrentUse(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 4 {
+				_ = lock.Release(ctx)
+				return
+			}
+			_ = lock.Extend(ctx, time.Second)
+			_ = lock.Validity()
+			_ = lock.Until()
+		}()
+	}
+	wg.Wait()
+	if lock.Validity() != 0 {
+		t.Fatal("lock still valid after Release")
+	}
+	if got := c.holdersAny("k"); len(got) != 0 {
+		t.Fatalf("key left on nodes %v", got)
+	}
+}
+
+// TestClient_Acquire_mutualExclusion runs contenders from several Clients,
+// each with its own connections as separate processes would have, sharing a
+// counter that they update with a non-atomic read and write. Partway
+// through, a minority of the nodes is closed. No two critical sections may
+// overlap, no update may be lost, and every contender must finish.
+func TestClient_Acquire_mutualExclusion(t *testing.T) {
+	const (
+		nodes      = 5
+		processes  = 3
+		goroutines = 2 // per process: a Client is shared within a process
+		rounds     = 40
+		total      = processes * goroutines * rounds
+	)
+	c := newCluster(t, nodes)
+	var (
+		inside, overlaps, sections atomic.Int64
+		counter                    atomic.Int64
+		closeOnce                  sync.Once
+		wg                         sync.WaitGroup
+		errs                       = make(chan error, total)
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	logger := slog.New(slog.DiscardHandler)
+	for range processes {
+		rc := mustNew(t, c.connect(t),
+			redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 4*time.Millisecond)),
+			redlock.WithNodeTimeout(time.Second),
+			redlock.WithLogger(logger))
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					lock, err := rc.Acquire(ctx, "stock", 5*time.Second)
+					if err != nil {
+						errs <- fmt.Errorf("Acquire: %w", err)
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					v := counter.Load()
+					time.Sleep(100 * time.Microsecond) // widen the read-to-write window
+					counter.Store(v + 1)
+					inside.Add(-1)
+					if sections.Add(1) == total*2/5 {
+						closeOnce.Do(func() {
+							c.servers[3].Close()
+							c.servers[4].Close()
+						})
+					}
+					if err := lock.Release(ctx); err != nil {
+						errs <- fmt.Errorf("Release: %w", err)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d overlapping critical sections", n)
+	}
+	if got, want := sections.Load(), int64(total); got != want {
+		t.Errorf("%d critical sections completed, want %d", got, want)
+	}
+	if got, want := counter.Load(), sections.Load(); got != want {
+		t.Errorf("counter = %d after %d sections: %d updates lost", got, want, want-got)
+	}
+	for i, s := range c.servers[:3] {
+		if s.Exists("stock") {
+			t.Errorf("key left on live node %d", i)
+		}
+	}
+}
+
+// TestLock_Release_outcomes checks what Release reports when nodes fail or
+// the validity has run out before it.
+func TestLock_Release_outcomes(t *testing.T) {
+	tests := []struct {
+		name     string
+		down     []int         // nodes closed before Release
+		expire   []int         // nodes whose key has expired before Release
+		advance  time.Duration // fake time passed between acquire and Release
+		wantLost bool
+		wantErr  bool
+	}{
+		{name: "all up", wantErr: false},
+		{name: "minority down", down: []int{3, 4}},
+		{name: "majority down within validity", down: []int{2, 3, 4}, wantErr: true},
+		{name: "minority expired", expire: []int{4}},
+		{name: "majority expired", expire: []int{0, 1, 2}, wantLost: true, wantErr: true},
+		{name: "ran over, quorum still holds", advance: time.Minute},
+		{name: "ran over, majority down", advance: time.Minute, down: []int{2, 3, 4}, wantLost: true, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, 5)
+			clock := fakeClock()
+			ctx := context.Background()
+			lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(ctx, "k", 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			redlock.WaitSettled(lock)
+			clock.Advance(tt.advance)
+			for _, i := range tt.expire {
+				c.servers[i].FastForward(time.Minute)
+			}
+			for _, i := range tt.down {
+				c.servers[i].Close()
+			}
+			err = lock.Release(ctx)
+			if (err != nil) != tt.wantErr || errors.Is(err, redlock.ErrLockLost) != tt.wantLost {
+				t.Fatalf("Release: err = %v, want error %v, ErrLockLost %v", err, tt.wantErr, tt.wantLost)
+			}
+			var ne *redlock.NodeError
+			if len(tt.down) > 0 && err != nil && !errors.As(err, &ne) {
+				t.Fatalf("Release: err = %v, want the down nodes' *NodeError", err)
+			}
+			for i, s := range c.servers {
+				if !slices.Contains(tt.down, i) && s.Exists("k") {
+					t.Errorf("key left on live node %d", i)
+				}
+			}
+		})
+	}
+}

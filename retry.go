@@ -1,0 +1,80 @@
+package redlock
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// RetryPolicy decides how long Acquire waits after a failed attempt before it
+// tries again. Acquire keeps trying until it succeeds or its context ends;
+// bound the wait with the context.
+//
+// Delay is called with the number of attempts that have failed so far (1
+// after the first). It must be safe for concurrent use: one policy serves
+// every Acquire of a Client at once, so it should keep no state between
+// calls.
+type RetryPolicy interface {
+	Delay(failed int) time.Duration
+}
+
+// RetryFunc adapts a function to RetryPolicy.
+type RetryFunc func(failed int) time.Duration
+
+// Delay returns f(failed).
+func (f RetryFunc) Delay(failed int) time.Duration { return f(failed) }
+
+// ExponentialBackoff returns the default policy shape: the n-th delay is
+// drawn uniformly from [d/2, d], where d = base·2^(n-1) capped at max. The
+// random half spreads contenders apart so that they do not collide again
+// on the next attempt.
+//
+// It requires 0 < base <= max; WithRetry reports other values.
+func ExponentialBackoff(base, max time.Duration) RetryPolicy {
+	return exponentialBackoff{base: base, max: max}
+}
+
+// RandomDelay returns a policy whose every delay is drawn uniformly from
+// [min, max].
+//
+// It requires 0 < min <= max; WithRetry reports other values.
+func RandomDelay(min, max time.Duration) RetryPolicy {
+	return randomDelay{min: min, max: max}
+}
+
+// Default retry policy: ExponentialBackoff(defaultRetryBase, defaultRetryMax).
+const (
+	defaultRetryBase = 10 * time.Millisecond
+	defaultRetryMax  = 320 * time.Millisecond
+)
+
+type exponentialBackoff struct{ base, max time.Duration }
+
+func (p exponentialBackoff) Delay(failed int) time.Duration {
+	d := p.max
+	if failed < 1 {
+		failed = 1
+	}
+	if shift := failed - 1; shift < 62 && p.base<<shift > 0 && p.base<<shift < p.max {
+		d = p.base << shift
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func (p exponentialBackoff) validate() error {
+	if p.base <= 0 || p.max < p.base {
+		return fmt.Errorf("%w: ExponentialBackoff(%v, %v) needs 0 < base <= max", ErrInvalidArgument, p.base, p.max)
+	}
+	return nil
+}
+
+type randomDelay struct{ min, max time.Duration }
+
+func (p randomDelay) Delay(int) time.Duration { return p.min + rand.N(p.max-p.min+1) }
+
+func (p randomDelay) validate() error {
+	if p.min <= 0 || p.max < p.min {
+		return fmt.Errorf("%w: RandomDelay(%v, %v) needs 0 < min <= max", ErrInvalidArgument, p.min, p.max)
+	}
+	return nil
+}
