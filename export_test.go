@@ -1,11 +1,11 @@
 package redlock
 
-// WaitSettled waits until the writes of the lock's last operation that were
-// still under way when it returned have landed or timed out, so that tests
-// can look at every node.
+// WaitSettled waits until the writes of the lock's last operation (acquire,
+// extend or release) that were still under way when it returned have landed
+// or timed out, so that tests can look at every node.
 func WaitSettled(l *Lock) {
 	l.op.Lock()
 	settled := l.settled
 	l.op.Unlock()
-	<-settled
+	settled.wait()
 }

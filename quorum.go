@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -79,10 +80,10 @@ func pxMillis(ttl time.Duration) int64 {
 type answer uint8
 
 const (
-	unanswered answer = iota // no reply before the operation ended
+	unanswered answer = iota // not waited for: the outcome was known before
 	holds                    // the node holds our token after the operation
 	holdsNot                 // the node certainly does not hold our token
-	failed                   // the node returned an error: it may hold our token
+	failed                   // an error or no reply in time: it may hold our token
 )
 
 // tally is what one fan-out learned from the nodes.
@@ -104,50 +105,97 @@ type nodeReply struct {
 	err  error
 }
 
+// settlement tells when each node's call of one operation has returned, or
+// the operation's deadline has passed. The zero value is settled.
+type settlement struct {
+	done     []chan struct{} // by node, closed when its call returns
+	deadline time.Time
+}
+
+// waitNode blocks until node i's call has returned or the deadline passed.
+func (s settlement) waitNode(i int) {
+	if s.done == nil {
+		return
+	}
+	select {
+	case <-s.done[i]:
+		return
+	default:
+	}
+	t := time.NewTimer(time.Until(s.deadline))
+	defer t.Stop()
+	select {
+	case <-s.done[i]:
+	case <-t.C:
+	}
+}
+
+// wait blocks until every node's call has returned or the deadline passed.
+func (s settlement) wait() {
+	for i := range s.done {
+		s.waitNode(i)
+	}
+}
+
+// Stop conditions for fanOut: when it may return before every node replied.
+func (c *Client) decided(t *tally) bool {
+	won, lost := decide(len(c.nodes), c.quorum, t.yes, t.notYes)
+	return won || lost
+}
+
+func (c *Client) won(t *tally) bool { return t.yes >= c.quorum }
+
 // fanOut runs op on every node at once, each under the same per-node
 // timeout, and tallies the replies. Nodes marked in skip (which may be nil)
 // are not contacted and count as holdsNot. It returns when every node has
-// replied, when the timeout or ctx ends, or, if early is set, as soon as the
-// quorum is won or lost.
+// replied, when the timeout or ctx ends, or as soon as stop (which may be
+// nil) says the outcome is known.
 //
-// Calls still running when it returns are left to finish; settled is
-// closed once they all have, or once the timeout has passed. The next
-// operation on the same key and token waits for it, so that a late write of
-// this one cannot land after that operation's own (a late SET after the
-// release's DEL would leave a key behind until its TTL).
+// Calls still running when it returns are left to finish; the settlement it
+// returns tells when they have. The next operation with the same token is
+// given it as after, and each of its calls waits for the same node's call
+// of the previous operation, so that a late write cannot land after a later
+// one (a late SET after the release's DEL would leave a key behind until
+// its TTL) while a slow or dead node delays only its own calls. A call that
+// outlives its deadline in a client that ignores context deadlines can
+// still land late; its key expires with the TTL.
 //
 // It does not use errgroup: Group.Wait waits for every goroutine, and a
 // go-redis client without ContextTimeoutEnabled ignores context deadlines on
 // the socket, so one hung node would hold the operation for the client's
 // ReadTimeout (5 s by default). Here a late reply is left in a buffered
 // channel and its goroutine ends on its own. Nor does it cancel the calls
-// still running once the outcome is decided: cancelling a go-redis command
+// still running once the outcome is known: cancelling a go-redis command
 // closes its connection, which costs a new dial on the next operation.
-func (c *Client) fanOut(ctx context.Context, timeout time.Duration, early bool, skip []bool, op nodeOp) (t tally, settled <-chan struct{}) {
+func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*tally) bool, skip []bool, after settlement, op nodeOp) (tally, settlement) {
 	n := len(c.nodes)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	replies := make(chan nodeReply, n)
+	settled := settlement{done: make([]chan struct{}, n), deadline: deadline}
 	var running atomic.Int32
 	running.Store(int32(n))
 	reply := func(r nodeReply) {
 		replies <- r
+		close(settled.done[r.node])
 		if running.Add(-1) == 0 {
-			cancel() // the last node is done: free the timer
+			cancel() // every call has returned: free the timer
 		}
 	}
 	for i, nd := range c.nodes {
+		settled.done[i] = make(chan struct{})
 		if skip != nil && skip[i] {
 			reply(nodeReply{node: i})
 			continue
 		}
 		go func() {
+			after.waitNode(i)
 			ok, err := op(ctx, nd.rdb)
 			reply(nodeReply{node: i, ok: ok, err: err})
 		}()
 	}
 
-	settled = ctx.Done()
-	t = tally{answers: make([]answer, n)}
+	t := tally{answers: make([]answer, n)}
 	add := func(r nodeReply) {
 		switch {
 		case r.err != nil:
@@ -164,10 +212,8 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, early bool, 
 		}
 	}
 	for received := 0; received < n; {
-		if early {
-			if won, lost := decide(n, c.quorum, t.yes, t.notYes); won || lost {
-				return t, settled
-			}
+		if stop != nil && stop(&t) {
+			return t, settled
 		}
 		select {
 		case r := <-replies:
@@ -182,9 +228,9 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, early bool, 
 				default:
 					for i, a := range t.answers {
 						if a == unanswered {
+							t.answers[i] = failed
 							t.notYes++
-							t.errs = append(t.errs, c.nodeError(i,
-								fmt.Errorf("no reply within %v: %w", timeout, ctx.Err())))
+							t.errs = append(t.errs, c.nodeError(i, noReply(timeout, ctx.Err())))
 						}
 					}
 					return t, settled
@@ -193,4 +239,11 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, early bool, 
 		}
 	}
 	return t, settled
+}
+
+func noReply(timeout time.Duration, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no reply within %v: %w", timeout, err)
+	}
+	return fmt.Errorf("no reply: %w", err)
 }

@@ -405,7 +405,10 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 	token := rand.Text()
 	start := c.cfg.clock.Now()
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), true, nil, acquireOn(key, token, ttl))
+	// Return as soon as a quorum holds, leaving slower nodes to the
+	// settlement; a failure waits for every node, so that the cleanup knows
+	// which ones may hold the key.
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, settlement{}, acquireOn(key, token, ttl))
 	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	v := validity(ttl, elapsed, drift)
@@ -417,14 +420,9 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 
 	// Step 4: a node that failed or did not answer may still have taken the
-	// lock, so everything but a definite "held by another" is released, once
-	// the SETs still under way have landed or timed out.
-	<-settled
-	skip := make([]bool, len(t.answers))
-	for i, a := range t.answers {
-		skip[i] = a == holdsNot
-	}
-	c.cleanup(ctx, key, token, ttl, skip)
+	// lock, so everything but a definite "held by another" is released, each
+	// node's delete sent once its SET has landed or timed out.
+	c.cleanup(ctx, key, token, ttl, t.answers, settled)
 
 	detail := fmt.Sprintf("%q: taken on %d of %d nodes, quorum %d", key, t.yes, len(c.nodes), c.quorum)
 	if t.yes >= c.quorum {
@@ -433,11 +431,26 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	return nil, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs}
 }
 
-// cleanup releases key on every node not skipped, with a context that the
-// caller's cancellation does not reach: the caller may have given up, but
-// the keys must still go.
-func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Duration, skip []bool) {
-	t, _ := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), false, skip, releaseOn(key, token))
+// cleanup releases key after a failed attempt whose answers it is given,
+// with a context that the caller's cancellation does not reach: the caller
+// may have given up, but the keys must still go. It waits for the nodes that
+// took the key or were not waited for; on those that failed, the delete goes
+// on in the background, so that a dead node does not hold up the next
+// attempt.
+func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Duration, answers []answer, after settlement) {
+	skip := make([]bool, len(answers))
+	for i, a := range answers {
+		skip[i] = a == holdsNot
+	}
+	answered := func(t *tally) bool {
+		for i, a := range answers {
+			if (a == holds || a == unanswered) && t.answers[i] == unanswered {
+				return false
+			}
+		}
+		return true
+	}
+	t, _ := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, releaseOn(key, token))
 	if len(t.errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
 			"key", key, "ttl", ttl, "err", errors.Join(t.errs...))
@@ -463,10 +476,11 @@ type Lock struct {
 	key    string
 	token  string
 
-	// op serialises Extend and Release. Each waits for settled, which the
-	// previous operation left, so their writes reach each node in order.
+	// op serialises Extend and Release. Each sends its call to a node once
+	// the previous operation's call there has settled, so that the writes
+	// reach each node in order.
 	op      sync.Mutex
-	settled <-chan struct{}
+	settled settlement
 
 	mu       sync.Mutex
 	ttl      time.Duration // of the last acquire or extend
@@ -544,9 +558,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%q: already released", l.key)}
 	}
 
-	<-l.settled
 	start := c.cfg.clock.Now()
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), true, nil, extendOn(l.key, l.token, ttl))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.decided, nil, l.settled, extendOn(l.key, l.token, ttl))
 	l.settled = settled
 	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(start)
@@ -597,9 +610,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 
 	c := l.client
-	<-l.settled
 	expired := !c.cfg.clock.Now().Before(until)
-	t, _ := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), false, nil, releaseOn(l.key, l.token))
+	// Release returns once a quorum confirms; the deletes still under way
+	// can only remove this lock's own keys.
+	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), c.won, nil, l.settled, releaseOn(l.key, l.token))
+	l.settled = settled
 	n := len(c.nodes)
 	switch judgeRelease(n, c.quorum, t.yes, t.no, expired) {
 	case lostBefore:

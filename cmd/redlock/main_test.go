@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{})
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
+
+func runCmd(t *testing.T, args ...string) (exit int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	exit = run(args, &out, &errOut)
+	return exit, out.String(), errOut.String()
+}
+
+func TestDemo_noOversellThroughNodeFailures(t *testing.T) {
+	t.Setenv("REDLOCK_ADDRS", "")
+	exit, out, errOut := runCmd(t, "demo", "--stock", "40", "--buyers", "8", "--fail-after", "15")
+	if exit != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exit, out, errOut)
+	}
+	for _, want := range []string{"quorum lock on 5 embedded nodes (quorum 3)", "nodes [3 4] failed after 15 sales",
+		"sold                     40", "oversold                  0", "OK: every item sold exactly once"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestDemo_withoutLockOversells shows that the demo's check can fail: the
+// same sale without the lock sells items twice.
+func TestDemo_withoutLockOversells(t *testing.T) {
+	t.Setenv("REDLOCK_ADDRS", "")
+	exit, out, _ := runCmd(t, "demo", "--stock", "40", "--buyers", "8", "--no-lock")
+	if exit != 1 || !strings.Contains(out, "FAIL:") || strings.Contains(out, "oversold                  0") {
+		t.Fatalf("exit %d, want 1 with items oversold:\n%s", exit, out)
+	}
+}
+
+func TestRun_usage(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		exit int
+		want string
+	}{
+		{nil, 2, "Usage:"},
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"demo", "--stock", "0"}, 2, "--stock 0"},
+		{[]string{"demo", "--fail", "6"}, 2, "--fail 6"},
+		{[]string{"demo", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"demo", "stray"}, 2, `unexpected argument "stray"`},
+		{[]string{"demo", "--help"}, 0, "A flash sale"},
+	} {
+		exit, out, errOut := runCmd(t, tt.args...)
+		if exit != tt.exit || !strings.Contains(out+errOut, tt.want) {
+			t.Errorf("redlock %v: exit %d, output %q; want exit %d mentioning %q", tt.args, exit, out+errOut, tt.exit, tt.want)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+// embeddedNodes starts n embedded Redis nodes standing in for independent
+// masters, and returns clients for them with a function that stops it all.
+func embeddedNodes(n int) ([]redis.UniversalClient, []*miniredis.Miniredis, func()) {
+	var (
+		clients []redis.UniversalClient
+		servers []*miniredis.Miniredis
+	)
+	for range n {
+		s, err := miniredis.Run()
+		if err != nil {
+			log.Fatal(err)
+		}
+		servers = append(servers, s)
+		clients = append(clients, redis.NewClient(&redis.Options{Addr: s.Addr()}))
+	}
+	return clients, servers, func() {
+		for i := range clients {
+			_ = clients[i].Close()
+			servers[i].Close()
+		}
+	}
+}
+
+func Example() {
+	nodes, _, stop := embeddedNodes(5)
+	defer stop()
+
+	locker, err := redlock.New(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	lock, err := locker.Acquire(ctx, "orders:42", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+
+	fmt.Printf("%s held on at least %d of 5 nodes, valid for up to 10s\n", lock.Key(), locker.Quorum())
+	// Output: orders:42 held on at least 3 of 5 nodes, valid for up to 10s
+}
+
+func ExampleClient_TryAcquire() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	locker, _ := redlock.New(nodes)
+	ctx := context.Background()
+
+	first, err := locker.TryAcquire(ctx, "report:daily", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer first.Release(ctx)
+
+	_, err = locker.TryAcquire(ctx, "report:daily", time.Minute)
+	fmt.Println(errors.Is(err, redlock.ErrNotAcquired))
+	// Output: true
+}
+
+func ExampleClient_Acquire_timeout() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	locker, _ := redlock.New(nodes)
+
+	holder, _ := locker.TryAcquire(context.Background(), "invoice:7", time.Minute)
+	defer holder.Release(context.Background())
+
+	// Acquire retries until its context ends; the error then matches both
+	// ErrNotAcquired and the context's error.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := locker.Acquire(ctx, "invoice:7", time.Second)
+	fmt.Println(errors.Is(err, redlock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
+	// Output: true true
+}
+
+func ExampleLock_Extend() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	locker, _ := redlock.New(nodes)
+	ctx := context.Background()
+
+	lock, err := locker.TryAcquire(ctx, "import:batch-9", 5*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+
+	// Work that needs longer than planned: ask for another 30 seconds,
+	// counted from now.
+	if err := lock.Extend(ctx, 30*time.Second); err != nil {
+		log.Fatal(err) // ErrLockLost: stop the work, it is no longer protected
+	}
+	fmt.Println(lock.Validity() > 25*time.Second)
+	// Output: true
+}
+
+func ExampleLock_Release() {
+	nodes, servers, stop := embeddedNodes(1)
+	defer stop()
+	locker, _ := redlock.New(nodes)
+	ctx := context.Background()
+
+	lock, err := locker.TryAcquire(ctx, "cron:cleanup", time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The work overran: the key expired on every node.
+	for _, s := range servers {
+		s.FastForward(2 * time.Second)
+	}
+	err = lock.Release(ctx)
+	fmt.Println(errors.Is(err, redlock.ErrLockLost))
+	// Output: true
+}
