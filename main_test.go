@@ -204,3 +204,10 @@ func mustRelease(t *testing.T, lock *redlock.Lock) {
 	}
 	redlock.WaitSettled(lock)
 }
+
+type acquireFunc func(ctx context.Context, key string, ttl time.Duration, opts ...redlock.AcquireOption) (*redlock.Lock, error)
+
+// acquireFuncs returns both ways to acquire, for checks that hold for each.
+func acquireFuncs(rc *redlock.Client) map[string]acquireFunc {
+	return map[string]acquireFunc{"TryAcquire": rc.TryAcquire, "Acquire": rc.Acquire}
+}

@@ -107,11 +107,8 @@ func TestClient_TryAcquire_badInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for name, acquire := range map[string]func() (*redlock.Lock, error){
-				"TryAcquire": func() (*redlock.Lock, error) { return rc.TryAcquire(ctx, tt.key, tt.ttl, tt.opts...) },
-				"Acquire":    func() (*redlock.Lock, error) { return rc.Acquire(ctx, tt.key, tt.ttl, tt.opts...) },
-			} {
-				lock, err := acquire()
+			for name, acquire := range acquireFuncs(rc) {
+				lock, err := acquire(ctx, tt.key, tt.ttl, tt.opts...)
 				if !errors.Is(err, redlock.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
 					t.Fatalf("%s: err = %v, want ErrInvalidArgument mentioning %q", name, err, tt.want)
 				}
@@ -486,11 +483,8 @@ func TestClient_Acquire_cancelledContext(t *testing.T) {
 	rc := c.client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for name, acquire := range map[string]func() (*redlock.Lock, error){
-		"TryAcquire": func() (*redlock.Lock, error) { return rc.TryAcquire(ctx, "k", time.Second) },
-		"Acquire":    func() (*redlock.Lock, error) { return rc.Acquire(ctx, "k", time.Second) },
-	} {
-		lock, err := acquire()
+	for name, acquire := range acquireFuncs(rc) {
+		lock, err := acquire(ctx, "k", time.Second)
 		if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("%s: err = %v, want ErrNotAcquired and context.Canceled", name, err)
 		}
