@@ -1,0 +1,70 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) {
+	ServeEmbeddedFromEnv() // the embedded nodes are this test binary, started again
+	redis.SetLogger(quiet{})
+	os.Exit(m.Run())
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// serverKind is redis-server when it is installed, and in CI it must be;
+// REDLOCK_CHAOS_SERVER=embedded chooses the embedded server anyway.
+func serverKind(t *testing.T) ServerKind {
+	t.Helper()
+	if k := ServerKind(os.Getenv("REDLOCK_CHAOS_SERVER")); k != "" {
+		return k
+	}
+	k := DefaultServerKind()
+	if k != Redis && os.Getenv("CI") == "true" {
+		t.Fatal("redis-server is not installed; CI runs the chaos suite against it")
+	}
+	return k
+}
+
+// TestSuite runs every scenario in its CI size: safe ones must show no
+// violation and progress while faulty, unsafe ones must show a violation.
+func TestSuite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite takes minutes; run without -short")
+	}
+	kind := serverKind(t)
+	// Without the race detector: the CI size, 10,000 sections and more.
+	// With it, everything runs several times slower, so a smaller run
+	// checks the harness itself.
+	size, minTotal := 2000, 10000
+	if raceEnabled {
+		size, minTotal = 300, 1500
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	results, err := Run(ctx, Config{
+		Server: kind, Size: size,
+		OnFinish: func(r Result) { t.Log(formatRow(r)) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, r := range results {
+		total += r.Sections
+		if !r.Pass() {
+			t.Errorf("%s: %s", r.Scenario, failure(r))
+		}
+	}
+	t.Logf("%d critical sections in all (seed %d)", total, results[0].Seed)
+	if total < minTotal {
+		t.Errorf("%d critical sections in all, want at least %d", total, minTotal)
+	}
+}

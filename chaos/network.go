@@ -1,0 +1,66 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+)
+
+// Link is a TCP proxy between the lock clients (or a replica) and one node,
+// through which network faults are injected.
+type Link struct {
+	proxy *toxiproxy.Proxy
+}
+
+// newToxiServer returns the toxiproxy server that owns the links. Its HTTP
+// API is never started: the links are driven directly.
+func newToxiServer() *toxiproxy.ApiServer {
+	return toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+}
+
+func newLink(srv *toxiproxy.ApiServer, name, upstream string) (*Link, error) {
+	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("chaos: proxy to %s: %w", upstream, err)
+	}
+	return &Link{proxy: p}, nil
+}
+
+// Addr returns the address clients connect to.
+func (l *Link) Addr() string { return l.proxy.Listen }
+
+func (l *Link) addToxic(name, typ, stream string, attrs string) error {
+	body := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, typ, stream, attrs)
+	_, err := l.proxy.Toxics.AddToxicJson(strings.NewReader(body))
+	return err
+}
+
+// Latency delays every reply from the node by latency ± jitter.
+func (l *Link) Latency(latency, jitter time.Duration) error {
+	return l.addToxic("latency", "latency", "downstream",
+		fmt.Sprintf(`{"latency":%d,"jitter":%d}`, latency.Milliseconds(), jitter.Milliseconds()))
+}
+
+// Blackhole drops everything in both directions without closing the
+// connections, as a network partition does, until Heal.
+func (l *Link) Blackhole() error {
+	if err := l.addToxic("blackhole-up", "timeout", "upstream", `{"timeout":0}`); err != nil {
+		return err
+	}
+	return l.addToxic("blackhole-down", "timeout", "downstream", `{"timeout":0}`)
+}
+
+// Heal removes every fault from the link.
+func (l *Link) Heal(ctx context.Context) { l.proxy.Toxics.ResetToxics(ctx) }
+
+// Retarget points the link at another upstream, as a failover that moves a
+// service address to a new server does; existing connections are closed.
+func (l *Link) Retarget(upstream string) error {
+	return l.proxy.Update(&toxiproxy.Proxy{Listen: l.proxy.Listen, Upstream: upstream, Enabled: true})
+}
+
+func (l *Link) close() { l.proxy.Stop() }

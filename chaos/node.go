@@ -1,0 +1,292 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ServerKind is the program that runs a node.
+type ServerKind string
+
+const (
+	// Redis is Debian's redis-server.
+	Redis ServerKind = "redis"
+	// Embedded is the embedded Redis server built into the running
+	// executable (see ServeEmbeddedFromEnv). It keeps no data across a
+	// restart and has no replication.
+	Embedded ServerKind = "embedded"
+)
+
+// DefaultServerKind returns Redis when redis-server is on PATH, else Embedded.
+func DefaultServerKind() ServerKind {
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		return Redis
+	}
+	return Embedded
+}
+
+// nodeSpec says how to run a node.
+type nodeSpec struct {
+	kind    ServerKind
+	persist bool   // redis only: appendonly yes, appendfsync always
+	replica string // redis only: the host:port to replicate from
+}
+
+// Node is one Redis server process on a loopback port that stays the same
+// across restarts.
+type Node struct {
+	spec nodeSpec
+	port int
+	dir  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startNode starts a node in a data directory of its own under dir.
+func startNode(dir string, spec nodeSpec) (*Node, error) {
+	if spec.kind == Embedded && (spec.persist || spec.replica != "") {
+		return nil, errors.New("chaos: the embedded server has no persistence and no replication")
+	}
+	var lastErr error
+	for range 3 { // a port found free can be taken before the node binds it
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		n := &Node{spec: spec, port: port, dir: filepath.Join(dir, strconv.Itoa(port))}
+		if err := os.MkdirAll(n.dir, 0o755); err != nil {
+			return nil, err
+		}
+		if lastErr = n.Start(); lastErr == nil {
+			return n, nil
+		}
+	}
+	return nil, lastErr
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Addr returns the node's host:port.
+func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
+
+// PID returns the process ID of the running node, or 0.
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+func (n *Node) command() (*exec.Cmd, error) {
+	switch n.spec.kind {
+	case Redis:
+		args := []string{
+			"--bind", "127.0.0.1", "--port", strconv.Itoa(n.port), "--dir", n.dir,
+			"--save", "", "--daemonize", "no", "--protected-mode", "no",
+		}
+		if n.spec.persist {
+			args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+		} else {
+			args = append(args, "--appendonly", "no")
+		}
+		if n.spec.replica != "" {
+			host, port, _ := net.SplitHostPort(n.spec.replica)
+			args = append(args, "--replicaof", host, port)
+		}
+		return exec.Command("redis-server", args...), nil
+	case Embedded:
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(), embeddedEnv+"="+n.Addr())
+		return cmd, nil
+	}
+	return nil, fmt.Errorf("chaos: unknown server kind %q", n.spec.kind)
+}
+
+// Start starts the node's process on its port with whatever its data
+// directory holds, and waits until it answers PING.
+func (n *Node) Start() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		return fmt.Errorf("chaos: node %s is already running", n.Addr())
+	}
+	cmd, err := n.command()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(n.dir, "node.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = childAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("chaos: starting %s node: %w", n.spec.kind, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := waitPing(n.Addr(), exited, 10*time.Second); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("chaos: %s node on %s: %w", n.spec.kind, n.Addr(), err)
+	}
+	n.cmd, n.exited = cmd, exited
+	return nil
+}
+
+// waitPing waits until addr answers PING with PONG.
+func waitPing(addr string, exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return errors.New("the process exited")
+		default:
+		}
+		if ping(addr) == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("no PONG within %v", timeout)
+}
+
+func ping(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+func (n *Node) signal(sig syscall.Signal) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return fmt.Errorf("chaos: node %s is not running", n.Addr())
+	}
+	return n.cmd.Process.Signal(sig)
+}
+
+// Kill sends SIGKILL and waits for the process to end: a crash, with no
+// chance to save anything that is not already on disk.
+func (n *Node) Kill() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return nil
+	}
+	err := n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+	n.cmd = nil
+	if errors.Is(err, os.ErrProcessDone) {
+		err = nil
+	}
+	return err
+}
+
+// Freeze stops the process with SIGSTOP: it keeps its connections but
+// answers nothing until Thaw.
+func (n *Node) Freeze() error { return n.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen process with SIGCONT.
+func (n *Node) Thaw() error { return n.signal(syscall.SIGCONT) }
+
+// Wipe deletes the node's data files, so that the next Start begins empty.
+// The node must not be running.
+func (n *Node) Wipe() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		return fmt.Errorf("chaos: wipe of running node %s", n.Addr())
+	}
+	entries, err := os.ReadDir(n.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == "node.log" {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(n.dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Restart kills the node and starts it again at once, with its data files
+// (keepData) or without them.
+func (n *Node) Restart(keepData bool) error {
+	if err := n.Kill(); err != nil {
+		return err
+	}
+	if !keepData {
+		if err := n.Wipe(); err != nil {
+			return err
+		}
+	}
+	return n.Start()
+}
+
+// stop kills the process if it runs, also when it is frozen.
+func (n *Node) stop() { _ = n.Kill() }
+
+// jumpScript moves every key's expiry forward by ARGV[1] milliseconds, as a
+// forward step of the node's wall clock does: Redis expires keys by wall
+// clock time, so a key with less time left than the jump is gone at once.
+const jumpScript = `
+local jump = tonumber(ARGV[1])
+for _, k in ipairs(redis.call('KEYS', '*')) do
+  local left = redis.call('PTTL', k)
+  if left > 0 then
+    if left <= jump then redis.call('DEL', k) else redis.call('PEXPIRE', k, left - jump) end
+  end
+end
+return 0`
+
+// JumpClock makes the node behave as if its clock jumped forward by d.
+func (n *Node) JumpClock(ctx context.Context, d time.Duration) error {
+	return evalOn(ctx, n.Addr(), jumpScript, d.Milliseconds())
+}

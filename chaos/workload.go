@@ -1,0 +1,194 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+// workload is W workers, each its own lock Client with connections of its
+// own (as separate processes would have), contending on a few keys. In
+// each critical section a worker reads the key's counter from the Register,
+// works, checks that its lock is still valid, and writes the counter back
+// one higher.
+type workload struct {
+	workers  int
+	keys     int
+	ttl      time.Duration
+	work     time.Duration                  // time spent between read and write
+	pause    func(worker int) time.Duration // a stop-the-world pause after the validity check; may be nil
+	target   int                            // stop once this many sections are done
+	addrs    []string                       // where the clients connect: the links
+	seed     uint64
+	register *Register
+
+	mu       sync.Mutex
+	sections []Section
+	done     atomic.Int64
+	// started receives, without blocking, each time a section starts.
+	started chan struct{}
+	// progress is closed and replaced as sections complete; see waitDone.
+	progressMu sync.Mutex
+	progress   chan struct{}
+}
+
+func (w *workload) init() {
+	w.register = newRegister()
+	w.started = make(chan struct{}, 1)
+	w.progress = make(chan struct{})
+}
+
+// run runs the workers until target sections are done or ctx ends. It
+// returns an error only for something other than ctx ending.
+func (w *workload) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		errs = make(chan error, w.workers)
+	)
+	for i := range w.workers {
+		clients := make([]redis.UniversalClient, len(w.addrs))
+		for j, a := range w.addrs {
+			clients[j] = redis.NewClient(&redis.Options{
+				Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+			})
+		}
+		locker, err := redlock.New(clients,
+			redlock.WithRetry(redlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				for _, c := range clients {
+					_ = c.Close()
+				}
+			}()
+			rng := rand.New(rand.NewPCG(w.seed, uint64(i)))
+			for ctx.Err() == nil && int(w.done.Load()) < w.target {
+				if err := w.section(ctx, locker, i, rng); err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("worker %d: %w", i, err)
+						cancel()
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (w *workload) section(ctx context.Context, locker *redlock.Client, worker int, rng *rand.Rand) error {
+	key := fmt.Sprintf("chaos:%d", rng.IntN(w.keys))
+	lock, err := locker.Acquire(ctx, key, w.ttl)
+	if err != nil {
+		if errors.Is(err, redlock.ErrNotAcquired) && ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	s := Section{Worker: worker, Key: key, Acquired: time.Now(), Until: lock.Until()}
+	select {
+	case w.started <- struct{}{}:
+	default:
+	}
+	s.ReadAt = time.Now()
+	s.Read = w.register.read(key)
+	if w.work > 0 {
+		time.Sleep(w.work)
+	}
+	if lock.Validity() > 0 {
+		if w.pause != nil {
+			if d := w.pause(worker); d > 0 {
+				time.Sleep(d) // the holder stops, as in a GC pause, after its last check
+			}
+		}
+		w.register.write(key, s.Read+1)
+		s.Wrote, s.WroteAt = true, time.Now()
+	}
+	s.Released = time.Now()
+	_ = lock.Release(context.Background()) // a lost lock shows in the history, not here
+	w.record(s)
+	return nil
+}
+
+func (w *workload) record(s Section) {
+	w.mu.Lock()
+	w.sections = append(w.sections, s)
+	w.mu.Unlock()
+	w.done.Add(1)
+	w.progressMu.Lock()
+	close(w.progress)
+	w.progress = make(chan struct{})
+	w.progressMu.Unlock()
+}
+
+// waitDone waits until n sections are done, or ctx ends.
+func (w *workload) waitDone(ctx context.Context, n int) error {
+	for {
+		w.progressMu.Lock()
+		ch := w.progress
+		w.progressMu.Unlock()
+		if int(w.done.Load()) >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// waitHolder waits until a section starts after the call, or ctx ends.
+func (w *workload) waitHolder(ctx context.Context) error {
+	select {
+	case <-w.started: // drop a start from before the call
+	default:
+	}
+	select {
+	case <-w.started:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *workload) history() ([]Section, map[string]int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	final := map[string]int64{}
+	w.register.mu.Lock()
+	for k, v := range w.register.v {
+		final[k] = v
+	}
+	w.register.mu.Unlock()
+	return append([]Section(nil), w.sections...), final
+}
+
+// sectionsBetween counts the sections acquired in [from, to).
+func (w *workload) sectionsBetween(from, to time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, s := range w.sections {
+		if !s.Acquired.Before(from) && s.Acquired.Before(to) {
+			n++
+		}
+	}
+	return n
+}
