@@ -308,31 +308,31 @@ func promoteReplica(ctx context.Context, e *env) error {
 
 // Config sets the size and shape of a run.
 type Config struct {
-	Server    ServerKind // DefaultServerKind() when empty
-	Nodes     int        // N for the multi-node scenarios; default 5
-	Size      int        // critical sections per count-bounded scenario; default 1500
-	Seed      uint64     // 0: chosen from the time, and reported
-	Only      []string   // scenario names to run; all when empty
-	Dir       string     // where node data goes; a temporary directory when empty
-	Timeout   time.Duration
-	OnStart   func(Scenario)
-	OnFinish  func(Result)
+	Server   ServerKind // DefaultServerKind() when empty
+	Nodes    int        // N for the multi-node scenarios; default 5
+	Size     int        // critical sections per count-bounded scenario; default 1500
+	Seed     uint64     // 0: chosen from the time, and reported
+	Only     []string   // scenario names to run; all when empty
+	Dir      string     // where node data goes; a temporary directory when empty
+	Timeout  time.Duration
+	OnStart  func(Scenario)
+	OnFinish func(Result)
 }
 
 // Result is the outcome of one scenario.
 type Result struct {
-	Scenario     string        `json:"scenario"`
-	Fault        string        `json:"fault"`
-	Assumption   string        `json:"assumption,omitempty"`
-	Safe         bool          `json:"safe"`
-	Server       ServerKind    `json:"server"`
-	Nodes        int           `json:"nodes"`
-	Seed         uint64        `json:"seed"`
-	Verdict                    // what the checkers found
-	DuringFault  int           `json:"during_fault"` // sections acquired while a fault was in force
-	Elapsed      time.Duration `json:"elapsed_ns"`
-	Skipped      string        `json:"skipped,omitempty"` // why it did not run
-	Err          string        `json:"error,omitempty"`
+	Scenario    string        `json:"scenario"`
+	Fault       string        `json:"fault"`
+	Assumption  string        `json:"assumption,omitempty"`
+	Safe        bool          `json:"safe"`
+	Server      ServerKind    `json:"server"`
+	Nodes       int           `json:"nodes"`
+	Seed        uint64        `json:"seed"`
+	Verdict                   // what the checkers found
+	DuringFault int           `json:"during_fault"` // sections acquired while a fault was in force
+	Elapsed     time.Duration `json:"elapsed_ns"`
+	Skipped     string        `json:"skipped,omitempty"` // why it did not run
+	Err         string        `json:"error,omitempty"`
 }
 
 // Pass tells whether the scenario showed what it must: a safe one no
