@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	ServeEmbeddedFromEnv() // the embedded nodes are this test binary, started again
 	redis.SetLogger(quiet{})
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
 type quiet struct{}
