@@ -55,18 +55,18 @@ func (s Section) held() (from, to time.Time) {
 
 // Verdict is what the checkers found in a history.
 type Verdict struct {
-	Sections     int  // critical sections completed
-	Overlaps     int  // pairs of sections on one key held at the same time within validity
-	StaleWrites  int  // writes made after the writer's validity had ended
-	LostUpdates  int  // increments that the register does not show
-	Linearizable bool // the register's history is linearizable (porcupine)
-	Unknown      bool // the linearizability check ran out of time
+	Sections     int  `json:"sections"`     // critical sections completed
+	Overlaps     int  `json:"overlaps"`     // pairs of sections on one key held at the same time within validity
+	StaleWrites  int  `json:"stale_writes"` // writes made after the writer's validity had ended
+	LostUpdates  int  `json:"lost_updates"` // increments that the register does not show
+	Linearizable bool `json:"linearizable"` // the register's history is linearizable (porcupine)
+	Unknown      bool `json:"lin_unknown"`  // the linearizability check ran out of time
 }
 
 // Violations counts everything that breaks mutual exclusion or its purpose.
 func (v Verdict) Violations() int {
 	n := v.Overlaps + v.StaleWrites + v.LostUpdates
-	if !v.Linearizable && !v.Unknown {
+	if v.Sections > 0 && !v.Linearizable && !v.Unknown {
 		n++
 	}
 	return n

@@ -6,7 +6,9 @@ import (
 )
 
 // at returns a time t milliseconds after a fixed origin.
-func at(ms int) time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(ms) * time.Millisecond) }
+func at(ms int) time.Time {
+	return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(ms) * time.Millisecond)
+}
 
 // sec is a section on key "k" acquired at from, read at from+1, written at
 // to-1 and released at to, valid until until.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -397,20 +398,28 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, fmt.Errorf("chaos: no scenario named %s", strings.Join(cfg.Only, ", "))
 	}
 	var results []Result
-	for i, s := range chosen {
+	for _, s := range chosen {
 		if ctx.Err() != nil {
 			return results, ctx.Err()
 		}
 		if cfg.OnStart != nil {
 			cfg.OnStart(s)
 		}
-		r := runScenario(ctx, cfg, s, cfg.Seed+uint64(i))
+		r := runScenario(ctx, cfg, s, scenarioSeed(cfg.Seed, s.Name))
 		if cfg.OnFinish != nil {
 			cfg.OnFinish(r)
 		}
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+// scenarioSeed derives a scenario's seed from the run's and its name, so
+// that it is the same whichever other scenarios run.
+func scenarioSeed(seed uint64, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return seed ^ h.Sum64()
 }
 
 func contains(list []string, s string) bool {

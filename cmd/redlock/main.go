@@ -4,6 +4,7 @@
 // Usage:
 //
 //	redlock demo [flags]    flash sale over a quorum of nodes, 2 of which fail
+//	redlock chaos [flags]   fault-injection scenarios, with every violation counted
 //
 // Run `redlock <command> --help` for a command's flags. Node addresses come
 // from --addrs or, when it is not given, from REDLOCK_ADDRS (comma-separated
@@ -21,12 +22,15 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/chaos"
 )
 
 const usage = `redlock: distributed locks over a quorum of Redis masters
 
 Usage:
   redlock demo [flags]   flash sale: many buyers, one stock, nodes failing mid-sale
+  redlock chaos [flags]  kill, freeze, restart, partition nodes mid-run; count violations
 
 Run 'redlock <command> --help' for the flags of a command.
 Node addresses: --addrs host:port,... or REDLOCK_ADDRS; without either,
@@ -34,6 +38,8 @@ embedded nodes are started in this process.
 `
 
 func main() {
+	// The chaos suite's embedded nodes are this program, started again.
+	chaos.ServeEmbeddedFromEnv()
 	// go-redis logs every failed dial; the commands fail nodes on purpose
 	// and report what matters themselves.
 	redis.SetLogger(quietLogger{})
@@ -53,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
+	case "chaos":
+		return runChaos(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
