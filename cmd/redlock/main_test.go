@@ -7,9 +7,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/quorumlock/redlock/chaos"
 )
 
 func TestMain(m *testing.M) {
+	chaos.ServeEmbeddedFromEnv() // embedded chaos nodes are this test binary
 	redis.SetLogger(quietLogger{})
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
@@ -58,10 +61,28 @@ func TestRun_usage(t *testing.T) {
 		{[]string{"demo", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"demo", "stray"}, 2, `unexpected argument "stray"`},
 		{[]string{"demo", "--help"}, 0, "A flash sale"},
+		{[]string{"chaos", "--server", "bogus"}, 2, `unknown server kind "bogus"`},
+		{[]string{"chaos", "--only", "nope"}, 2, "no scenario named nope"},
+		{[]string{"chaos", "--size", "3"}, 2, "size 3"},
+		{[]string{"chaos", "--help"}, 0, "minority-freeze, "},
 	} {
 		exit, out, errOut := runCmd(t, tt.args...)
 		if exit != tt.exit || !strings.Contains(out+errOut, tt.want) {
 			t.Errorf("redlock %v: exit %d, output %q; want exit %d mentioning %q", tt.args, exit, out+errOut, tt.exit, tt.want)
+		}
+	}
+}
+
+func TestChaos_embeddedRun(t *testing.T) {
+	exit, out, errOut := runCmd(t, "chaos", "--server", "embedded", "--size", "100", "--seed", "7",
+		"--only", "minority-freeze,clock-jump,replica-promotion", "--json", "-")
+	if exit != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exit, out, errOut)
+	}
+	for _, want := range []string{"minority-freeze", "ok: no violation", "clock-jump", "ok: violation shown",
+		"skipped: needs redis-server", `"scenario": "clock-jump"`, "seed 7"} {
+		if !strings.Contains(out+errOut, want) {
+			t.Errorf("output lacks %q:\n%s\n%s", want, out, errOut)
 		}
 	}
 }
