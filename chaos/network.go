@@ -54,6 +54,13 @@ func (l *Link) Blackhole() error {
 	return l.addToxic("blackhole-down", "timeout", "downstream", `{"timeout":0}`)
 }
 
+// Reset closes every connection through the link with a TCP reset as soon
+// as data arrives on it, until Heal: a node that crashes and comes straight
+// back, as the clients see it.
+func (l *Link) Reset() error {
+	return l.addToxic("reset", "reset_peer", "upstream", `{"timeout":0}`)
+}
+
 // Heal removes every fault from the link.
 func (l *Link) Heal(ctx context.Context) { l.proxy.Toxics.ResetToxics(ctx) }
 

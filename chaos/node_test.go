@@ -140,6 +140,16 @@ func TestLink_faults(t *testing.T) {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING after heal: %v", err)
 	}
+	if err := l.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Ping(ctx).Err(); err == nil || isTimeout(err) {
+		t.Fatalf("PING through a resetting link: err = %v, want a connection reset", err)
+	}
+	l.Heal(ctx)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after heal: %v", err)
+	}
 	if err := l.Latency(100*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
