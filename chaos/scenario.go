@@ -95,7 +95,7 @@ func (e *env) each(idx []int, f func(*Node) error) error {
 // Scenarios returns every scenario of the suite, safe ones first. size is
 // the number of critical sections each safe, count-bounded scenario runs.
 func Scenarios(size int) []Scenario {
-	const ttl = 500 * time.Millisecond
+	const ttl = time.Second
 	generic := func(s Scenario) Scenario {
 		s.Safe, s.workers, s.keys, s.ttl, s.work = true, 8, 4, ttl, 100*time.Microsecond
 		return s

@@ -58,8 +58,15 @@ func (w *workload) run(ctx context.Context) error {
 	for i := range w.workers {
 		clients := make([]redis.UniversalClient, len(w.addrs))
 		for j, a := range w.addrs {
+			// ContextTimeoutEnabled stays off: the lock enforces its own
+			// per-node timeout, and a late reply is then read by the call
+			// that sent it, keeping the connection. With it on, each timeout
+			// closes a connection and the next call dials again; on a loaded
+			// machine the dials queue up behind the slow ones and it feeds
+			// on itself.
 			clients[j] = redis.NewClient(&redis.Options{
-				Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+				Addr: a, MaxRetries: -1, DialerRetries: 1,
+				ReadTimeout: 2 * w.ttl, WriteTimeout: 2 * w.ttl,
 			})
 		}
 		locker, err := redlock.New(clients,

@@ -159,10 +159,12 @@ func (d *demoNodes) fail(ctx context.Context, i int, failFor time.Duration) erro
 func (d *demoNodes) connect() ([]redis.UniversalClient, func()) {
 	clients := make([]redis.UniversalClient, len(d.addrs))
 	for i, a := range d.addrs {
+		// The lock enforces its own per-node timeout; a late reply is read
+		// by the call that sent it, so the connection is kept (see
+		// docs/algorithm.md on client settings).
 		clients[i] = redis.NewClient(&redis.Options{
-			Addr:                  a,
-			ContextTimeoutEnabled: true, // let the lock's per-node timeout cut stuck sockets
-			DialerRetries:         1,
+			Addr: a, MaxRetries: -1, DialerRetries: 1,
+			ReadTimeout: time.Second, WriteTimeout: time.Second,
 		})
 	}
 	return clients, func() {
