@@ -89,20 +89,22 @@ const (
 // tally is what one fan-out learned from the nodes.
 type tally struct {
 	answers []answer // by node index
+	values  []int64  // by node index: what a node that holds answered
 	yes     int      // nodes that answered holds
 	no      int      // nodes that answered holdsNot
 	notYes  int      // nodes that answered holdsNot, failed or did not answer
 	errs    []error  // a *NodeError for every failed or unanswered node
 }
 
-// nodeOp is one node's share of an operation. It reports whether the node
-// holds the token once the operation has run there.
-type nodeOp func(ctx context.Context, rdb redis.UniversalClient) (bool, error)
+// nodeOp is one node's share of an operation. Its result is positive when
+// the node holds the token once the operation has run there (for a fenced
+// acquire, the node's fencing counter), zero when it does not.
+type nodeOp func(ctx context.Context, rdb redis.UniversalClient) (int64, error)
 
 type nodeReply struct {
-	node int
-	ok   bool
-	err  error
+	node  int
+	value int64
+	err   error
 }
 
 // settlement tells when each node's call of one operation has returned, or
@@ -190,20 +192,21 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 		}
 		go func() {
 			after.waitNode(i)
-			ok, err := op(ctx, nd.rdb)
-			reply(nodeReply{node: i, ok: ok, err: err})
+			v, err := op(ctx, nd.rdb)
+			reply(nodeReply{node: i, value: v, err: err})
 		}()
 	}
 
-	t := tally{answers: make([]answer, n)}
+	t := tally{answers: make([]answer, n), values: make([]int64, n)}
 	add := func(r nodeReply) {
 		switch {
 		case r.err != nil:
 			t.answers[r.node] = failed
 			t.notYes++
 			t.errs = append(t.errs, c.nodeError(r.node, r.err))
-		case r.ok:
+		case r.value > 0:
 			t.answers[r.node] = holds
+			t.values[r.node] = r.value
 			t.yes++
 		default:
 			t.answers[r.node] = holdsNot

@@ -141,7 +141,9 @@ type config struct {
 }
 
 type acquireConfig struct {
-	retry RetryPolicy
+	retry     RetryPolicy
+	fenced    bool
+	autoRenew bool
 }
 
 // Option configures a Client. Pass options to New.
@@ -333,7 +335,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, err
 	}
 	for failed := 1; ; failed++ {
-		lock, qe := c.attempt(ctx, key, ttl)
+		lock, qe := c.attempt(ctx, key, ttl, ac)
 		if qe == nil {
 			return lock, nil
 		}
@@ -358,10 +360,11 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 // ctx.Err(). Bad input gives an error matching ErrInvalidArgument, before
 // any node is contacted.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
-	if _, err := c.acquireConfig(key, ttl, opts); err != nil {
+	ac, err := c.acquireConfig(key, ttl, opts)
+	if err != nil {
 		return nil, err
 	}
-	lock, qe := c.attempt(ctx, key, ttl)
+	lock, qe := c.attempt(ctx, key, ttl, ac)
 	if qe != nil {
 		return nil, qe
 	}
@@ -399,7 +402,7 @@ func (c *Client) checkLease(key string, ttl time.Duration) error {
 
 // attempt is one run of steps 1 to 4 of the algorithm. Its error carries the
 // context's error when the context had ended by the time it returned.
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*Lock, *quorumError) {
+func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac acquireConfig) (*Lock, *quorumError) {
 	if err := ctx.Err(); err != nil {
 		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%q: no attempt made", key), cause: err}
 	}
@@ -408,15 +411,25 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	// Return as soon as a quorum holds, leaving slower nodes to the
 	// settlement; a failure waits for every node, so that the cleanup knows
 	// which ones may hold the key.
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, settlement{}, acquireOn(key, token, ttl))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, settlement{}, acquireOn(key, token, ttl, ac.fenced))
+	var fence int64
+	fenced := true
+	if ac.fenced && t.yes >= c.quorum {
+		fence, settled, fenced = c.settleFence(ctx, key, ttl, t, settled)
+	}
 	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	v := validity(ttl, elapsed, drift)
-	if t.yes >= c.quorum && v > 0 {
+	if t.yes >= c.quorum && fenced && v > 0 {
 		if len(t.errs) > 0 {
 			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "key", key, "err", errors.Join(t.errs...))
 		}
-		return &Lock{client: c, key: key, token: token, ttl: ttl, until: start.Add(ttl - drift), settled: settled}, nil
+		l := &Lock{client: c, key: key, token: token, fence: fence, ttl: ttl, until: start.Add(ttl - drift),
+			settled: settled, done: make(chan struct{})}
+		if ac.autoRenew {
+			l.startRenewal()
+		}
+		return l, nil
 	}
 
 	// Step 4: a node that failed or did not answer may still have taken the
@@ -424,11 +437,47 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration) (*L
 	// node's delete sent once its SET has landed or timed out.
 	c.cleanup(ctx, key, token, ttl, t.answers, settled)
 
-	detail := fmt.Sprintf("%q: taken on %d of %d nodes, quorum %d", key, t.yes, len(c.nodes), c.quorum)
-	if t.yes >= c.quorum {
+	var detail string
+	switch {
+	case t.yes < c.quorum:
+		detail = fmt.Sprintf("%q: taken on %d of %d nodes, quorum %d", key, t.yes, len(c.nodes), c.quorum)
+	case !fenced:
+		detail = fmt.Sprintf("%q: the fencing token could not be stored on a quorum", key)
+	default:
 		detail = fmt.Sprintf("%q: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", key, elapsed, ttl, drift)
 	}
 	return nil, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs}
+}
+
+// settleFence picks the fencing token of a fenced acquire that won its
+// quorum: the highest counter the nodes that took the lock answered. It
+// then makes sure a quorum stores at least that value, raising the nodes
+// that answered less (a node that restarted empty, or missed an earlier
+// acquire) and, in the background, those that did not take part, so that
+// the next holder's quorum, which shares a node with this one, counts from
+// it. In the usual case every node answered the same value and nothing is
+// sent.
+func (c *Client) settleFence(ctx context.Context, key string, ttl time.Duration, t tally, after settlement) (int64, settlement, bool) {
+	var fence int64
+	for i, a := range t.answers {
+		if a == holds {
+			fence = max(fence, t.values[i])
+		}
+	}
+	atFence := 0
+	skip := make([]bool, len(t.answers))
+	for i, a := range t.answers {
+		if a == holds && t.values[i] == fence {
+			atFence++
+			skip[i] = true
+		}
+	}
+	if atFence == len(t.answers) {
+		return fence, after, true
+	}
+	stored := func(r *tally) bool { return atFence+r.yes >= c.quorum }
+	r, settled := c.fanOut(ctx, c.nodeTimeout(ttl), stored, skip, after, raiseFenceOn(key, fence))
+	return fence, settled, stored(&r)
 }
 
 // cleanup releases key after a failed attempt whose answers it is given,
@@ -482,10 +531,18 @@ type Lock struct {
 	op      sync.Mutex
 	settled settlement
 
-	mu       sync.Mutex
-	ttl      time.Duration // of the last acquire or extend
-	until    time.Time
-	released bool
+	fence int64 // 0 unless acquired WithFencing
+
+	mu        sync.Mutex
+	ttl       time.Duration // of the last acquire or extend
+	until     time.Time
+	released  bool
+	lost      bool               // the lock ended otherwise: see lose
+	watching  bool               // a goroutine closes done when the validity ends
+	stopRenew context.CancelFunc // nil unless renewing
+
+	done      chan struct{} // closed when the lock ends; see Done
+	closeDone sync.Once
 }
 
 // Key returns the locked key, or "" for a nil Lock.
@@ -518,15 +575,15 @@ func (l *Lock) Until() time.Time {
 }
 
 // Validity returns how much of the lock's validity is left: never negative,
-// and zero for a released or nil Lock.
+// and zero for a released, lost or nil Lock.
 func (l *Lock) Validity() time.Duration {
 	if l == nil {
 		return 0
 	}
 	l.mu.Lock()
-	until, released := l.until, l.released
+	until, over := l.until, l.released || l.lost
 	l.mu.Unlock()
-	if released {
+	if over {
 		return 0
 	}
 	return max(0, until.Sub(l.client.cfg.clock.Now()))
@@ -537,25 +594,33 @@ func (l *Lock) Validity() time.Duration {
 // validity is then counted from the start of this call (see Until).
 //
 // It returns an error matching ErrLockLost, joined with each failed node's
-// *NodeError, when fewer than a quorum still held the token, the new validity
-// was spent, or the lock was released; Until is then left as it was. Bad
-// input gives ErrInvalidArgument, and an ended ctx its error, before any node
-// is contacted. On a nil Lock it returns ErrNotAcquired.
+// *NodeError, when fewer than a quorum still held the token or the new
+// validity was spent; Until is then left as it was. A lock that was
+// released, lost, or whose validity has run out is over: Extend returns
+// ErrLockLost without contacting the nodes. Bad input gives
+// ErrInvalidArgument, and an ended ctx its error, before any node is
+// contacted. On a nil Lock it returns ErrNotAcquired.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	_, err := l.extend(ctx, ttl)
+	return err
+}
+
+// extend is Extend, also returning what the nodes answered.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) (tally, error) {
 	if l == nil {
-		return ErrNotAcquired
+		return tally{}, ErrNotAcquired
 	}
 	c := l.client
 	if err := c.checkLease(l.key, ttl); err != nil {
-		return err
+		return tally{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redlock: extend %q: %w", l.key, err)
+		return tally{}, fmt.Errorf("redlock: extend %q: %w", l.key, err)
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
-	if l.isReleased() {
-		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%q: already released", l.key)}
+	if err := l.over(); err != nil {
+		return tally{}, err
 	}
 
 	start := c.cfg.clock.Now()
@@ -567,13 +632,29 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Lock()
 		l.ttl, l.until = ttl, start.Add(ttl-drift)
 		l.mu.Unlock()
-		return nil
+		return t, nil
 	}
 	detail := fmt.Sprintf("%q: extended on %d of %d nodes, quorum %d", l.key, t.yes, len(c.nodes), c.quorum)
 	if t.yes >= c.quorum {
 		detail = fmt.Sprintf("%q: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.key, elapsed, ttl, drift)
 	}
-	return &quorumError{kind: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	return t, &quorumError{kind: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+}
+
+// over returns why the lock can no longer be extended, or nil.
+func (l *Lock) over() error {
+	l.mu.Lock()
+	released, lost, until := l.released, l.lost, l.until
+	l.mu.Unlock()
+	switch {
+	case released:
+		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%q: already released", l.key)}
+	case lost:
+		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%q: already lost", l.key)}
+	case !l.client.cfg.clock.Now().Before(until):
+		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%q: its validity ran out", l.key)}
+	}
+	return nil
 }
 
 // Release deletes the lock on every node that still holds its token, all at
@@ -602,12 +683,16 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()
-	ttl, until, released := l.ttl, l.until, l.released
+	ttl, until, released, stopRenew := l.ttl, l.until, l.released, l.stopRenew
 	l.released = true
 	l.mu.Unlock()
 	if released {
 		return nil
 	}
+	if stopRenew != nil {
+		stopRenew()
+	}
+	l.closeDone.Do(func() { close(l.done) })
 
 	c := l.client
 	expired := !c.cfg.clock.Now().Before(until)
@@ -636,12 +721,6 @@ func (l *Lock) Release(ctx context.Context) error {
 			"key", l.key, "ttl", ttl, "err", errors.Join(t.errs...))
 	}
 	return nil
-}
-
-func (l *Lock) isReleased() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.released
 }
 
 // isNil reports whether v is nil or an interface holding a nil pointer,

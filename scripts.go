@@ -17,6 +17,14 @@ var (
 	acquireLua    string
 	acquireScript = redis.NewScript(acquireLua)
 
+	//go:embed acquire_fenced.lua
+	acquireFencedLua    string
+	acquireFencedScript = redis.NewScript(acquireFencedLua)
+
+	//go:embed raise_fence.lua
+	raiseFenceLua    string
+	raiseFenceScript = redis.NewScript(raiseFenceLua)
+
 	//go:embed extend.lua
 	extendLua    string
 	extendScript = redis.NewScript(extendLua)
@@ -26,28 +34,49 @@ var (
 	releaseScript = redis.NewScript(releaseLua)
 )
 
-// runScript runs s on one node and reports whether it returned 1.
-func runScript(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, key string, args ...any) (bool, error) {
-	n, err := s.Run(ctx, rdb, []string{key}, args...).Int64()
-	return n == 1, err
+// runScript runs s on one node and returns its integer result.
+func runScript(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) (int64, error) {
+	return s.Run(ctx, rdb, keys, args...).Int64()
 }
 
-func acquireOn(key, token string, ttl time.Duration) nodeOp {
+// fenceKey is where a node keeps the fencing counter of a lock key. The
+// braces make it a hash tag, so that a Redis Cluster node keeps it in the
+// same slot as the lock key.
+func fenceKey(key string) string { return "{" + key + "}:fence" }
+
+func acquireOn(key, token string, ttl time.Duration, fenced bool) nodeOp {
 	px := pxMillis(ttl)
-	return func(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
-		return runScript(ctx, rdb, acquireScript, key, token, px)
+	if fenced {
+		keys := []string{key, fenceKey(key)}
+		return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+			return runScript(ctx, rdb, acquireFencedScript, keys, token, px)
+		}
+	}
+	keys := []string{key}
+	return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return runScript(ctx, rdb, acquireScript, keys, token, px)
+	}
+}
+
+// raiseFenceOn sets the node's fencing counter of key to at least token.
+func raiseFenceOn(key string, token int64) nodeOp {
+	keys := []string{fenceKey(key)}
+	return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return runScript(ctx, rdb, raiseFenceScript, keys, token)
 	}
 }
 
 func extendOn(key, token string, ttl time.Duration) nodeOp {
 	px := pxMillis(ttl)
-	return func(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
-		return runScript(ctx, rdb, extendScript, key, token, px)
+	keys := []string{key}
+	return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return runScript(ctx, rdb, extendScript, keys, token, px)
 	}
 }
 
 func releaseOn(key, token string) nodeOp {
-	return func(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
-		return runScript(ctx, rdb, releaseScript, key, token)
+	keys := []string{key}
+	return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+		return runScript(ctx, rdb, releaseScript, keys, token)
 	}
 }

@@ -1,0 +1,15 @@
+-- Writes a value only if its fencing token is not lower than the highest
+-- token already applied to the key.
+-- KEYS[1]: the key to write
+-- KEYS[2]: the highest token applied to KEYS[1]
+-- ARGV[1]: the value
+-- ARGV[2]: the writer's fencing token
+-- Returns {1, previous highest} when written, {0, highest} when refused.
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+local token = tonumber(ARGV[2])
+if token < seen then
+  return {0, seen}
+end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1])
+return {1, seen}

@@ -1,0 +1,424 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+// waiters blocks until the fake clock has n waiters: the lock's goroutines
+// are then parked on it and an Advance reaches them.
+func waiters(t *testing.T, clock *clockwork.FakeClock, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clock.BlockUntilContext(ctx, n); err != nil {
+		t.Fatalf("waiting for %d clock waiters: %v", n, err)
+	}
+}
+
+// closed waits for ch to close; the bound is generous and only catches a
+// channel that never closes.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(10 * time.Second):
+		return false
+	}
+}
+
+func isOpen(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
+}
+
+func fenceOf(t *testing.T, s *miniredis.Miniredis, key string) int64 {
+	t.Helper()
+	v, err := s.Get("{" + key + "}:fence")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+func TestLock_FencingToken_increases(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	var last uint64
+	for i := range 20 {
+		lock, err := rc.TryAcquire(ctx, "k", time.Second, redlock.WithFencing())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok := lock.FencingToken(); tok <= last {
+			t.Fatalf("acquire %d: token %d after %d", i, tok, last)
+		} else {
+			last = tok
+		}
+		mustRelease(t, lock)
+	}
+	if last != 20 {
+		t.Errorf("last token %d after 20 acquires from fresh nodes, want 20", last)
+	}
+}
+
+func TestLock_FencingToken_off(t *testing.T) {
+	c := newCluster(t, 3)
+	lock, err := c.client(t).TryAcquire(context.Background(), "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lock.FencingToken() != 0 {
+		t.Fatalf("token %d without WithFencing", lock.FencingToken())
+	}
+	mustRelease(t, lock)
+	if c.servers[0].Exists("{k}:fence") {
+		t.Fatal("a lock without fencing left a counter")
+	}
+	var nilLock *redlock.Lock
+	if nilLock.FencingToken() != 0 {
+		t.Fatal("nil lock has a token")
+	}
+}
+
+// TestLock_FencingToken_nodesLostData: counters that differ between nodes
+// (nodes restarted empty, or that missed acquires) still give a token above
+// every earlier one while a majority kept the highest, and the nodes are
+// brought up to it.
+func TestLock_FencingToken_nodesLostData(t *testing.T) {
+	tests := []struct {
+		name     string
+		counters []int64 // per node, before the acquire
+	}{
+		{"minority restarted empty", []int64{10, 10, 10, 0, 0}},
+		{"a majority kept the highest, the rest are behind", []int64{10, 10, 10, 3, 0}},
+		{"all equal", []int64{7, 7, 7, 7, 7}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, 5)
+			var highest int64
+			for i, v := range tt.counters {
+				if v > 0 {
+					_ = c.servers[i].Set("{k}:fence", strconv.FormatInt(v, 10))
+				}
+				highest = max(highest, v)
+			}
+			lock, err := c.client(t).TryAcquire(context.Background(), "k", time.Second, redlock.WithFencing())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := int64(lock.FencingToken()); got <= highest {
+				t.Fatalf("token %d, want above the highest counter %d", got, highest)
+			}
+			redlock.WaitSettled(lock)
+			for i, s := range c.servers {
+				if got := fenceOf(t, s, "k"); got < int64(lock.FencingToken()) {
+					t.Errorf("node %d counter %d after the acquire, want at least the token %d", i, got, lock.FencingToken())
+				}
+			}
+			mustRelease(t, lock)
+		})
+	}
+}
+
+func TestFencedSet(t *testing.T) {
+	s := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+
+	for _, w := range []struct {
+		token uint64
+		value string
+		stale bool
+	}{
+		{5, "a", false},
+		{7, "b", false},
+		{6, "stale", true},
+		{7, "c", false}, // the same holder writing again
+		{1, "stale", true},
+	} {
+		err := redlock.FencedSet(ctx, rdb, "stock", w.value, w.token)
+		if got := errors.Is(err, redlock.ErrStaleToken); got != w.stale {
+			t.Fatalf("FencedSet(token %d): err = %v, want stale %v", w.token, err, w.stale)
+		}
+		if w.stale && !strings.Contains(err.Error(), "below 7") {
+			t.Fatalf("refusal %q does not name the highest token", err)
+		}
+	}
+	if v, _ := s.Get("stock"); v != "c" {
+		t.Fatalf("value = %q, want the last accepted write %q", v, "c")
+	}
+	for _, bad := range []struct {
+		key   string
+		token uint64
+	}{{"", 1}, {"stock", 0}} {
+		if err := redlock.FencedSet(ctx, rdb, bad.key, "x", bad.token); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("FencedSet(%q, token %d): err = %v, want ErrInvalidArgument", bad.key, bad.token, err)
+		}
+	}
+}
+
+func TestLock_Done_closedByRelease(t *testing.T) {
+	c := newCluster(t, 3)
+	lock, err := c.client(t).TryAcquire(context.Background(), "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := lock.Done()
+	if !isOpen(done) {
+		t.Fatal("Done closed while the lock is held")
+	}
+	mustRelease(t, lock)
+	if isOpen(done) {
+		t.Fatal("Done open after Release")
+	}
+	var nilLock *redlock.Lock
+	if isOpen(nilLock.Done()) {
+		t.Fatal("Done of a nil lock is open")
+	}
+}
+
+func TestLock_Done_closedWhenValidityEnds(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	ctx := context.Background()
+	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(ctx, "k", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := lock.Done()
+	waiters(t, clock, 1)
+
+	// An extend moves the end: the old end passes and Done stays open.
+	clock.Advance(time.Second)
+	if err := lock.Extend(ctx, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second) // past the first Until
+	waiters(t, clock, 1)           // the watcher saw time left and waits again
+	if !isOpen(done) {
+		t.Fatal("Done closed at the old end of a lock that was extended")
+	}
+	clock.Advance(2 * time.Second) // past the new Until
+	if !closed(done) {
+		t.Fatal("Done still open after the validity ran out")
+	}
+	if lock.Validity() != 0 {
+		t.Fatal("Validity left after Done closed")
+	}
+	if err := lock.Extend(ctx, time.Second); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend after the end: err = %v, want ErrLockLost", err)
+	}
+	mustRelease(t, lock)
+}
+
+func TestLock_autoRenew_cadence(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	const ttl = 3 * time.Second
+	drift := 32 * time.Millisecond // 3s × 0.01 + 2ms
+	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", ttl, redlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		waiters(t, clock, 1) // the renewal waits a third of the ttl
+		clock.Advance(time.Second)
+		waiters(t, clock, 1) // it renewed and waits again
+		want := clock.Now().Add(ttl - drift)
+		if got := lock.Until(); !got.Equal(want) {
+			t.Fatalf("renewal %d: Until = %v, want %v", i, got, want)
+		}
+	}
+	if !isOpen(lock.Done()) {
+		t.Fatal("Done closed while renewing")
+	}
+	mustRelease(t, lock)
+}
+
+// TestLock_autoRenew_survivesMinorityFailure: with one node of three down,
+// the renewals go on and the lock stays.
+func TestLock_autoRenew_survivesMinorityFailure(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(lock)
+	c.servers[2].Close()
+	for range 4 {
+		waiters(t, clock, 1)
+		clock.Advance(time.Second)
+	}
+	waiters(t, clock, 1)
+	if lock.Validity() < 2*time.Second {
+		t.Fatalf("Validity %v after renewals with a quorum up", lock.Validity())
+	}
+	if !isOpen(lock.Done()) {
+		t.Fatal("Done closed with a quorum up")
+	}
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLock_autoRenew_lossClosesDone: once a majority no longer holds the
+// lock, the next renewal finds out, Done closes and the renewal stops.
+func TestLock_autoRenew_lossClosesDone(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(lock)
+	waiters(t, clock, 1)
+	c.servers[0].Del("k")
+	c.servers[1].Del("k")
+	clock.Advance(time.Second)
+	if !closed(lock.Done()) {
+		t.Fatal("Done still open after the lock was lost")
+	}
+	if lock.Validity() != 0 {
+		t.Fatal("a lost lock reports validity")
+	}
+	if clock.Now().After(lock.Until()) {
+		t.Fatal("the loss was noticed only after the validity ended")
+	}
+	if err := lock.Release(context.Background()); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Release of a lost lock: err = %v, want ErrLockLost", err)
+	}
+}
+
+// TestLock_autoRenew_unreachableNodes: with every node unreachable the
+// renewals keep failing without telling whether the lock is held; the lock
+// is declared lost while some validity is left, not after.
+func TestLock_autoRenew_unreachableNodes(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(lock)
+	until := lock.Until()
+	for _, s := range c.servers {
+		s.Close()
+	}
+	done := lock.Done()
+	for i := 0; isOpen(done); i++ {
+		if i > 100 {
+			t.Fatal("the lock was never declared lost")
+		}
+		waiters(t, clock, 2) // the renewal and the Done watcher
+		clock.Advance(100 * time.Millisecond)
+		// Let the renewal run its failed extend before the next step.
+		select {
+		case <-done:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if !clock.Now().Before(until) {
+		t.Fatalf("declared lost at %v, not before the end of validity %v", clock.Now(), until)
+	}
+}
+
+func TestClient_Do(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	var held []int
+	err := rc.Do(ctx, "job:1", time.Second, func(ctx context.Context) error {
+		held = c.holdersAny("job:1")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) < rc.Quorum() {
+		t.Fatalf("fn ran with the key on nodes %v only", held)
+	}
+
+	fnErr := errors.New("job failed")
+	if err := rc.Do(ctx, "job:1", time.Second, func(context.Context) error { return fnErr }); !errors.Is(err, fnErr) {
+		t.Fatalf("Do: err = %v, want fn's error", err)
+	}
+
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Fatalf("recovered %v, want fn's panic", p)
+			}
+		}()
+		_ = rc.Do(ctx, "job:1", time.Second, func(context.Context) error { panic("boom") })
+	}()
+	// The lock is free again after the panic: another Do gets it at once.
+	if err := rc.Do(ctx, "job:1", time.Second, func(context.Context) error { return nil },
+		redlock.WithRetry(redlock.RandomDelay(time.Hour, time.Hour))); err != nil {
+		t.Fatalf("Do after a panic: %v", err)
+	}
+
+	if err := rc.Do(ctx, "job:1", time.Second, nil); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("Do with nil fn: err = %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestClient_Do_notAcquired(t *testing.T) {
+	c := newCluster(t, 3)
+	holder, err := c.client(t).TryAcquire(context.Background(), "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	ran := false
+	err = mustNew(t, c.connect(t)).Do(ctx, "job", time.Second, func(context.Context) error { ran = true; return nil })
+	if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || ran {
+		t.Fatalf("Do on a held key: err = %v, ran %v; want ErrNotAcquired and no run", err, ran)
+	}
+}
+
+// TestClient_Do_lostWhileRunning: the lock is lost while fn runs; fn's
+// context is cancelled before the validity ends and Do reports the loss.
+func TestClient_Do_lostWhileRunning(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock))
+	start := clock.Now()
+	const ttl = 3 * time.Second
+	fnErr := errors.New("stopped")
+	err := rc.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
+		waiters(t, clock, 2) // the renewal and Do's watch on Done
+		c.servers[0].Del("job")
+		c.servers[1].Del("job")
+		clock.Advance(time.Second)
+		<-ctx.Done()
+		if !clock.Now().Before(start.Add(ttl)) {
+			t.Errorf("fn's context cancelled at %v, after the validity", clock.Now())
+		}
+		return fnErr
+	})
+	if !errors.Is(err, redlock.ErrLockLost) || !errors.Is(err, fnErr) {
+		t.Fatalf("Do: err = %v, want ErrLockLost joined with fn's error", err)
+	}
+}
