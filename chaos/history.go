@@ -12,11 +12,12 @@ import (
 // one counter per key, read and written in two separate steps as a GET and
 // a SET would be. Only mutual exclusion keeps an increment from being lost.
 type Register struct {
-	mu sync.Mutex
-	v  map[string]int64
+	mu     sync.Mutex
+	v      map[string]int64
+	fences map[string]uint64 // highest fencing token applied per key
 }
 
-func newRegister() *Register { return &Register{v: map[string]int64{}} }
+func newRegister() *Register { return &Register{v: map[string]int64{}, fences: map[string]uint64{}} }
 
 func (r *Register) read(key string) int64 {
 	r.mu.Lock()
@@ -30,6 +31,20 @@ func (r *Register) write(key string, v int64) {
 	r.v[key] = v
 }
 
+// writeFenced writes v unless a write with a higher fencing token was
+// applied to key before, the rule of redlock.FencedSet; it reports whether
+// it wrote.
+func (r *Register) writeFenced(key string, v int64, token uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if token < r.fences[key] {
+		return false
+	}
+	r.fences[key] = token
+	r.v[key] = v
+	return true
+}
+
 // Section is one critical section as a worker saw it.
 type Section struct {
 	Worker   int
@@ -39,8 +54,10 @@ type Section struct {
 	Released time.Time // Release was called
 	ReadAt   time.Time
 	Read     int64
-	Wrote    bool // false when the worker found its validity spent and did not write
+	Wrote    bool // false when the worker found its validity spent, or its write was refused
 	WroteAt  time.Time
+	Token    uint64 // the lock's fencing token; 0 when not fenced
+	Refused  bool   // the register refused the write for a stale token
 }
 
 // held returns the interval in which the worker was entitled to the lock:
@@ -55,17 +72,19 @@ func (s Section) held() (from, to time.Time) {
 
 // Verdict is what the checkers found in a history.
 type Verdict struct {
-	Sections     int  `json:"sections"`     // critical sections completed
-	Overlaps     int  `json:"overlaps"`     // pairs of sections on one key held at the same time within validity
-	StaleWrites  int  `json:"stale_writes"` // writes made after the writer's validity had ended
-	LostUpdates  int  `json:"lost_updates"` // increments that the register does not show
-	Linearizable bool `json:"linearizable"` // the register's history is linearizable (porcupine)
-	Unknown      bool `json:"lin_unknown"`  // the linearizability check ran out of time
+	Sections     int  `json:"sections"`          // critical sections completed
+	Overlaps     int  `json:"overlaps"`          // pairs of sections on one key held at the same time within validity
+	StaleWrites  int  `json:"stale_writes"`      // writes made after the writer's validity had ended
+	LostUpdates  int  `json:"lost_updates"`      // increments that the register does not show
+	Linearizable bool `json:"linearizable"`      // the register's history is linearizable (porcupine)
+	Unknown      bool `json:"lin_unknown"`       // the linearizability check ran out of time
+	Regressions  int  `json:"token_regressions"` // holders whose fencing token was not above every earlier holder's
+	Refused      int  `json:"refused_writes"`    // stale writes the fenced register refused: not violations
 }
 
 // Violations counts everything that breaks mutual exclusion or its purpose.
 func (v Verdict) Violations() int {
-	n := v.Overlaps + v.StaleWrites + v.LostUpdates
+	n := v.Overlaps + v.StaleWrites + v.LostUpdates + v.Regressions
 	if v.Sections > 0 && !v.Linearizable && !v.Unknown {
 		n++
 	}
@@ -73,8 +92,8 @@ func (v Verdict) Violations() int {
 }
 
 // check runs every checker over the sections and the register's final
-// values.
-func check(sections []Section, final map[string]int64) Verdict {
+// values; fenced says the locks were to carry fencing tokens.
+func check(sections []Section, final map[string]int64, fenced bool) Verdict {
 	v := Verdict{Sections: len(sections)}
 	byKey := map[string][]Section{}
 	for _, s := range sections {
@@ -82,9 +101,13 @@ func check(sections []Section, final map[string]int64) Verdict {
 		if s.Wrote && s.WroteAt.After(s.Until) {
 			v.StaleWrites++
 		}
+		if s.Refused {
+			v.Refused++
+		}
 	}
 	for key, ss := range byKey {
 		v.Overlaps += overlaps(ss)
+		v.Regressions += regressions(ss, fenced)
 		writes := 0
 		for _, s := range ss {
 			if s.Wrote {
@@ -112,6 +135,28 @@ func overlaps(ss []Section) int {
 		for j := i + 1; j < len(ss) && ss[j].Acquired.Before(end); j++ {
 			n++
 		}
+	}
+	return n
+}
+
+// regressions counts the fenced sections whose token is not above the
+// token of every section acquired before them, or, when fenced, missing.
+func regressions(ss []Section, fenced bool) int {
+	ss = slices.Clone(ss)
+	slices.SortFunc(ss, func(a, b Section) int { return a.Acquired.Compare(b.Acquired) })
+	n := 0
+	var highest uint64
+	for _, s := range ss {
+		if s.Token == 0 {
+			if fenced {
+				n++
+			}
+			continue
+		}
+		if s.Token <= highest {
+			n++
+		}
+		highest = max(highest, s.Token)
 	}
 	return n
 }

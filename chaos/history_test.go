@@ -58,7 +58,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := check(tt.sections, map[string]int64{"k": tt.final})
+			got := check(tt.sections, map[string]int64{"k": tt.final}, false)
 			if got != tt.want {
 				t.Fatalf("check = %+v, want %+v", got, tt.want)
 			}
@@ -72,8 +72,39 @@ func TestCheck(t *testing.T) {
 func TestCheck_keysAreIndependent(t *testing.T) {
 	a, b := sec(0, 0, 10, 100, 0), sec(1, 5, 15, 100, 0)
 	b.Key = "other"
-	got := check([]Section{a, b}, map[string]int64{"k": 1, "other": 1})
+	got := check([]Section{a, b}, map[string]int64{"k": 1, "other": 1}, false)
 	if got.Violations() != 0 {
 		t.Fatalf("sections on different keys counted as violations: %+v", got)
+	}
+}
+
+func TestCheck_tokens(t *testing.T) {
+	a, b, c := sec(0, 0, 10, 100, 0), sec(1, 10, 20, 110, 1), sec(0, 20, 30, 120, 2)
+	a.Token, b.Token, c.Token = 3, 5, 9
+	if got := check([]Section{a, b, c}, map[string]int64{"k": 3}, true); got.Regressions != 0 || got.Violations() != 0 {
+		t.Fatalf("increasing tokens: %+v", got)
+	}
+	c.Token = 5 // the same token as an earlier holder
+	if got := check([]Section{a, b, c}, map[string]int64{"k": 3}, true); got.Regressions != 1 || got.Violations() != 1 {
+		t.Fatalf("a repeated token: %+v, want 1 regression", got)
+	}
+	c.Token = 0 // no token where one was asked for
+	if got := check([]Section{a, b, c}, map[string]int64{"k": 3}, true); got.Regressions != 1 {
+		t.Fatalf("a missing token: %+v, want 1 regression", got)
+	}
+}
+
+func TestRegister_writeFenced(t *testing.T) {
+	r := newRegister()
+	for _, w := range []struct {
+		token uint64
+		ok    bool
+	}{{2, true}, {5, true}, {4, false}, {5, true}, {6, true}} {
+		if got := r.writeFenced("k", int64(w.token), w.token); got != w.ok {
+			t.Fatalf("writeFenced(token %d) = %v, want %v", w.token, got, w.ok)
+		}
+	}
+	if r.read("k") != 6 {
+		t.Fatalf("register holds %d, want the last accepted write 6", r.read("k"))
 	}
 }

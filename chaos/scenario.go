@@ -33,6 +33,10 @@ type Scenario struct {
 	nodes     int  // 0: the configured N
 	replica   bool // one master with an asynchronous replica, N = 1
 	directed  bool // the workload runs until the faults are done, not to a count
+	fenced    bool // locks carry fencing tokens, which the register checks
+	// minRefused is how many stale writes the fenced register must refuse
+	// for the scenario to count: the fence has to have acted.
+	minRefused int
 
 	workers int
 	keys    int
@@ -184,6 +188,30 @@ func Scenarios(size int) []Scenario {
 			},
 		}),
 		generic(Scenario{
+			Name: "fencing-minority-restarts", Fault: "5 times: kill -9 a random minority, restart it empty after 1.2×TTL; fenced locks",
+			fenced: true,
+			faults: func(ctx context.Context, e *env) error {
+				for round := range 5 {
+					if err := e.wl.waitDone(ctx, size*(round+1)/7); err != nil {
+						return nil
+					}
+					idx, from := e.pick(1+e.rng.IntN(len(e.nodes)/2)), time.Now()
+					if len(e.nodes) < 3 {
+						idx = nil
+					}
+					if err := e.each(idx, (*Node).Kill); err != nil {
+						return err
+					}
+					_ = sleep(ctx, e.ttl*6/5)
+					e.window(from)
+					if err := e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) }); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		}),
+		generic(Scenario{
 			Name: "latency-jitter", Fault: "one node 30ms ± 20ms slower, all run long",
 			faults: func(ctx context.Context, e *env) error {
 				from := time.Now()
@@ -218,12 +246,14 @@ func Scenarios(size int) []Scenario {
 			Name: "client-pause", Fault: "a holder pauses for 2×TTL after its last validity check",
 			Assumption: assumeHolder, ttl: 300 * time.Millisecond, work: 100 * time.Millisecond, pause: 600 * time.Millisecond,
 			faults: func(ctx context.Context, e *env) error {
-				return rounds(ctx, e, func(context.Context) error {
-					e.mu.Lock()
-					e.pauses++
-					e.mu.Unlock()
-					return nil
-				})
+				return rounds(ctx, e, e.pauseHolder)
+			},
+		}),
+		directed(Scenario{
+			Name: "client-pause-fenced", Fault: "as client-pause, with fencing tokens checked by the register",
+			Safe: true, fenced: true, minRefused: 1, ttl: 300 * time.Millisecond, work: 100 * time.Millisecond, pause: 600 * time.Millisecond,
+			faults: func(ctx context.Context, e *env) error {
+				return rounds(ctx, e, e.pauseHolder)
 			},
 		}),
 		directed(Scenario{
@@ -330,7 +360,8 @@ type Result struct {
 	Nodes       int           `json:"nodes"`
 	Seed        uint64        `json:"seed"`
 	Verdict                   // what the checkers found
-	DuringFault int           `json:"during_fault"` // sections acquired while a fault was in force
+	DuringFault int           `json:"during_fault"`          // sections acquired while a fault was in force
+	MinRefused  int           `json:"min_refused,omitempty"` // stale writes the fence had to refuse
 	Elapsed     time.Duration `json:"elapsed_ns"`
 	Skipped     string        `json:"skipped,omitempty"` // why it did not run
 	Err         string        `json:"error,omitempty"`
@@ -345,7 +376,7 @@ func (r Result) Pass() bool {
 	case r.Err != "":
 		return false
 	case r.Safe:
-		return r.Violations() == 0 && r.Sections > 0 && r.DuringFault > 0
+		return r.Violations() == 0 && r.Sections > 0 && r.DuringFault > 0 && r.Refused >= r.MinRefused
 	default:
 		return r.Violations() > 0
 	}
@@ -436,7 +467,7 @@ func runScenario(ctx context.Context, cfg Config, s Scenario, seed uint64) Resul
 	if s.nodes > 0 {
 		n = s.nodes
 	}
-	r := Result{Scenario: s.Name, Fault: s.Fault, Assumption: s.Assumption, Safe: s.Safe, Server: cfg.Server, Nodes: n, Seed: seed}
+	r := Result{Scenario: s.Name, Fault: s.Fault, Assumption: s.Assumption, Safe: s.Safe, Server: cfg.Server, Nodes: n, Seed: seed, MinRefused: s.minRefused}
 	if s.redisOnly && cfg.Server != Redis {
 		r.Skipped = "needs redis-server (persistence or replication)"
 		return r
@@ -497,7 +528,7 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 
 	wl := &workload{
 		workers: s.workers, keys: s.keys, ttl: s.ttl, work: s.work,
-		target: cfg.Size, seed: seed,
+		target: cfg.Size, seed: seed, fenced: s.fenced,
 	}
 	if s.directed {
 		wl.target = 1 << 30 // until the faults are done
@@ -526,11 +557,19 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 	}
 
 	sections, final := wl.history()
-	r.Verdict = check(sections, final)
+	r.Verdict = check(sections, final, s.fenced)
 	for _, w := range e.windows {
 		r.DuringFault += wl.sectionsBetween(w[0], w[1])
 	}
 	return err
+}
+
+// pauseHolder arranges for the next worker past its validity check to pause.
+func (e *env) pauseHolder(context.Context) error {
+	e.mu.Lock()
+	e.pauses++
+	e.mu.Unlock()
+	return nil
 }
 
 // takePause hands a pending client pause to the worker that asks.

@@ -26,6 +26,7 @@ type workload struct {
 	work     time.Duration                  // time spent between read and write
 	pause    func(worker int) time.Duration // a stop-the-world pause after the validity check; may be nil
 	target   int                            // stop once this many sections are done
+	fenced   bool                           // acquire WithFencing; the register checks the tokens
 	addrs    []string                       // where the clients connect: the links
 	seed     uint64
 	register *Register
@@ -101,14 +102,18 @@ func (w *workload) run(ctx context.Context) error {
 
 func (w *workload) section(ctx context.Context, locker *redlock.Client, worker int, rng *rand.Rand) error {
 	key := fmt.Sprintf("chaos:%d", rng.IntN(w.keys))
-	lock, err := locker.Acquire(ctx, key, w.ttl)
+	var opts []redlock.AcquireOption
+	if w.fenced {
+		opts = append(opts, redlock.WithFencing())
+	}
+	lock, err := locker.Acquire(ctx, key, w.ttl, opts...)
 	if err != nil {
 		if errors.Is(err, redlock.ErrNotAcquired) && ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	s := Section{Worker: worker, Key: key, Acquired: time.Now(), Until: lock.Until()}
+	s := Section{Worker: worker, Key: key, Acquired: time.Now(), Until: lock.Until(), Token: lock.FencingToken()}
 	select {
 	case w.started <- struct{}{}:
 	default:
@@ -124,8 +129,14 @@ func (w *workload) section(ctx context.Context, locker *redlock.Client, worker i
 				time.Sleep(d) // the holder stops, as in a GC pause, after its last check
 			}
 		}
-		w.register.write(key, s.Read+1)
-		s.Wrote, s.WroteAt = true, time.Now()
+		if w.fenced {
+			s.Wrote = w.register.writeFenced(key, s.Read+1, s.Token)
+			s.Refused = !s.Wrote
+		} else {
+			w.register.write(key, s.Read+1)
+			s.Wrote = true
+		}
+		s.WroteAt = time.Now()
 	}
 	s.Released = time.Now()
 	_ = lock.Release(context.Background()) // a lost lock shows in the history, not here
