@@ -130,3 +130,79 @@ func ExampleLock_Release() {
 	fmt.Println(errors.Is(err, redlock.ErrLockLost))
 	// Output: true
 }
+
+func ExampleClient_Do() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	locker, _ := redlock.New(nodes)
+
+	// A cron job that must run on one host only: the lock is renewed while
+	// the job runs and released when it returns. ctx is cancelled if the
+	// lock is lost, while it is still valid, so the job can stop in time.
+	err := locker.Do(context.Background(), "cron:nightly-report", 10*time.Second, func(ctx context.Context) error {
+		fmt.Println("building the report on this host only")
+		return ctx.Err()
+	})
+	fmt.Println(err)
+	// Output:
+	// building the report on this host only
+	// <nil>
+}
+
+func ExampleLock_Done() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	locker, _ := redlock.New(nodes)
+	ctx := context.Background()
+
+	lock, err := locker.TryAcquire(ctx, "import:batch", time.Minute, redlock.WithAutoRenew())
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := range 3 {
+		select {
+		case <-lock.Done():
+			fmt.Println("lock lost: stop before writing")
+			return
+		default:
+			fmt.Println("imported part", i)
+		}
+	}
+	_ = lock.Release(ctx)
+	<-lock.Done() // closed by the release too
+	fmt.Println("released")
+	// Output:
+	// imported part 0
+	// imported part 1
+	// imported part 2
+	// released
+}
+
+func ExampleFencedSet() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	locker, _ := redlock.New(nodes)
+	ctx := context.Background()
+
+	// The protected resource: a Redis that is not one of the lock nodes.
+	store, _, stopStore := embeddedNodes(1)
+	defer stopStore()
+	resource := store[0]
+
+	first, _ := locker.TryAcquire(ctx, "stock", time.Second, redlock.WithFencing())
+	stale := first.FencingToken()
+	_ = first.Release(ctx) // as if its lock had expired during a long pause
+
+	second, _ := locker.TryAcquire(ctx, "stock", time.Second, redlock.WithFencing())
+	defer second.Release(ctx)
+	fmt.Println(second.FencingToken() > stale)
+	fmt.Println(redlock.FencedSet(ctx, resource, "stock:count", "99", second.FencingToken()))
+
+	// The first holder wakes up and writes: the resource refuses it.
+	err := redlock.FencedSet(ctx, resource, "stock:count", "100", stale)
+	fmt.Println(errors.Is(err, redlock.ErrStaleToken))
+	// Output:
+	// true
+	// <nil>
+	// true
+}
