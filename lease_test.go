@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -420,5 +421,39 @@ func TestClient_Do_lostWhileRunning(t *testing.T) {
 	})
 	if !errors.Is(err, redlock.ErrLockLost) || !errors.Is(err, fnErr) {
 		t.Fatalf("Do: err = %v, want ErrLockLost joined with fn's error", err)
+	}
+}
+
+// TestLock_afterRelease: a released lock keeps no goroutine: its renewal
+// and Done watcher end, Done is closed, and Extend says why it refuses.
+func TestLock_afterRelease(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second, redlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lock.Done() // start the watcher too
+	mustRelease(t, lock)
+	if isOpen(lock.Done()) {
+		t.Fatal("Done open after Release")
+	}
+	err = lock.Extend(ctx, time.Second)
+	if !errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "already released") {
+		t.Fatalf("Extend after Release: err = %v, want ErrLockLost saying it was released", err)
+	}
+	// The lock's goroutines end; the bound is wide and only catches one
+	// that never does.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		if !strings.Contains(stacks, "redlock.(*Lock).renew") && !strings.Contains(stacks, "redlock.(*Lock).watchValidity") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lock goroutine outlived the release:\n%s", stacks)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
