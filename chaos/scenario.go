@@ -119,33 +119,17 @@ func Scenarios(size int) []Scenario {
 	return []Scenario{
 		generic(Scenario{
 			Name: "minority-kill", Fault: "kill -9 a minority at 30%, restart it empty after 2×TTL",
-			faults: func(ctx context.Context, e *env) error {
-				if err := e.wl.waitDone(ctx, size*3/10); err != nil {
-					return nil
-				}
-				idx, from := e.minority(), time.Now()
-				if err := e.each(idx, (*Node).Kill); err != nil {
-					return err
-				}
-				_ = sleep(ctx, 2*e.ttl)
-				e.window(from)
-				return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
-			},
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error {
+					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+				}),
 		}),
 		generic(Scenario{
 			Name: "minority-freeze", Fault: "SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
-			faults: func(ctx context.Context, e *env) error {
-				if err := e.wl.waitDone(ctx, size*3/10); err != nil {
-					return nil
-				}
-				idx, from := e.minority(), time.Now()
-				if err := e.each(idx, (*Node).Freeze); err != nil {
-					return err
-				}
-				_ = sleep(ctx, 2*e.ttl)
-				e.window(from)
-				return e.each(idx, (*Node).Thaw)
-			},
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
 		}),
 		generic(Scenario{
 			Name: "rolling-restart-delayed", Fault: "kill -9 each node in turn, restart it empty after 1.5×TTL",
@@ -169,23 +153,20 @@ func Scenarios(size int) []Scenario {
 		}),
 		generic(Scenario{
 			Name: "minority-partition", Fault: "blackhole the links to a minority for 2×TTL at 30%, then heal",
-			faults: func(ctx context.Context, e *env) error {
-				if err := e.wl.waitDone(ctx, size*3/10); err != nil {
-					return nil
-				}
-				idx, from := e.minority(), time.Now()
-				for _, i := range idx {
-					if err := e.links[i].Blackhole(); err != nil {
-						return err
+			faults: minorityFor(size,
+				func(e *env, idx []int) error {
+					var errs []error
+					for _, i := range idx {
+						errs = append(errs, e.links[i].Blackhole())
 					}
-				}
-				_ = sleep(ctx, 2*e.ttl)
-				e.window(from)
-				for _, i := range idx {
-					e.links[i].Heal(context.Background())
-				}
-				return nil
-			},
+					return errors.Join(errs...)
+				},
+				func(e *env, idx []int) error {
+					for _, i := range idx {
+						e.links[i].Heal(context.Background())
+					}
+					return nil
+				}),
 		}),
 		generic(Scenario{
 			Name: "fencing-minority-restarts", Fault: "5 times: kill -9 a random minority, restart it empty after 1.2×TTL; fenced locks",
@@ -261,6 +242,23 @@ func Scenarios(size int) []Scenario {
 			Assumption: assumeIndependent, redisOnly: true, replica: true, nodes: 1,
 			faults: promoteReplica,
 		}),
+	}
+}
+
+// minorityFor strikes a random minority with apply once 30% of the
+// sections are done, keeps the fault for 2×TTL, then calls undo.
+func minorityFor(size int, apply, undo func(e *env, idx []int) error) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		if err := e.wl.waitDone(ctx, size*3/10); err != nil {
+			return nil // the run ended first
+		}
+		idx, from := e.minority(), time.Now()
+		if err := apply(e, idx); err != nil {
+			return err
+		}
+		_ = sleep(ctx, 2*e.ttl)
+		e.window(from)
+		return undo(e, idx)
 	}
 }
 
