@@ -413,14 +413,14 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac 
 	// which ones may hold the key.
 	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, settlement{}, acquireOn(key, token, ttl, ac.fenced))
 	var fence int64
-	fenced := true
+	fenceStored := true // or not needed
 	if ac.fenced && t.yes >= c.quorum {
-		fence, settled, fenced = c.settleFence(ctx, key, ttl, t, settled)
+		fence, settled, fenceStored = c.settleFence(ctx, key, ttl, t, settled)
 	}
 	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	v := validity(ttl, elapsed, drift)
-	if t.yes >= c.quorum && fenced && v > 0 {
+	if t.yes >= c.quorum && fenceStored && v > 0 {
 		if len(t.errs) > 0 {
 			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "key", key, "err", errors.Join(t.errs...))
 		}
@@ -441,7 +441,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac 
 	switch {
 	case t.yes < c.quorum:
 		detail = fmt.Sprintf("%q: taken on %d of %d nodes, quorum %d", key, t.yes, len(c.nodes), c.quorum)
-	case !fenced:
+	case !fenceStored:
 		detail = fmt.Sprintf("%q: the fencing token could not be stored on a quorum", key)
 	default:
 		detail = fmt.Sprintf("%q: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", key, elapsed, ttl, drift)
