@@ -9,3 +9,11 @@ func WaitSettled(l *Lock) {
 	l.op.Unlock()
 	settled.wait()
 }
+
+// QueuedKeys returns how many keys have goroutines holding or waiting for
+// their local turn in c.
+func QueuedKeys(c *Client) int {
+	c.queues.mu.Lock()
+	defer c.queues.mu.Unlock()
+	return len(c.queues.byKey)
+}

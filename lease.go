@@ -118,6 +118,7 @@ func (l *Lock) lose(why error) {
 	}
 	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
 	l.closeDone.Do(func() { close(l.done) })
+	l.finish()
 }
 
 func (l *Lock) startRenewal() {

@@ -268,6 +268,7 @@ type Client struct {
 	nodes  []node
 	quorum int
 	cfg    config
+	queues localQueues // see localqueue.go
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -322,7 +323,9 @@ func (c *Client) Quorum() int { return c.quorum }
 // Acquire acquires the lock on key for ttl, retrying after failed attempts
 // (see WithRetry) until it succeeds or ctx ends. The Lock is valid for ttl
 // less the time the successful attempt took and the drift allowance; see
-// Lock.Until.
+// Lock.Until. Goroutines of one Client that Acquire the same key take turns,
+// first come first served, so that only one of them at a time contends on
+// the nodes; the next starts the moment the lock is released.
 //
 // It returns an error matching ErrInvalidArgument for an empty key, a ttl
 // that is not larger than the drift allowance, or a bad option, before any
@@ -334,22 +337,24 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, err
 	}
-	for failed := 1; ; failed++ {
-		lock, qe := c.attempt(ctx, key, ttl, ac)
-		if qe == nil {
-			return lock, nil
+	return c.acquireQueued(ctx, key, func() (*Lock, error) {
+		for failed := 1; ; failed++ {
+			lock, qe := c.attempt(ctx, key, ttl, ac)
+			if qe == nil {
+				return lock, nil
+			}
+			if qe.cause != nil {
+				return nil, qe
+			}
+			c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "key", key, "attempt", failed, "err", qe)
+			select {
+			case <-c.cfg.clock.After(ac.retry.Delay(failed)):
+			case <-ctx.Done():
+				qe.cause = ctx.Err()
+				return nil, qe
+			}
 		}
-		if qe.cause != nil {
-			return nil, qe
-		}
-		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "key", key, "attempt", failed, "err", qe)
-		select {
-		case <-c.cfg.clock.After(ac.retry.Delay(failed)):
-		case <-ctx.Done():
-			qe.cause = ctx.Err()
-			return nil, qe
-		}
-	}
+	})
 }
 
 // TryAcquire makes exactly one attempt to acquire the lock on key for ttl.
@@ -543,6 +548,18 @@ type Lock struct {
 
 	done      chan struct{} // closed when the lock ends; see Done
 	closeDone sync.Once
+	onEnd     func() // run once when the lock ends: passes the local turn on
+}
+
+// finish runs the lock's end hook, once.
+func (l *Lock) finish() {
+	l.mu.Lock()
+	f := l.onEnd
+	l.onEnd = nil
+	l.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // Key returns the locked key, or "" for a nil Lock.
@@ -700,6 +717,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	// can only remove this lock's own keys.
 	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), c.won, nil, l.settled, releaseOn(l.key, l.token))
 	l.settled = settled
+	l.finish()
 	n := len(c.nodes)
 	switch judgeRelease(n, c.quorum, t.yes, t.no, expired) {
 	case lostBefore:

@@ -54,6 +54,16 @@ type Node struct {
 	exited chan struct{}
 }
 
+// StartNode starts a node of the given kind, without persistence, with a
+// data directory of its own under dir, on a free loopback port. Stop it
+// with Stop.
+func StartNode(dir string, kind ServerKind) (*Node, error) {
+	return startNode(dir, nodeSpec{kind: kind})
+}
+
+// Stop kills the node's process if it runs, also when it is frozen.
+func (n *Node) Stop() { n.stop() }
+
 // startNode starts a node in a data directory of its own under dir.
 func startNode(dir string, spec nodeSpec) (*Node, error) {
 	if spec.kind == Embedded && (spec.persist || spec.replica != "") {

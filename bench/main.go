@@ -1,0 +1,560 @@
+// Command bench compares this library with go-redsync/redsync and
+// bsm/redislock, and with plain go-redis floors, against real redis-server
+// processes that it starts and stops itself on loopback. The cases run in
+// interleaved rounds, so that the machine's noise spreads over all of them.
+//
+//	cd bench && go run . [-rounds 5] [-slice 1s] [-json results.json] [-svg chart.svg]
+//
+// Workloads:
+//
+//	U  one goroutine, a new key each time, lock+unlock: p50, p99, ops/s
+//	K  16 goroutines, a key each, lock+unlock: ops/s
+//	C  16 goroutines on one key, each critical section a GET and a SET of a
+//	   counter on a separate server (checked: counter = sections), in one
+//	   client and in 4: sections/s, p99 wait, max/min share, attempts/section
+//
+// It is a separate module so that the comparison libraries never enter the
+// library's own module graph.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/chaos"
+)
+
+const (
+	ttl        = 2 * time.Second
+	goroutines = 16
+)
+
+func main() {
+	rounds := flag.Int("rounds", 5, "interleaved rounds; every case runs once per round")
+	slice := flag.Duration("slice", time.Second, "how long each case runs in each round")
+	jsonPath := flag.String("json", "", "write the results as JSON to this file")
+	svgPath := flag.String("svg", "", "write a chart of throughput against N to this SVG file")
+	flag.Parse()
+	if *rounds < 1 || *slice <= 0 {
+		log.Fatal("bench: -rounds must be at least 1 and -slice positive")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		log.Fatal("bench: needs redis-server (apt-get install redis-server)")
+	}
+	redis.SetLogger(quiet{})
+
+	dir, err := os.MkdirTemp("", "redlock-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	var nodes []*chaos.Node
+	defer func() {
+		for _, n := range nodes {
+			n.Stop()
+		}
+	}()
+	for range 6 { // 5 lock nodes and the counter's store
+		n, err := chaos.StartNode(dir, chaos.Redis)
+		if err != nil {
+			log.Print(err)
+			return
+		}
+		nodes = append(nodes, n)
+	}
+	env := &benchEnv{store: nodes[5].Addr()}
+	for _, n := range nodes[:5] {
+		env.addrs = append(env.addrs, n.Addr())
+	}
+
+	cases := allCases()
+	results := make([]*result, len(cases))
+	for i, c := range cases {
+		results[i] = &result{Case: c.name, Workload: c.workload, Lib: c.lib, N: c.n, Clients: c.clients}
+	}
+	ctx := context.Background()
+	for r := range *rounds {
+		for i, c := range cases {
+			fmt.Fprintf(os.Stderr, "\rround %d/%d  case %d/%d %-40s", r+1, *rounds, i+1, len(cases), c.name)
+			if err := c.run(ctx, env, *slice, results[i]); err != nil {
+				log.Printf("\n%s: %v", c.name, err)
+				return
+			}
+		}
+	}
+	fmt.Fprintln(os.Stderr)
+	for _, r := range results {
+		r.finish()
+	}
+	writeTable(os.Stdout, results)
+	if *jsonPath != "" {
+		if err := writeFile(*jsonPath, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(results)
+		}); err != nil {
+			log.Print(err)
+		}
+	}
+	if *svgPath != "" {
+		if err := writeFile(*svgPath, func(w io.Writer) error { return writeChart(w, results) }); err != nil {
+			log.Print(err)
+		}
+	}
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+type benchEnv struct {
+	addrs []string // the lock nodes
+	store string   // the counter of workload C
+}
+
+func (e *benchEnv) clients(n int) ([]*redis.Client, func()) {
+	cs := make([]*redis.Client, n)
+	for i := range n {
+		cs[i] = redis.NewClient(&redis.Options{Addr: e.addrs[i], PoolSize: 64})
+	}
+	return cs, func() {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+	}
+}
+
+// locker is one library's lock, reduced to what the workloads need. lock
+// returns how many attempts it took and a function that unlocks.
+type locker interface {
+	lock(ctx context.Context, key string) (attempts int, unlock func() error, err error)
+}
+
+type benchCase struct {
+	name     string
+	workload string // U, K or C
+	lib      string
+	n        int
+	clients  int // for C: lock clients sharing the 16 goroutines
+	newLock  func(e *benchEnv, n int) (locker, func())
+}
+
+type libDef struct {
+	name    string
+	ns      []int
+	newLock func(e *benchEnv, n int) (locker, func())
+}
+
+func allCases() []benchCase {
+	libs := []libDef{
+		{"redlock", []int{1, 3, 5}, newRedlock},
+		{"redsync", []int{1, 3, 5}, newRedsync(0)},
+		{"redsync-2ms", []int{1, 3, 5}, newRedsync(2 * time.Millisecond)},
+		{"redislock", []int{1}, newRedislock},
+	}
+	var cases []benchCase
+	for _, w := range []string{"U", "K", "C"} {
+		for _, l := range libs {
+			for _, n := range l.ns {
+				clientCounts := []int{1}
+				if w == "C" {
+					clientCounts = []int{1, 4}
+				}
+				for _, cl := range clientCounts {
+					name := fmt.Sprintf("%s %s N=%d", w, l.name, n)
+					if w == "C" {
+						name += fmt.Sprintf(" clients=%d", cl)
+					}
+					cases = append(cases, benchCase{name: name, workload: w, lib: l.name, n: n, clients: cl, newLock: l.newLock})
+				}
+			}
+		}
+	}
+	for _, n := range []int{1, 5} {
+		cases = append(cases, benchCase{name: fmt.Sprintf("U floor-setnx N=%d", n), workload: "U", lib: "floor-setnx", n: n, clients: 1, newLock: newFloor})
+	}
+	cases = append(cases, benchCase{name: "U floor-ping N=1", workload: "U", lib: "floor-ping", n: 1, clients: 1, newLock: newPing})
+	return cases
+}
+
+// result accumulates one case over the rounds.
+type result struct {
+	Case     string  `json:"case"`
+	Workload string  `json:"workload"`
+	Lib      string  `json:"lib"`
+	N        int     `json:"n"`
+	Clients  int     `json:"clients"`
+	Ops      int64   `json:"ops"`
+	Seconds  float64 `json:"seconds"`
+	OpsPerS  float64 `json:"ops_per_s"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	Share    float64 `json:"share_max_min,omitempty"` // C: the busiest goroutine's sections over the idlest's
+	Attempts float64 `json:"attempts_per_op,omitempty"`
+	Failures int64   `json:"failures"`
+
+	hist     *hdrhistogram.Histogram
+	perG     []int64
+	attempts int64
+}
+
+func (r *result) record(d time.Duration) {
+	if r.hist == nil {
+		r.hist = hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
+	}
+	_ = r.hist.RecordValue(max(1, d.Microseconds()))
+}
+
+func (r *result) finish() {
+	if r.Seconds > 0 {
+		r.OpsPerS = float64(r.Ops) / r.Seconds
+	}
+	if r.hist != nil {
+		r.P50Ms = float64(r.hist.ValueAtQuantile(50)) / 1000
+		r.P99Ms = float64(r.hist.ValueAtQuantile(99)) / 1000
+	}
+	if r.Ops > 0 {
+		r.Attempts = float64(r.attempts) / float64(r.Ops)
+	}
+	if len(r.perG) > 0 {
+		lo, hi := slices.Min(r.perG), slices.Max(r.perG)
+		if lo > 0 {
+			r.Share = float64(hi) / float64(lo)
+		} else {
+			r.Share = -1 // a goroutine got nothing
+		}
+	}
+}
+
+// run runs one slice of the case and adds it to r.
+func (c benchCase) run(ctx context.Context, e *benchEnv, slice time.Duration, r *result) error {
+	lockers := make([]locker, c.clients)
+	for i := range c.clients {
+		l, stop := c.newLock(e, c.n)
+		defer stop()
+		lockers[i] = l
+	}
+	ctx, cancel := context.WithTimeout(ctx, slice)
+	defer cancel()
+	start := time.Now()
+	var err error
+	switch c.workload {
+	case "U":
+		err = runU(ctx, lockers[0], r)
+	case "K":
+		err = runK(ctx, lockers[0], r)
+	case "C":
+		err = runC(ctx, e, lockers, r)
+	}
+	r.Seconds += time.Since(start).Seconds()
+	return err
+}
+
+var keySeq atomic.Int64
+
+func newKey(prefix string) string { return prefix + strconv.FormatInt(keySeq.Add(1), 10) }
+
+func runU(ctx context.Context, l locker, r *result) error {
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		attempts, unlock, err := l.lock(ctx, newKey("u:"))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.Failures++
+			continue
+		}
+		if err := unlock(); err != nil {
+			r.Failures++
+		}
+		r.record(time.Since(t0))
+		r.Ops++
+		r.attempts += int64(attempts)
+	}
+	return nil
+}
+
+func runK(ctx context.Context, l locker, r *result) error {
+	var ops, fails, attempts atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := newKey(fmt.Sprintf("k%d:", g))
+			for ctx.Err() == nil {
+				a, unlock, err := l.lock(ctx, key)
+				if err != nil {
+					if ctx.Err() == nil {
+						fails.Add(1)
+					}
+					continue
+				}
+				if err := unlock(); err != nil {
+					fails.Add(1)
+				}
+				ops.Add(1)
+				attempts.Add(int64(a))
+			}
+		}()
+	}
+	wg.Wait()
+	r.Ops += ops.Load()
+	r.Failures += fails.Load()
+	r.attempts += attempts.Load()
+	return nil
+}
+
+func runC(ctx context.Context, e *benchEnv, lockers []locker, r *result) error {
+	store := redis.NewClient(&redis.Options{Addr: e.store})
+	defer store.Close()
+	counter := newKey("counter:")
+	key := newKey("c:")
+	if r.perG == nil {
+		r.perG = make([]int64, goroutines)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		fails atomic.Int64
+	)
+	perG := make([]int64, goroutines)
+	attempts := make([]int64, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := lockers[g%len(lockers)]
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				a, unlock, err := l.lock(ctx, key)
+				if err != nil {
+					if ctx.Err() == nil {
+						fails.Add(1)
+					}
+					continue
+				}
+				wait := time.Since(t0)
+				v, _ := store.Get(context.Background(), counter).Int64()
+				err = store.Set(context.Background(), counter, v+1, 0).Err()
+				if uerr := unlock(); err != nil || uerr != nil {
+					fails.Add(1)
+				}
+				perG[g]++
+				attempts[g] += int64(a)
+				mu.Lock()
+				r.record(wait)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	var sections int64
+	for g := range goroutines {
+		sections += perG[g]
+		r.perG[g] += perG[g]
+		r.attempts += attempts[g]
+	}
+	final, _ := store.Get(context.Background(), counter).Int64()
+	if final != sections {
+		return fmt.Errorf("counter %d after %d sections: the lock let %d updates be lost", final, sections, sections-final)
+	}
+	r.Ops += sections
+	r.Failures += fails.Load()
+	return nil
+}
+
+// redlockLocker is this library.
+type redlockLocker struct {
+	c        *redlock.Client
+	attempts atomic.Int64
+}
+
+func newRedlock(e *benchEnv, n int) (locker, func()) {
+	cs, stop := e.clients(n)
+	c, err := redlock.New(cs)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return &redlockLocker{c: c}, stop
+}
+
+func (l *redlockLocker) lock(ctx context.Context, key string) (int, func() error, error) {
+	attempts := 1
+	count := redlock.RetryFunc(func(failed int) time.Duration {
+		attempts = failed + 1
+		return redlock.ExponentialBackoff(10*time.Millisecond, 320*time.Millisecond).Delay(failed)
+	})
+	lock, err := l.c.Acquire(ctx, key, ttl, redlock.WithRetry(count))
+	if err != nil {
+		return attempts, nil, err
+	}
+	return attempts, func() error { return lock.Release(context.Background()) }, nil
+}
+
+// redsyncLocker is go-redsync/redsync v4 with its defaults, or with a fixed
+// retry delay.
+type redsyncLocker struct {
+	rs    *redsync.Redsync
+	delay time.Duration
+}
+
+func newRedsync(delay time.Duration) func(e *benchEnv, n int) (locker, func()) {
+	return func(e *benchEnv, n int) (locker, func()) {
+		cs, stop := e.clients(n)
+		pools := make([]redsyncredis.Pool, n)
+		for i, c := range cs {
+			pools[i] = redsyncgoredis.NewPool(c)
+		}
+		return &redsyncLocker{rs: redsync.New(pools...), delay: delay}, stop
+	}
+}
+
+func (l *redsyncLocker) lock(ctx context.Context, key string) (int, func() error, error) {
+	attempts := 0
+	opts := []redsync.Option{redsync.WithExpiry(ttl), redsync.WithTries(1 << 20),
+		redsync.WithRetryDelayFunc(func(tries int) time.Duration {
+			attempts = tries
+			if l.delay > 0 {
+				return l.delay
+			}
+			return time.Duration(50+rand.IntN(200)) * time.Millisecond // redsync's default: 50-250ms
+		})}
+	m := l.rs.NewMutex(key, opts...)
+	if err := m.LockContext(ctx); err != nil {
+		return attempts + 1, nil, err
+	}
+	return attempts + 1, func() error {
+		_, err := m.UnlockContext(context.Background())
+		return err
+	}, nil
+}
+
+// redislockLocker is bsm/redislock on one node, retrying every 2ms.
+type redislockLocker struct{ c *redislock.Client }
+
+func newRedislock(e *benchEnv, n int) (locker, func()) {
+	cs, stop := e.clients(1)
+	return &redislockLocker{c: redislock.New(cs[0])}, stop
+}
+
+func (l *redislockLocker) lock(ctx context.Context, key string) (int, func() error, error) {
+	attempts := 0
+	retry := &countingRetry{inner: redislock.LinearBackoff(2 * time.Millisecond), n: &attempts}
+	lock, err := l.c.Obtain(ctx, key, ttl, &redislock.Options{RetryStrategy: retry})
+	if err != nil {
+		return attempts + 1, nil, err
+	}
+	return attempts + 1, func() error { return lock.Release(context.Background()) }, nil
+}
+
+type countingRetry struct {
+	inner redislock.RetryStrategy
+	n     *int
+}
+
+func (r *countingRetry) NextBackoff() time.Duration {
+	*r.n++
+	return r.inner.NextBackoff()
+}
+
+// floorLocker is the least a lock can cost with go-redis: SET NX PX and a
+// compare-and-delete script, on every node in parallel, no retry.
+type floorLocker struct{ cs []*redis.Client }
+
+var floorDel = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+func newFloor(e *benchEnv, n int) (locker, func()) {
+	cs, stop := e.clients(n)
+	return &floorLocker{cs: cs}, stop
+}
+
+func (l *floorLocker) lock(ctx context.Context, key string) (int, func() error, error) {
+	if err := l.each(func(c *redis.Client) error { return c.SetNX(ctx, key, "t", ttl).Err() }); err != nil {
+		return 1, nil, err
+	}
+	return 1, func() error {
+		return l.each(func(c *redis.Client) error {
+			return floorDel.Run(context.Background(), c, []string{key}, "t").Err()
+		})
+	}, nil
+}
+
+func (l *floorLocker) each(f func(*redis.Client) error) error {
+	if len(l.cs) == 1 {
+		return f(l.cs[0])
+	}
+	errs := make([]error, len(l.cs))
+	var wg sync.WaitGroup
+	for i, c := range l.cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(c)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pingLocker is one round trip: the floor of any remote operation.
+type pingLocker struct{ c *redis.Client }
+
+func newPing(e *benchEnv, n int) (locker, func()) {
+	cs, stop := e.clients(1)
+	return &pingLocker{c: cs[0]}, stop
+}
+
+func (l *pingLocker) lock(ctx context.Context, key string) (int, func() error, error) {
+	return 1, func() error { return nil }, l.c.Ping(ctx).Err()
+}
+
+func writeTable(w io.Writer, results []*result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "case\tops/s\tp50 ms\tp99 ms\tshare max/min\tattempts/op\tfailures\t")
+	for _, r := range results {
+		share := "-"
+		if r.Share > 0 {
+			share = fmt.Sprintf("%.2f", r.Share)
+		} else if r.Share < 0 {
+			share = "starved"
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%s\t%.2f\t%d\t\n", r.Case, r.OpsPerS, r.P50Ms, r.P99Ms, share, r.Attempts, r.Failures)
+	}
+	_ = tw.Flush()
+}
