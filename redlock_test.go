@@ -555,9 +555,7 @@ func TestClient_Acquire_retriesAfterDelay(t *testing.T) {
 	if err := clock.BlockUntilContext(bctx, 1); err != nil {
 		t.Fatalf("Acquire never waited on the clock: %v", err)
 	}
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustRelease(t, holder) // and every delete has landed
 	clock.Advance(time.Second)
 	r := <-done
 	if r.err != nil {
