@@ -182,6 +182,7 @@ type libDef struct {
 func allCases() []benchCase {
 	libs := []libDef{
 		{"redlock", []int{1, 3, 5}, newRedlock},
+		{"redlock-autopipeline", []int{1, 3, 5}, newRedlockAutoPipelined},
 		{"redsync", []int{1, 3, 5}, newRedsync(0)},
 		{"redsync-2ms", []int{1, 3, 5}, newRedsync(2 * time.Millisecond)},
 		{"redislock", []int{1}, newRedislock},
@@ -408,6 +409,25 @@ type redlockLocker struct {
 func newRedlock(e *benchEnv, n int) (locker, func()) {
 	cs, stop := e.clients(n)
 	c, err := redlock.New(cs)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return &redlockLocker{c: c}, stop
+}
+
+// newRedlockAutoPipelined gives the lock go-redis's autopipeliners as its
+// nodes: concurrent commands bound for one node share round trips.
+func newRedlockAutoPipelined(e *benchEnv, n int) (locker, func()) {
+	cs, stop := e.clients(n)
+	nodes := make([]redis.UniversalClient, n)
+	for i, c := range cs {
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			log.Fatal(err)
+		}
+		nodes[i] = ap
+	}
+	c, err := redlock.New(nodes)
 	if err != nil {
 		log.Fatal(err)
 	}
