@@ -74,6 +74,7 @@ type NodeError struct {
 	Err  error  // what went wrong
 }
 
+// Error names the node, by index and address, and what went wrong.
 func (e *NodeError) Error() string {
 	if e.Addr == "" {
 		return fmt.Sprintf("redlock: node %d: %v", e.Node, e.Err)
@@ -81,6 +82,7 @@ func (e *NodeError) Error() string {
 	return fmt.Sprintf("redlock: node %d (%s): %v", e.Node, e.Addr, e.Err)
 }
 
+// Unwrap returns the node's error, so that errors.Is sees through it.
 func (e *NodeError) Unwrap() error { return e.Err }
 
 // quorumError reports an operation that did not reach its quorum on one line,
