@@ -63,10 +63,7 @@ func TestLock_FencingToken_increases(t *testing.T) {
 	ctx := context.Background()
 	var last uint64
 	for i := range 20 {
-		lock, err := rc.TryAcquire(ctx, "k", time.Second, redlock.WithFencing())
-		if err != nil {
-			t.Fatal(err)
-		}
+		lock := mustTryAcquire(t, rc, ctx, "k", time.Second, redlock.WithFencing())
 		if tok := lock.FencingToken(); tok <= last {
 			t.Fatalf("acquire %d: token %d after %d", i, tok, last)
 		} else {
@@ -81,10 +78,7 @@ func TestLock_FencingToken_increases(t *testing.T) {
 
 func TestLock_FencingToken_off(t *testing.T) {
 	c := newCluster(t, 3)
-	lock, err := c.client(t).TryAcquire(context.Background(), "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Second)
 	if lock.FencingToken() != 0 {
 		t.Fatalf("token %d without WithFencing", lock.FencingToken())
 	}
@@ -121,10 +115,7 @@ func TestLock_FencingToken_nodesLostData(t *testing.T) {
 				}
 				highest = max(highest, v)
 			}
-			lock, err := c.client(t).TryAcquire(context.Background(), "k", time.Second, redlock.WithFencing())
-			if err != nil {
-				t.Fatal(err)
-			}
+			lock := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Second, redlock.WithFencing())
 			if got := int64(lock.FencingToken()); got <= highest {
 				t.Fatalf("token %d, want above the highest counter %d", got, highest)
 			}
@@ -179,10 +170,7 @@ func TestFencedSet(t *testing.T) {
 
 func TestLock_Done_closedByRelease(t *testing.T) {
 	c := newCluster(t, 3)
-	lock, err := c.client(t).TryAcquire(context.Background(), "k", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Minute)
 	done := lock.Done()
 	if !isOpen(done) {
 		t.Fatal("Done closed while the lock is held")
@@ -201,10 +189,7 @@ func TestLock_Done_closedWhenValidityEnds(t *testing.T) {
 	c := newCluster(t, 3)
 	clock := fakeClock()
 	ctx := context.Background()
-	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(ctx, "k", 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), ctx, "k", 3*time.Second)
 	done := lock.Done()
 	waiters(t, clock, 1)
 
@@ -236,10 +221,7 @@ func TestLock_autoRenew_cadence(t *testing.T) {
 	clock := fakeClock()
 	const ttl = 3 * time.Second
 	drift := 32 * time.Millisecond // 3s × 0.01 + 2ms
-	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", ttl, redlock.WithAutoRenew())
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", ttl, redlock.WithAutoRenew())
 	for i := range 5 {
 		waiters(t, clock, 1) // the renewal waits a third of the ttl
 		clock.Advance(time.Second)
@@ -260,10 +242,7 @@ func TestLock_autoRenew_cadence(t *testing.T) {
 func TestLock_autoRenew_survivesMinorityFailure(t *testing.T) {
 	c := newCluster(t, 3)
 	clock := fakeClock()
-	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
 	redlock.WaitSettled(lock)
 	c.servers[2].Close()
 	for range 4 {
@@ -287,10 +266,7 @@ func TestLock_autoRenew_survivesMinorityFailure(t *testing.T) {
 func TestLock_autoRenew_lossClosesDone(t *testing.T) {
 	c := newCluster(t, 3)
 	clock := fakeClock()
-	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
 	redlock.WaitSettled(lock)
 	waiters(t, clock, 1)
 	c.servers[0].Del("k")
@@ -316,10 +292,7 @@ func TestLock_autoRenew_lossClosesDone(t *testing.T) {
 func TestLock_autoRenew_unreachableNodes(t *testing.T) {
 	c := newCluster(t, 3)
 	clock := fakeClock()
-	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
 	redlock.WaitSettled(lock)
 	until := lock.Until()
 	for _, s := range c.servers {
@@ -385,15 +358,12 @@ func TestClient_Do(t *testing.T) {
 
 func TestClient_Do_notAcquired(t *testing.T) {
 	c := newCluster(t, 3)
-	holder, err := c.client(t).TryAcquire(context.Background(), "job", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustTryAcquire(t, c.client(t), context.Background(), "job", time.Minute)
 	defer holder.Release(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	ran := false
-	err = mustNew(t, c.connect(t)).Do(ctx, "job", time.Second, func(context.Context) error { ran = true; return nil })
+	err := mustNew(t, c.connect(t)).Do(ctx, "job", time.Second, func(context.Context) error { ran = true; return nil })
 	if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || ran {
 		t.Fatalf("Do on a held key: err = %v, ran %v; want ErrNotAcquired and no run", err, ran)
 	}
@@ -429,16 +399,13 @@ func TestClient_Do_lostWhileRunning(t *testing.T) {
 func TestLock_afterRelease(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second, redlock.WithAutoRenew())
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Second, redlock.WithAutoRenew())
 	_ = lock.Done() // start the watcher too
 	mustRelease(t, lock)
 	if isOpen(lock.Done()) {
 		t.Fatal("Done open after Release")
 	}
-	err = lock.Extend(ctx, time.Second)
+	err := lock.Extend(ctx, time.Second)
 	if !errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "already released") {
 		t.Fatalf("Extend after Release: err = %v, want ErrLockLost saying it was released", err)
 	}

@@ -211,3 +211,13 @@ type acquireFunc func(ctx context.Context, key string, ttl time.Duration, opts .
 func acquireFuncs(rc *redlock.Client) map[string]acquireFunc {
 	return map[string]acquireFunc{"TryAcquire": rc.TryAcquire, "Acquire": rc.Acquire}
 }
+
+// mustTryAcquire acquires key in one attempt or fails the test.
+func mustTryAcquire(t *testing.T, rc *redlock.Client, ctx context.Context, key string, ttl time.Duration, opts ...redlock.AcquireOption) *redlock.Lock {
+	t.Helper()
+	lock, err := rc.TryAcquire(ctx, key, ttl, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q): %v", key, err)
+	}
+	return lock
+}

@@ -125,10 +125,7 @@ func TestClient_TryAcquire_badInput(t *testing.T) {
 
 func TestClient_TryAcquire_storesTokenUnderKey(t *testing.T) {
 	c := newCluster(t, 3)
-	lock, err := c.client(t).TryAcquire(context.Background(), "orders:42", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), context.Background(), "orders:42", time.Second)
 	redlock.WaitSettled(lock)
 	if len(lock.Token()) < 22 { // 128 bits are at least 22 base64 or 26 base32 characters
 		t.Errorf("token %q is too short to carry 128 random bits", lock.Token())
@@ -257,10 +254,7 @@ func TestClient_TryAcquire_heldElsewhere(t *testing.T) {
 func TestLock_afterExpiry(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	old, err := c.client(t).TryAcquire(ctx, "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := mustTryAcquire(t, c.client(t), ctx, "k", time.Second)
 	redlock.WaitSettled(old)
 	for _, s := range c.servers {
 		s.FastForward(2 * time.Second)
@@ -297,14 +291,11 @@ func TestLock_afterExpiry(t *testing.T) {
 func TestLock_Extend_lostOnMajority(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Second)
 	redlock.WaitSettled(lock)
 	c.servers[0].Del("k")
 	c.servers[1].Del("k")
-	err = lock.Extend(ctx, time.Second)
+	err := lock.Extend(ctx, time.Second)
 	if !errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "of 3 nodes, quorum 2") {
 		t.Fatalf("Extend: err = %v, want ErrLockLost for want of a quorum", err)
 	}
@@ -313,10 +304,7 @@ func TestLock_Extend_lostOnMajority(t *testing.T) {
 func TestLock_Extend_setsTTLOnEveryNode(t *testing.T) {
 	c := newCluster(t, 5)
 	ctx := context.Background()
-	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Second)
 	if err := lock.Extend(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -336,10 +324,7 @@ func TestLock_validity(t *testing.T) {
 	clock := fakeClock()
 	t0 := clock.Now()
 	ctx := context.Background()
-	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(ctx, "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), ctx, "k", time.Second)
 	drift := 10*time.Millisecond + 2*time.Millisecond // 1s × 0.01 + 2ms
 	if got, want := lock.Until(), t0.Add(time.Second-drift); !got.Equal(want) {
 		t.Fatalf("Until = %v, want %v", got, want)
@@ -383,10 +368,7 @@ func TestLock_validity(t *testing.T) {
 func TestLock_validity_customDriftFactor(t *testing.T) {
 	c := newCluster(t, 1)
 	clock := fakeClock()
-	lock, err := c.client(t, redlock.WithClock(clock), redlock.WithDriftFactor(0.1)).TryAcquire(context.Background(), "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock), redlock.WithDriftFactor(0.1)), context.Background(), "k", time.Second)
 	if got, want := lock.Validity(), time.Second-100*time.Millisecond-2*time.Millisecond; got != want {
 		t.Fatalf("Validity = %v, want %v", got, want)
 	}
@@ -420,13 +402,10 @@ func TestLock_Extend_slowNodeSpendsValidity(t *testing.T) {
 	c := newCluster(t, 1)
 	clock := fakeClock()
 	ctx := context.Background()
-	lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(ctx, "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), ctx, "k", time.Second)
 	until := lock.Until()
 	c.clients[0].AddHook(clockHook{clock: clock, by: 100 * time.Millisecond})
-	err = lock.Extend(ctx, 50*time.Millisecond)
+	err := lock.Extend(ctx, 50*time.Millisecond)
 	if !errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "validity was spent") {
 		t.Fatalf("Extend: err = %v, want ErrLockLost saying the validity was spent", err)
 	}
@@ -451,10 +430,7 @@ func TestClient_TryAcquire_hungNode(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("quorum without it", func(t *testing.T) {
-		lock, err := rc.TryAcquire(ctx, "a", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lock := mustTryAcquire(t, rc, ctx, "a", time.Minute)
 		if err := lock.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -507,10 +483,7 @@ func TestClient_Acquire_cancelledContext(t *testing.T) {
 func TestClient_Acquire_deadline(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	holder, err := c.client(t).TryAcquire(ctx, "k", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
 	redlock.WaitSettled(holder)
 	other := mustNew(t, c.connect(t), redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
 	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -533,10 +506,7 @@ func TestClient_Acquire_deadline(t *testing.T) {
 func TestClient_Acquire_retriesAfterDelay(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	holder, err := c.client(t).TryAcquire(ctx, "k", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
 	clock := fakeClock()
 	var delays atomic.Int32
 	retry := redlock.RetryFunc(func(failed int) time.Duration {
@@ -593,10 +563,7 @@ func TestLock_nil(t *testing.T) {
 func TestLock_Release_twice(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Second)
 	mustRelease(t, lock)
 	before := c.commands()
 	if err := lock.Release(ctx); err != nil {
@@ -615,10 +582,7 @@ func TestLock_Release_twice(t *testing.T) {
 func TestLock_Release_cancelledContext(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx, cancel := context.WithCancel(context.Background())
-	lock, err := c.client(t).TryAcquire(ctx, "k", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
 	cancel()
 	if err := lock.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -632,10 +596,7 @@ func TestLock_Release_cancelledContext(t *testing.T) {
 func TestLock_Extend_badInput(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Second)
 	redlock.WaitSettled(lock)
 	before := c.commands()
 	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond} {
@@ -658,10 +619,7 @@ func TestLock_Extend_badInput(t *testing.T) {
 func TestLock_concurrentUse(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	lock, err := c.client(t).TryAcquire(ctx, "k", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Second)
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
@@ -791,10 +749,7 @@ func TestLock_Release_outcomes(t *testing.T) {
 			c := newCluster(t, 5)
 			clock := fakeClock()
 			ctx := context.Background()
-			lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(ctx, "k", 10*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
+			lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), ctx, "k", 10*time.Second)
 			redlock.WaitSettled(lock)
 			clock.Advance(tt.advance)
 			for _, i := range tt.expire {
@@ -803,7 +758,7 @@ func TestLock_Release_outcomes(t *testing.T) {
 			for _, i := range tt.down {
 				c.servers[i].Close()
 			}
-			err = lock.Release(ctx)
+			err := lock.Release(ctx)
 			redlock.WaitSettled(lock)
 			if (err != nil) != tt.wantErr || errors.Is(err, redlock.ErrLockLost) != tt.wantLost {
 				t.Fatalf("Release: err = %v, want error %v, ErrLockLost %v", err, tt.wantErr, tt.wantLost)
