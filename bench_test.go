@@ -1,0 +1,92 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+// BenchmarkLock measures one acquire and release on embedded nodes: the
+// library's own cost per lock, allocations included (compare runs with
+// benchstat). The comparisons with other libraries on real servers are in
+// the bench module.
+func BenchmarkLock(b *testing.B) {
+	for _, n := range []int{1, 3, 5} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			nodes := make([]redis.UniversalClient, n)
+			for i := range n {
+				s := miniredis.RunT(b)
+				rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+				b.Cleanup(func() { _ = rdb.Close() })
+				nodes[i] = rdb
+			}
+			rc, err := redlock.New(nodes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				lock, err := rc.TryAcquire(ctx, "bench", time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lock.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+				redlock.WaitSettled(lock)
+			}
+		})
+	}
+}
+
+// stubNode answers every script with 1 at once, in process: with it,
+// BenchmarkLockOverhead measures what the library itself costs per lock,
+// with no server and no network.
+type stubNode struct {
+	redis.UniversalClient // nil: only the script calls below are used
+	id                    int
+}
+
+func (*stubNode) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetVal(int64(1))
+	return cmd
+}
+
+func (n *stubNode) Eval(ctx context.Context, s string, keys []string, args ...any) *redis.Cmd {
+	return n.EvalSha(ctx, s, keys, args...)
+}
+
+func BenchmarkLockOverhead(b *testing.B) {
+	for _, n := range []int{1, 3, 5} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			nodes := make([]redis.UniversalClient, n)
+			for i := range n {
+				nodes[i] = &stubNode{id: i}
+			}
+			rc, err := redlock.New(nodes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				lock, err := rc.TryAcquire(ctx, "bench", time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lock.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+				redlock.WaitSettled(lock)
+			}
+		})
+	}
+}
