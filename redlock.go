@@ -93,6 +93,7 @@ type quorumError struct {
 	detail string
 	cause  error // the context's error, or nil
 	nodes  []error
+	heldOn int // a node where another holder had the key, or -1
 }
 
 func (e *quorumError) Error() string {
@@ -340,6 +341,8 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, err
 	}
 	return c.acquireQueued(ctx, key, func() (*Lock, error) {
+		var watch *releaseWatch // subscribed after the first failure
+		defer func() { watch.close() }()
 		for failed := 1; ; failed++ {
 			lock, qe := c.attempt(ctx, key, ttl, ac)
 			if qe == nil {
@@ -349,8 +352,13 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 				return nil, qe
 			}
 			c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "key", key, "attempt", failed, "err", qe)
+			if failed == 1 && qe.heldOn >= 0 {
+				watch = c.watchRelease(ctx, key, qe.heldOn, c.nodeTimeout(ttl))
+			}
+			watch.drain() // releases from before this attempt are old news
 			select {
 			case <-c.cfg.clock.After(ac.retry.Delay(failed)):
+			case <-watch.released():
 			case <-ctx.Done():
 				qe.cause = ctx.Err()
 				return nil, qe
@@ -411,7 +419,7 @@ func (c *Client) checkLease(key string, ttl time.Duration) error {
 // context's error when the context had ended by the time it returned.
 func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac acquireConfig) (*Lock, *quorumError) {
 	if err := ctx.Err(); err != nil {
-		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%q: no attempt made", key), cause: err}
+		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%q: no attempt made", key), cause: err, heldOn: -1}
 	}
 	token := rand.Text()
 	start := c.cfg.clock.Now()
@@ -453,7 +461,8 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac 
 	default:
 		detail = fmt.Sprintf("%q: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", key, elapsed, ttl, drift)
 	}
-	return nil, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	heldOn := slices.Index(t.answers, holdsNot)
+	return nil, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn}
 }
 
 // settleFence picks the fencing token of a fenced acquire that won its
@@ -506,7 +515,7 @@ func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Durati
 		}
 		return true
 	}
-	t, _ := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, releaseOn(key, token))
+	t, _ := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, releaseOn(key, token, false))
 	if len(t.errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
 			"key", key, "ttl", ttl, "err", errors.Join(t.errs...))
@@ -717,7 +726,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	expired := !c.cfg.clock.Now().Before(until)
 	// Release returns once a quorum confirms; the deletes still under way
 	// can only remove this lock's own keys.
-	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), c.won, nil, l.settled, releaseOn(l.key, l.token))
+	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), c.won, nil, l.settled, releaseOn(l.key, l.token, true))
 	l.settled = settled
 	l.finish()
 	n := len(c.nodes)

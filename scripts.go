@@ -74,9 +74,20 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 	}
 }
 
-func releaseOn(key, token string) nodeOp {
+// releaseOn deletes key if it holds token. A release by the holder (announce)
+// publishes on the key's release channel; the cleanup of a failed attempt
+// does not, since nobody held that lock and waking the waiters for it
+// would only set them colliding again.
+func releaseOn(key, token string, announce bool) nodeOp {
 	keys := []string{key}
+	channel := ""
+	if announce {
+		channel = releaseChannel(key)
+	}
 	return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		return runScript(ctx, rdb, releaseScript, keys, token)
+		return runScript(ctx, rdb, releaseScript, keys, token, channel)
 	}
 }
+
+// releaseChannel is where the nodes announce that key was released.
+func releaseChannel(key string) string { return "{" + key + "}:released" }

@@ -30,6 +30,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -56,6 +57,7 @@ func main() {
 	slice := flag.Duration("slice", time.Second, "how long each case runs in each round")
 	jsonPath := flag.String("json", "", "write the results as JSON to this file")
 	svgPath := flag.String("svg", "", "write a chart of throughput against N to this SVG file")
+	workloads := flag.String("workloads", "UKC", "which workloads to run")
 	flag.Parse()
 	if *rounds < 1 || *slice <= 0 {
 		log.Fatal("bench: -rounds must be at least 1 and -slice positive")
@@ -89,7 +91,12 @@ func main() {
 		env.addrs = append(env.addrs, n.Addr())
 	}
 
-	cases := allCases()
+	var cases []benchCase
+	for _, c := range allCases() {
+		if strings.Contains(*workloads, c.workload) {
+			cases = append(cases, c)
+		}
+	}
 	results := make([]*result, len(cases))
 	for i, c := range cases {
 		results[i] = &result{Case: c.name, Workload: c.workload, Lib: c.lib, N: c.n, Clients: c.clients}

@@ -1,0 +1,66 @@
+package redlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// An Acquire that has to wait does not only sleep its retry delay: it
+// listens on one node for the lock's release, which release.lua announces
+// with PUBLISH, and tries again at once when it hears it. One node is
+// enough for a hint, and it is one that another holder's key was on, so its
+// release is announced there. A missed announcement (the node is down, or
+// the release came before the subscription) costs nothing but the retry
+// delay, which still runs. The subscription lives as long as the Acquire.
+
+// releaseWatch is one Acquire's subscription to a key's release channel.
+// A nil *releaseWatch watches nothing.
+type releaseWatch struct {
+	ps *redis.PubSub
+	ch <-chan *redis.Message
+}
+
+// watchRelease subscribes to key's release channel on node, and waits for
+// the subscription to be confirmed, so that a release announced after it
+// returns is heard. It returns nil when the node does not answer in time.
+func (c *Client) watchRelease(ctx context.Context, key string, node int, timeout time.Duration) *releaseWatch {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ps := c.nodes[node].rdb.Subscribe(ctx, releaseChannel(key))
+	if _, err := ps.ReceiveTimeout(ctx, timeout); err != nil {
+		_ = ps.Close()
+		return nil
+	}
+	return &releaseWatch{ps: ps, ch: ps.Channel()}
+}
+
+// released returns a channel that receives when a release is announced; nil
+// (never ready) for a nil watch.
+func (w *releaseWatch) released() <-chan *redis.Message {
+	if w == nil {
+		return nil
+	}
+	return w.ch
+}
+
+// drain drops the announcements received so far.
+func (w *releaseWatch) drain() {
+	if w == nil {
+		return
+	}
+	for {
+		select {
+		case <-w.ch:
+		default:
+			return
+		}
+	}
+}
+
+func (w *releaseWatch) close() {
+	if w != nil {
+		_ = w.ps.Close()
+	}
+}
