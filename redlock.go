@@ -28,6 +28,7 @@ package redlock
 import (
 	"context"
 	"crypto/rand"
+	mrand "math/rand/v2"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -359,6 +360,10 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 			select {
 			case <-c.cfg.clock.After(ac.retry.Delay(failed)):
 			case <-watch.released():
+				// Clients that heard the same release would all try at
+				// once and split the votes: spread them a little. This is
+				// about the network, so it is real time, not the Clock.
+				time.Sleep(mrand.N(2 * time.Millisecond))
 			case <-ctx.Done():
 				qe.cause = ctx.Err()
 				return nil, qe
