@@ -28,10 +28,10 @@ package redlock
 import (
 	"context"
 	"crypto/rand"
-	mrand "math/rand/v2"
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
