@@ -26,22 +26,7 @@ func BenchmarkLock(b *testing.B) {
 				b.Cleanup(func() { _ = rdb.Close() })
 				nodes[i] = rdb
 			}
-			rc, err := redlock.New(nodes)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				lock, err := rc.TryAcquire(ctx, "bench", time.Minute)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lock.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-				redlock.WaitSettled(lock)
-			}
+			lockAndRelease(b, nodes)
 		})
 	}
 }
@@ -71,22 +56,28 @@ func BenchmarkLockOverhead(b *testing.B) {
 			for i := range n {
 				nodes[i] = &stubNode{id: i}
 			}
-			rc, err := redlock.New(nodes)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				lock, err := rc.TryAcquire(ctx, "bench", time.Minute)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lock.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-				redlock.WaitSettled(lock)
-			}
+			lockAndRelease(b, nodes)
 		})
+	}
+}
+
+// lockAndRelease acquires and releases one key on nodes b.N times.
+func lockAndRelease(b *testing.B, nodes []redis.UniversalClient) {
+	b.Helper()
+	rc, err := redlock.New(nodes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		lock, err := rc.TryAcquire(ctx, "bench", time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lock.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		redlock.WaitSettled(lock)
 	}
 }
