@@ -7,7 +7,9 @@ func WaitSettled(l *Lock) {
 	l.op.Lock()
 	settled := l.settled
 	l.op.Unlock()
-	settled.wait()
+	for i := range settled.done {
+		settled.waitNode(i)
+	}
 }
 
 // QueuedKeys returns how many keys have goroutines holding or waiting for

@@ -132,13 +132,6 @@ func (s settlement) waitNode(i int) {
 	}
 }
 
-// wait blocks until every node's call has returned or the deadline passed.
-func (s settlement) wait() {
-	for i := range s.done {
-		s.waitNode(i)
-	}
-}
-
 // Stop conditions for fanOut: when it may return before every node replied.
 func (c *Client) decided(t *tally) bool {
 	won, lost := decide(len(c.nodes), c.quorum, t.yes, t.notYes)
