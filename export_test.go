@@ -19,3 +19,26 @@ func QueuedKeys(c *Client) int {
 	defer c.queues.mu.Unlock()
 	return len(c.queues.byKey)
 }
+
+// QueuedCalls returns how many calls wait in node i's pipe behind the send
+// in flight.
+func QueuedCalls(c *Client, i int) int {
+	p := c.nodes[i].pipe
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue)
+}
+
+// PipesIdle reports whether no node's pipe has a send in flight or a call
+// queued.
+func PipesIdle(c *Client) bool {
+	for _, n := range c.nodes {
+		n.pipe.mu.Lock()
+		busy := n.pipe.busy || len(n.pipe.queue) > 0
+		n.pipe.mu.Unlock()
+		if busy {
+			return false
+		}
+	}
+	return true
+}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The arithmetic of the algorithm, kept free of I/O so that it can be
@@ -96,11 +94,6 @@ type tally struct {
 	errs    []error  // a *NodeError for every failed or unanswered node
 }
 
-// nodeOp is one node's share of an operation. Its result is positive when
-// the node holds the token once the operation has run there (for a fenced
-// acquire, the node's fencing counter), zero when it does not.
-type nodeOp func(ctx context.Context, rdb redis.UniversalClient) (int64, error)
-
 type nodeReply struct {
 	node  int
 	value int64
@@ -147,13 +140,15 @@ func (c *Client) won(t *tally) bool { return t.yes >= c.quorum }
 // nil) says the outcome is known.
 //
 // Calls still running when it returns are left to finish; the settlement it
-// returns tells when they have. The next operation with the same token is
-// given it as after, and each of its calls waits for the same node's call
-// of the previous operation, so that a late write cannot land after a later
-// one (a late SET after the release's DEL would leave a key behind until
-// its TTL) while a slow or dead node delays only its own calls. A call that
-// outlives its deadline in a client that ignores context deadlines can
-// still land late; its key expires with the TTL.
+// returns tells when they have. With batching (the default), each node's
+// pipe sends its calls in order (see pipe.go). Without it, the next
+// operation with the same token is given the settlement as after, and each
+// of its calls waits for the same node's call of the previous operation, so
+// that a late write cannot land after a later one (a late SET after the
+// release's DEL would leave a key behind until its TTL) while a slow or dead
+// node delays only its own calls. A call that outlives its deadline in a
+// client that ignores context deadlines can still land late; its key
+// expires with the TTL.
 //
 // It does not use errgroup: Group.Wait waits for every goroutine, and a
 // go-redis client without ContextTimeoutEnabled ignores context deadlines on
@@ -183,9 +178,15 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 			reply(nodeReply{node: i})
 			continue
 		}
+		if nd.pipe != nil {
+			nd.pipe.submit(call{ctx: ctx, op: op, reply: func(v int64, err error) {
+				reply(nodeReply{node: i, value: v, err: err})
+			}})
+			continue
+		}
 		go func() {
 			after.waitNode(i)
-			v, err := op(ctx, nd.rdb)
+			v, err := op.run(ctx, nd.rdb)
 			reply(nodeReply{node: i, value: v, err: err})
 		}()
 	}

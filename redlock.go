@@ -142,6 +142,7 @@ type config struct {
 	retry       RetryPolicy
 	clock       Clock
 	logger      *slog.Logger
+	unbatched   bool
 }
 
 type acquireConfig struct {
@@ -198,6 +199,23 @@ func WithNodeTimeout(d time.Duration) Option {
 			return invalid("node timeout %v must be positive", d)
 		}
 		c.nodeTimeout = d
+		return nil
+	})
+}
+
+// WithBatching turns the batching of concurrent calls on or off. With it,
+// a call bound for a node that is idle is sent at once and alone; calls made
+// while one is in flight to that node wait for it and then go together as
+// one pipeline, so that under load many locks share each round trip. Each
+// node then gets one send at a time, in the order the calls were made, and
+// a call whose deadline passed while it waited is never sent.
+//
+// Turn it off for nodes whose client can not pipeline, or to let a node's
+// calls use all of its connection pool at once: a hung connection then
+// holds up only the calls on it. Default: on.
+func WithBatching(on bool) Option {
+	return clientOption(func(c *config) error {
+		c.unbatched = !on
 		return nil
 	})
 }
@@ -264,6 +282,7 @@ func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
 type node struct {
 	rdb  redis.UniversalClient
 	addr string // "" when the client does not reveal it
+	pipe *pipe  // nil when batching is off
 }
 
 // Client acquires locks over a fixed set of nodes. It is safe for concurrent
@@ -316,6 +335,11 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		}
 		if err := o.applyClient(&c.cfg); err != nil {
 			return nil, err
+		}
+	}
+	if !c.cfg.unbatched {
+		for i := range c.nodes {
+			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb}
 		}
 	}
 	return c, nil

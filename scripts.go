@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"context"
 	_ "embed"
 	"time"
 
@@ -34,11 +33,6 @@ var (
 	releaseScript = redis.NewScript(releaseLua)
 )
 
-// runScript runs s on one node and returns its integer result.
-func runScript(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) (int64, error) {
-	return s.Run(ctx, rdb, keys, args...).Int64()
-}
-
 // fenceKey is where a node keeps the fencing counter of a lock key. The
 // braces make it a hash tag, so that a Redis Cluster node keeps it in the
 // same slot as the lock key.
@@ -47,31 +41,18 @@ func fenceKey(key string) string { return "{" + key + "}:fence" }
 func acquireOn(key, token string, ttl time.Duration, fenced bool) nodeOp {
 	px := pxMillis(ttl)
 	if fenced {
-		keys := []string{key, fenceKey(key)}
-		return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-			return runScript(ctx, rdb, acquireFencedScript, keys, token, px)
-		}
+		return nodeOp{acquireFencedScript, []string{key, fenceKey(key)}, []any{token, px}}
 	}
-	keys := []string{key}
-	return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		return runScript(ctx, rdb, acquireScript, keys, token, px)
-	}
+	return nodeOp{acquireScript, []string{key}, []any{token, px}}
 }
 
 // raiseFenceOn sets the node's fencing counter of key to at least token.
 func raiseFenceOn(key string, token int64) nodeOp {
-	keys := []string{fenceKey(key)}
-	return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		return runScript(ctx, rdb, raiseFenceScript, keys, token)
-	}
+	return nodeOp{raiseFenceScript, []string{fenceKey(key)}, []any{token}}
 }
 
 func extendOn(key, token string, ttl time.Duration) nodeOp {
-	px := pxMillis(ttl)
-	keys := []string{key}
-	return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		return runScript(ctx, rdb, extendScript, keys, token, px)
-	}
+	return nodeOp{extendScript, []string{key}, []any{token, pxMillis(ttl)}}
 }
 
 // releaseOn deletes key if it holds token. A release by the holder (announce)
@@ -79,14 +60,11 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 // does not, since nobody held that lock and waking the waiters for it
 // would only set them colliding again.
 func releaseOn(key, token string, announce bool) nodeOp {
-	keys := []string{key}
 	channel := ""
 	if announce {
 		channel = releaseChannel(key)
 	}
-	return func(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-		return runScript(ctx, rdb, releaseScript, keys, token, channel)
-	}
+	return nodeOp{releaseScript, []string{key}, []any{token, channel}}
 }
 
 // releaseChannel is where the nodes announce that key was released.

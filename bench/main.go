@@ -189,7 +189,7 @@ type libDef struct {
 func allCases() []benchCase {
 	libs := []libDef{
 		{"redlock", []int{1, 3, 5}, newRedlock},
-		{"redlock-autopipeline", []int{1, 3, 5}, newRedlockAutoPipelined},
+		{"redlock-unbatched", []int{1, 3, 5}, newRedlockUnbatched},
 		{"redsync", []int{1, 3, 5}, newRedsync(0)},
 		{"redsync-2ms", []int{1, 3, 5}, newRedsync(2 * time.Millisecond)},
 		{"redislock", []int{1}, newRedislock},
@@ -422,19 +422,11 @@ func newRedlock(e *benchEnv, n int) (locker, func()) {
 	return &redlockLocker{c: c}, stop
 }
 
-// newRedlockAutoPipelined gives the lock go-redis's autopipeliners as its
-// nodes: concurrent commands bound for one node share round trips.
-func newRedlockAutoPipelined(e *benchEnv, n int) (locker, func()) {
+// newRedlockUnbatched is this library with batching off: every call to a
+// node is its own round trip.
+func newRedlockUnbatched(e *benchEnv, n int) (locker, func()) {
 	cs, stop := e.clients(n)
-	nodes := make([]redis.UniversalClient, n)
-	for i, c := range cs {
-		ap, err := c.AutoPipeline()
-		if err != nil {
-			log.Fatal(err)
-		}
-		nodes[i] = ap
-	}
-	c, err := redlock.New(nodes)
+	c, err := redlock.New(cs, redlock.WithBatching(false))
 	if err != nil {
 		log.Fatal(err)
 	}

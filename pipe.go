@@ -1,0 +1,191 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Calls bound for one node go through its pipe. A call that finds the node
+// idle is sent at once, alone, as a plain EVALSHA: nothing waits for company.
+// Calls that arrive while a send to the node is in flight queue, and the
+// moment it returns they all go together as one pipeline, one round trip for
+// all of them. Under load the batches grow by themselves; with no
+// concurrency every call is sent alone, as without the pipe.
+//
+// One send at a time per node also keeps each node's calls in the order
+// they were made, so a lock's later operation does not overtake its earlier
+// one there (a late SET can not land after the release's DEL). A call still
+// queued when its deadline passes or its context ends is answered with that
+// error and never sent: a write that can no longer count is not made.
+//
+// A send whose reply has not come by its deadline (a hung connection, in a
+// go-redis client that ignores context deadlines) stops holding up the
+// queue: the next call starts a new sender. Only then may a later call land
+// before an earlier one, as without batching when a call outlives its
+// deadline; the worst it does is leave a key of ours until its TTL.
+
+// nodeOp is one node's share of an operation: a script and its arguments.
+// The script's result is positive when the node holds the token once it has
+// run (for a fenced acquire, the node's fencing counter), zero when it does
+// not.
+type nodeOp struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// run sends op alone: EVALSHA, and EVAL when the node does not know the
+// script yet.
+func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	return op.script.Run(ctx, rdb, op.keys, op.args...).Int64()
+}
+
+// call is one op on its way to one node; reply is called once with the result.
+type call struct {
+	ctx   context.Context
+	op    nodeOp
+	reply func(value int64, err error)
+}
+
+// pipe sends the calls bound for one node.
+type pipe struct {
+	rdb      redis.UniversalClient
+	mu       sync.Mutex
+	queue    []call
+	spare    []call    // a finished batch's slice, reused for the next queue
+	busy     bool      // a sender goroutine is running
+	sender   uint64    // which sender is the current one
+	deadline time.Time // of the batch in flight; zero when it has none
+}
+
+// submit queues c. It never blocks: the first call on an idle node starts a
+// sender goroutine, which goes on sending what queued behind it and ends
+// when the queue is empty. A send that is past its deadline (a connection
+// that hangs) no longer holds up the calls behind it: the next call starts
+// a new sender and the old one ends with its send.
+func (p *pipe) submit(c call) {
+	p.mu.Lock()
+	p.queue = append(p.queue, c)
+	if p.busy && (p.deadline.IsZero() || time.Now().Before(p.deadline)) {
+		p.mu.Unlock()
+		return
+	}
+	p.busy = true
+	p.deadline = time.Time{} // until the new sender takes its batch
+	p.sender++
+	id := p.sender
+	p.mu.Unlock()
+	go p.drain(id)
+}
+
+func (p *pipe) drain(id uint64) {
+	for {
+		p.mu.Lock()
+		if p.sender != id { // left behind by submit
+			p.mu.Unlock()
+			return
+		}
+		batch := p.queue
+		if len(batch) == 0 {
+			p.busy = false
+			p.mu.Unlock()
+			return
+		}
+		p.queue, p.spare = p.spare[:0], nil
+		p.deadline = latestDeadline(batch)
+		p.mu.Unlock()
+
+		p.send(batch)
+
+		clear(batch) // drop the references to finished calls
+		p.mu.Lock()
+		p.spare = batch
+		p.mu.Unlock()
+	}
+}
+
+// send sends batch, alone or as a pipeline, and replies to every call.
+func (p *pipe) send(batch []call) {
+	live := batch[:0:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.reply(0, fmt.Errorf("not sent: %w", err))
+			continue
+		}
+		live = append(live, c)
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		c := live[0]
+		c.reply(c.op.run(c.ctx, p.rdb))
+		return
+	}
+
+	ctx, cancel := batchContext(live)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(live))
+	_, _ = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, c := range live {
+			cmds[i] = c.op.script.EvalSha(ctx, pl, c.op.keys, c.op.args...)
+		}
+		return nil
+	})
+
+	// The node did not know some scripts (it restarted, or its script cache
+	// was flushed): send those again with the script's text. They ran nowhere
+	// the first time, so nothing runs twice; they do run after the calls of
+	// the batch that followed them, which at worst leaves a key of ours
+	// behind until its TTL, as any late write may.
+	var again []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		_, _ = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for _, i := range again {
+				c := live[i]
+				cmds[i] = c.op.script.Eval(ctx, pl, c.op.keys, c.op.args...)
+			}
+			return nil
+		})
+	}
+	for i, c := range live {
+		c.reply(cmds[i].Int64())
+	}
+}
+
+// batchContext is the context a pipeline is sent under: the values of the
+// first call's context (for the client's hooks), no cancellation (cancelling
+// a go-redis command closes its connection, and the other calls still need
+// their replies), and the latest of the calls' deadlines.
+func batchContext(batch []call) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(batch[0].ctx)
+	if d := latestDeadline(batch); !d.IsZero() {
+		return context.WithDeadline(ctx, d)
+	}
+	return ctx, func() {}
+}
+
+// latestDeadline is the latest of the calls' deadlines, or zero when one of
+// them has none.
+func latestDeadline(batch []call) time.Time {
+	var latest time.Time
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return time.Time{}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return latest
+}

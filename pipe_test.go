@@ -1,0 +1,338 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+// roundTrips records the scripts a go-redis client sends, alone or in
+// pipelines. Until gate is closed, the first round trip of scripts waits (as
+// if its reply were slow), so that calls queue behind it.
+type roundTrips struct {
+	mu        sync.Mutex
+	trips     []trip
+	gate      chan struct{}
+	gated     bool
+	held      int    // scripts in the gated round trip
+	afterGate func() // if set, run once the gated round trip has its replies
+}
+
+// trip is one round trip: its first command's name, how many it had, and
+// the keys of the acquire scripts in it.
+type trip struct {
+	name     string
+	n        int
+	acquires []string
+}
+
+// acquireSHA is the SHA1 of the plain acquire script.
+var acquireSHA = func() string {
+	src, err := os.ReadFile("acquire.lua")
+	if err != nil {
+		panic(err)
+	}
+	return redis.NewScript(string(src)).Hash()
+}()
+
+func newRoundTrips() *roundTrips { return &roundTrips{gate: make(chan struct{})} }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.record([]redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.record(cmds, func() error { return next(ctx, cmds) })
+	}
+}
+
+func (h *roundTrips) record(cmds []redis.Cmder, send func() error) error {
+	name := cmds[0].Name()
+	if name != "evalsha" && name != "eval" {
+		return send() // go-redis's handshake on a new connection
+	}
+	tr := trip{name: name, n: len(cmds)}
+	for _, cmd := range cmds {
+		if args := cmd.Args(); len(args) > 3 && args[1] == acquireSHA {
+			tr.acquires = append(tr.acquires, args[3].(string))
+		}
+	}
+	h.mu.Lock()
+	h.trips = append(h.trips, tr)
+	first := !h.gated
+	if first {
+		h.gated, h.held = true, len(cmds)
+	}
+	h.mu.Unlock()
+	if !first {
+		return send()
+	}
+	<-h.gate
+	err := send()
+	if h.afterGate != nil {
+		h.afterGate()
+	}
+	return err
+}
+
+// queuedBehindGate reports whether the gated round trip and the calls
+// queued behind it make up n calls.
+func (h *roundTrips) queuedBehindGate(rc *redlock.Client, n int) func() bool {
+	return func() bool {
+		h.mu.Lock()
+		held := h.held
+		h.mu.Unlock()
+		return held > 0 && held+redlock.QueuedCalls(rc, 0) == n
+	}
+}
+
+func (h *roundTrips) recorded() []trip {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]trip(nil), h.trips...)
+}
+
+// warmUp lets the node learn the scripts, ungated, and forgets the trips.
+func (h *roundTrips) warmUp(t *testing.T, rc *redlock.Client) {
+	t.Helper()
+	h.mu.Lock()
+	h.gated = true
+	h.mu.Unlock()
+	mustRelease(t, mustTryAcquire(t, rc, context.Background(), "warm-up", 10*time.Second))
+	h.mu.Lock()
+	h.gated, h.trips = false, nil
+	h.mu.Unlock()
+}
+
+// hookedNode is one embedded node whose client counts its round trips.
+func hookedNode(t *testing.T) (*cluster, *roundTrips) {
+	t.Helper()
+	c := newCluster(t, 1)
+	h := newRoundTrips()
+	c.clients[0].AddHook(h)
+	return c, h
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// tryAcquireAll runs TryAcquire on keys at once, one goroutine each, and
+// returns the results by key index.
+func tryAcquireAll(ctx context.Context, rc *redlock.Client, keys []string, ttl time.Duration) ([]*redlock.Lock, []error) {
+	locks := make([]*redlock.Lock, len(keys))
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			locks[i], errs[i] = rc.TryAcquire(ctx, k, ttl)
+		}()
+	}
+	wg.Wait()
+	return locks, errs
+}
+
+func keysFor(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return keys
+}
+
+// scriptTrips counts the round trips of scripts sent alone and in pipelines.
+func scriptTrips(trips []trip) (alone, pipelined int) {
+	for _, tr := range trips {
+		if tr.n == 1 {
+			alone++
+		} else {
+			pipelined++
+		}
+	}
+	return alone, pipelined
+}
+
+func TestBatching_aloneSendsPlainCommands(t *testing.T) {
+	c, h := hookedNode(t)
+	close(h.gate)
+	rc := c.client(t)
+	h.warmUp(t, rc)
+	for i := range 5 {
+		lock := mustTryAcquire(t, rc, context.Background(), fmt.Sprint("alone-", i), 10*time.Second)
+		mustRelease(t, lock)
+	}
+	if alone, pipelined := scriptTrips(h.recorded()); alone != 10 || pipelined != 0 {
+		t.Fatalf("5 sequential acquires and releases: %d scripts alone, %d pipelines; want 10 alone, none pipelined", alone, pipelined)
+	}
+}
+
+// acquireBehindGate runs TryAcquire on keys at once: the first alone,
+// held at the gate, and the rest once it is. It returns once they are all
+// queued behind it.
+func acquireBehindGate(ctx context.Context, t *testing.T, rc *redlock.Client, h *roundTrips, keys []string) (wait func() ([]*redlock.Lock, []error)) {
+	t.Helper()
+	locks := make([]*redlock.Lock, len(keys))
+	errs := make([]error, len(keys))
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		locks[0], errs[0] = rc.TryAcquire(context.Background(), keys[0], 10*time.Second)
+	}()
+	waitFor(t, "the first call at the gate", h.queuedBehindGate(rc, 1))
+	rest := make(chan struct{})
+	go func() {
+		defer close(rest)
+		l, e := tryAcquireAll(ctx, rc, keys[1:], 10*time.Second)
+		copy(locks[1:], l)
+		copy(errs[1:], e)
+	}()
+	waitFor(t, "every call queued", h.queuedBehindGate(rc, len(keys)))
+	return func() ([]*redlock.Lock, []error) {
+		<-first
+		<-rest
+		return locks, errs
+	}
+}
+
+func mustHoldAll(t *testing.T, c *cluster, keys []string, locks []*redlock.Lock, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("TryAcquire(%s): %v", keys[i], err)
+		}
+		if got := c.holders(keys[i], locks[i].Token()); len(got) != 1 {
+			t.Fatalf("%s not stored on the node", keys[i])
+		}
+	}
+}
+
+func TestBatching_concurrentCallsShareRoundTrips(t *testing.T) {
+	c, h := hookedNode(t)
+	rc := c.client(t)
+	h.warmUp(t, rc)
+	keys := keysFor("shared", 32)
+
+	wait := acquireBehindGate(context.Background(), t, rc, h, keys)
+	close(h.gate)
+	locks, errs := wait()
+
+	mustHoldAll(t, c, keys, locks, errs)
+	if got := h.recorded(); len(got) != 2 {
+		t.Fatalf("round trips %v, want 2: the one in flight, then every queued call in one pipeline", got)
+	}
+}
+
+func TestBatching_nodeForgotScripts(t *testing.T) {
+	c, h := hookedNode(t)
+	rc := c.client(t)
+	h.warmUp(t, rc)
+	keys := keysFor("noscript", 8)
+	// The node forgets its scripts (as after a restart) once the round trip
+	// in flight has run, before the queued calls arrive.
+	admin := redis.NewClient(&redis.Options{Addr: c.addrs[0]})
+	defer admin.Close()
+	h.afterGate = func() {
+		if err := admin.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Error(err)
+		}
+	}
+
+	wait := acquireBehindGate(context.Background(), t, rc, h, keys)
+	close(h.gate)
+	locks, errs := wait()
+
+	mustHoldAll(t, c, keys, locks, errs)
+	got := h.recorded()
+	if len(got) != 3 || got[1].name != "evalsha" || got[2].name != "eval" || got[1].n != got[2].n {
+		t.Fatalf("round trips %v, want the gated one, then the queued calls as EVALSHA (NOSCRIPT), then the same as EVAL", got)
+	}
+}
+
+func TestBatching_cancelledQueuedCallsAreNotSent(t *testing.T) {
+	c, h := hookedNode(t)
+	rc := c.client(t)
+	h.warmUp(t, rc)
+	keys := keysFor("cancelled", 8)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := acquireBehindGate(ctx, t, rc, h, keys)
+	cancel()
+	// The queued attempts end with the context, and their clean-up releases
+	// queue behind the gated call too.
+	waitFor(t, "the releases", func() bool { return redlock.QueuedCalls(rc, 0) == 2*(len(keys)-1) })
+	close(h.gate)
+	locks, errs := wait()
+	waitFor(t, "the pipe to empty", func() bool { return redlock.PipesIdle(rc) })
+
+	mustHoldAll(t, c, keys[:1], locks[:1], errs[:1])
+	for i, err := range errs[1:] {
+		if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want ErrNotAcquired and context.Canceled", err)
+		}
+		if got := c.holdersAny(keys[i+1]); len(got) != 0 {
+			t.Errorf("%s is on the node after its attempt was cancelled", keys[i+1])
+		}
+	}
+	// Only the gated round trip carried an acquire: the cancelled calls were
+	// dropped from the queue, their clean-up releases were sent.
+	trips := h.recorded()
+	if len(trips) != 2 || len(trips[0].acquires) != 1 || len(trips[1].acquires) != 0 || trips[1].n != len(keys)-1 {
+		t.Fatalf("round trips %v, want the gated acquire, then the 7 releases in one pipeline", trips)
+	}
+}
+
+func TestBatching_hungSendDoesNotHoldUpLaterCalls(t *testing.T) {
+	c, h := hookedNode(t)
+	rc := c.client(t, redlock.WithNodeTimeout(50*time.Millisecond))
+	defer close(h.gate)
+
+	_, err := rc.TryAcquire(context.Background(), "stuck", 10*time.Second)
+	mustNotAcquire(t, err)
+	var ne *redlock.NodeError
+	if !errors.As(err, &ne) {
+		t.Fatalf("err = %v, want a NodeError for the stuck call", err)
+	}
+	// The stuck call is still at the gate; the next call goes on its own.
+	lock := mustTryAcquire(t, rc, context.Background(), "next", 10*time.Second)
+	if got := c.holders("next", lock.Token()); len(got) != 1 {
+		t.Fatal("the call after the stuck one did not reach the node")
+	}
+}
+
+func TestBatching_off(t *testing.T) {
+	c, h := hookedNode(t)
+	close(h.gate)
+	rc := c.client(t, redlock.WithBatching(false))
+	h.warmUp(t, rc)
+	keys := keysFor("unbatched", 16)
+	locks, errs := tryAcquireAll(context.Background(), rc, keys, 10*time.Second)
+	mustHoldAll(t, c, keys, locks, errs)
+	for _, l := range locks {
+		mustRelease(t, l)
+	}
+	if alone, pipelined := scriptTrips(h.recorded()); alone != 32 || pipelined != 0 {
+		t.Fatalf("%d scripts alone, %d pipelines with batching off; want 32 alone", alone, pipelined)
+	}
+}
