@@ -42,3 +42,17 @@ func PipesIdle(c *Client) bool {
 	}
 	return true
 }
+
+// LocalWaiters returns how many goroutines of c wait in Acquire for key's
+// local turn.
+func LocalWaiters(c *Client, key string) int {
+	c.queues.mu.Lock()
+	q := c.queues.byKey[key]
+	c.queues.mu.Unlock()
+	if q == nil {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiters)
+}

@@ -3,27 +3,60 @@ package redlock
 import (
 	"context"
 	"fmt"
+	mrand "math/rand/v2"
+	"slices"
 	"sync"
+	"time"
 )
 
 // Goroutines of one Client that Acquire the same key queue here, first come
 // first served, so that only one of them at a time contends for it on the
 // nodes. The others would only collide with it (and with each other),
-// splitting the votes and backing off; queued, the next one starts its
-// attempt the moment the lock is released, instead of after a random delay.
+// splitting the votes and backing off; queued, the next one starts the
+// moment the lock is released, instead of after a random delay.
+//
+// When the holder releases a lock that has a local waiter, the lock is
+// handed to the waiter instead (see handOff): one round trip in which every
+// node that holds the releasing token swaps it for the waiter's new one,
+// rather than a release and an acquire. Hand-offs in a row are bounded (see
+// WithHandOff), so that other processes waiting for the key get their
+// chance.
 //
 // This is safe because the queue only decides which local goroutine may
-// try; every lock is still won on a quorum of the nodes, exactly as
-// without it. A holder that never releases holds up its local waiters only
-// until its lock ends: the waiters make sure its validity is watched, and
-// the end of the validity frees the queue like a release does.
+// try or receive the key; every lock, handed over or not, is won on a
+// quorum of the nodes with its own token and its validity counted from the
+// start of the round trip that won it, exactly as an acquire. A holder that
+// never releases holds up its local waiters only until its lock ends: the
+// waiters make sure its validity is watched, and the end of the validity
+// frees the queue like a release does.
+
+// defaultHandOffs is how many times in a row a key may be handed between
+// goroutines of one Client before it is released for everyone.
+const defaultHandOffs = 8
+
+// grant is what a waiter receives when its turn comes: a lock handed over,
+// or nil, and then the right to contend on the nodes.
+type grant struct {
+	lock  *Lock
+	yield bool // a run of hand-offs was cut: let other processes try first
+}
+
+// waiter is a goroutine queued for a key, with what its Acquire asked for.
+type waiter struct {
+	ttl   time.Duration
+	ac    acquireConfig
+	grant chan grant // buffered: the turn is given without blocking
+}
 
 // localQueue is the queue of one key.
 type localQueue struct {
-	turn   chan struct{} // holding a place in it is the right to contend
-	mu     sync.Mutex
-	users  int   // goroutines holding or waiting for the turn
-	holder *Lock // the lock won by the goroutine whose turn it is, if any
+	key     string
+	mu      sync.Mutex
+	busy    bool      // a goroutine has the turn
+	waiters []*waiter // first come first served
+	holder  *Lock     // the lock won or handed in the current turn, if any
+	chain   int       // hand-offs since the key was last won by contending
+	yield   bool      // the next turn comes after a run of hand-offs was cut
 }
 
 type localQueues struct {
@@ -31,94 +64,175 @@ type localQueues struct {
 	byKey map[string]*localQueue
 }
 
-// join registers a goroutine that wants key's turn and returns its queue.
-func (qs *localQueues) join(key string) *localQueue {
+// wait blocks until it is the caller's turn on key, or ctx ends. It returns
+// the key's queue and, when the previous holder handed it over, the lock.
+func (qs *localQueues) wait(ctx context.Context, key string, ttl time.Duration, ac acquireConfig) (*localQueue, grant, error) {
 	qs.mu.Lock()
-	defer qs.mu.Unlock()
 	if qs.byKey == nil {
 		qs.byKey = map[string]*localQueue{}
 	}
 	q := qs.byKey[key]
 	if q == nil {
-		q = &localQueue{turn: make(chan struct{}, 1)}
+		q = &localQueue{key: key}
 		qs.byKey[key] = q
 	}
 	q.mu.Lock()
-	q.users++
-	if q.holder != nil {
-		q.holder.Done() // watch the holder's validity, so its end frees the turn
-	}
-	q.mu.Unlock()
-	return q
-}
-
-// leave unregisters a goroutine that no longer holds or waits for the turn.
-func (qs *localQueues) leave(key string, q *localQueue) {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	q.mu.Lock()
-	q.users--
-	empty := q.users == 0
-	q.mu.Unlock()
-	if empty {
-		delete(qs.byKey, key)
-	}
-}
-
-// wait blocks until it is the caller's turn, or ctx ends.
-func (q *localQueue) wait(ctx context.Context) error {
-	select {
-	case q.turn <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// hold records the lock won in the current turn; its end passes the turn on.
-func (qs *localQueues) hold(key string, q *localQueue, l *Lock) {
-	end := func() {
-		q.mu.Lock()
-		q.holder = nil
+	qs.mu.Unlock()
+	if !q.busy {
+		q.busy = true
 		q.mu.Unlock()
-		qs.pass(key, q)
+		return q, grant{}, nil
 	}
-	l.mu.Lock()
-	if l.released || l.lost { // it ended already
-		l.mu.Unlock()
-		end()
-		return
+	w := &waiter{ttl: ttl, ac: ac, grant: make(chan grant, 1)}
+	q.waiters = append(q.waiters, w)
+	holder := q.holder
+	q.mu.Unlock()
+	if holder != nil {
+		holder.Done() // watch the holder's validity, so its end frees the turn
 	}
-	l.onEnd = end
-	l.mu.Unlock()
 
+	select {
+	case g := <-w.grant:
+		return q, g, nil
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	if i := slices.Index(q.waiters, w); i >= 0 {
+		q.waiters = slices.Delete(q.waiters, i, i+1)
+		q.mu.Unlock()
+		return nil, grant{}, ctx.Err()
+	}
+	q.mu.Unlock()
+	// The turn was given at the moment ctx ended: give it back.
+	g := <-w.grant
+	if g.lock != nil {
+		_ = g.lock.Release(context.WithoutCancel(ctx))
+	} else {
+		qs.pass(q)
+	}
+	return nil, grant{}, ctx.Err()
+}
+
+// hold records l as the lock of q's current turn; l's end passes the turn
+// on, unless l was handed over first.
+func (qs *localQueues) hold(q *localQueue, l *Lock) {
 	q.mu.Lock()
 	q.holder = l
-	waiting := q.users > 1
+	waiting := len(q.waiters) > 0
 	q.mu.Unlock()
+
+	l.mu.Lock()
+	l.queue = q
+	ended := l.released || l.lost
+	if !ended {
+		l.onEnd = func() { qs.end(q, l) }
+	}
+	l.mu.Unlock()
+	if ended {
+		qs.end(q, l)
+		return
+	}
 	if waiting {
 		l.Done()
 	}
 }
 
-// pass gives the turn up without a lock.
-func (qs *localQueues) pass(key string, q *localQueue) {
-	<-q.turn
-	qs.leave(key, q)
+// end passes the turn on when l, the holder, ended without a hand-off.
+func (qs *localQueues) end(q *localQueue, l *Lock) {
+	q.mu.Lock()
+	if q.holder != l {
+		q.mu.Unlock()
+		return
+	}
+	q.holder = nil
+	q.mu.Unlock()
+	qs.pass(q)
+}
+
+// pass gives the turn, without a lock, to the first waiter, or frees it.
+func (qs *localQueues) pass(q *localQueue) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.chain = 0
+	if len(q.waiters) > 0 {
+		w := q.waiters[0]
+		q.waiters = q.waiters[1:]
+		w.grant <- grant{yield: q.yield}
+		q.yield = false
+		return
+	}
+	q.busy, q.yield = false, false
+	if qs.byKey[q.key] == q {
+		delete(qs.byKey, q.key)
+	}
+}
+
+// nextForHandOff takes the first waiter of the queue l holds, when l may be
+// handed to it: l is the holder and the run of hand-offs is not at its
+// limit. The queue then no longer has a holder until handOver or giveTurn.
+func (qs *localQueues) nextForHandOff(l *Lock, limit int) (*localQueue, *waiter) {
+	l.mu.Lock()
+	q := l.queue
+	l.mu.Unlock()
+	if q == nil {
+		return nil, nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.holder != l || len(q.waiters) == 0 {
+		return nil, nil
+	}
+	if q.chain >= limit {
+		q.yield = limit > 0
+		return nil, nil
+	}
+	w := q.waiters[0]
+	q.waiters = q.waiters[1:]
+	q.holder = nil
+	return q, w
+}
+
+// handOver gives w the lock next, handed to it, as the queue's holder.
+func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock) {
+	q.mu.Lock()
+	q.chain++
+	q.mu.Unlock()
+	qs.hold(q, next)
+	w.grant <- grant{lock: next}
+}
+
+// giveTurn gives w the turn without a lock, after a hand-off failed.
+func (qs *localQueues) giveTurn(q *localQueue, w *waiter) {
+	q.mu.Lock()
+	q.chain = 0
+	q.mu.Unlock()
+	w.grant <- grant{}
 }
 
 // acquireQueued is Acquire's attempt loop run in the key's local turn.
-func (c *Client) acquireQueued(ctx context.Context, key string, attempt func() (*Lock, error)) (*Lock, error) {
-	q := c.queues.join(key)
-	if err := q.wait(ctx); err != nil {
-		c.queues.leave(key, q)
-		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%q: gave up waiting behind this client's other acquires", key), cause: err}
+func (c *Client) acquireQueued(ctx context.Context, key string, ttl time.Duration, ac acquireConfig, attempt func() (*Lock, error)) (*Lock, error) {
+	q, g, err := c.queues.wait(ctx, key, ttl, ac)
+	if err != nil {
+		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%q: gave up waiting behind this client's other acquires", key), cause: err, heldOn: -1}
+	}
+	if g.lock != nil {
+		return g.lock, nil
+	}
+	if g.yield {
+		// This client kept the key through a run of hand-offs and has just
+		// released it: other processes woken by the release try first.
+		select {
+		case <-time.After(mrand.N(2 * time.Millisecond)):
+		case <-ctx.Done():
+		}
 	}
 	lock, err := attempt()
 	if err != nil {
-		c.queues.pass(key, q)
+		c.queues.pass(q)
 		return nil, err
 	}
-	c.queues.hold(key, q, lock)
+	c.queues.hold(q, lock)
 	return lock, nil
 }

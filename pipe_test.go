@@ -22,8 +22,9 @@ type roundTrips struct {
 	trips     []trip
 	gate      chan struct{}
 	gated     bool
-	held      int    // scripts in the gated round trip
-	afterGate func() // if set, run once the gated round trip has its replies
+	held      int      // scripts in the gated round trip
+	shas      []string // of every script sent, in order
+	afterGate func()   // if set, run once the gated round trip has its replies
 }
 
 // trip is one round trip: its first command's name, how many it had, and
@@ -72,6 +73,11 @@ func (h *roundTrips) record(cmds []redis.Cmder, send func() error) error {
 	}
 	h.mu.Lock()
 	h.trips = append(h.trips, tr)
+	for _, cmd := range cmds {
+		if args := cmd.Args(); name == "evalsha" && len(args) > 1 {
+			h.shas = append(h.shas, args[1].(string))
+		}
+	}
 	first := !h.gated
 	if first {
 		h.gated, h.held = true, len(cmds)
@@ -113,7 +119,7 @@ func (h *roundTrips) warmUp(t *testing.T, rc *redlock.Client) {
 	h.mu.Unlock()
 	mustRelease(t, mustTryAcquire(t, rc, context.Background(), "warm-up", 10*time.Second))
 	h.mu.Lock()
-	h.gated, h.trips = false, nil
+	h.gated, h.trips, h.shas = false, nil, nil
 	h.mu.Unlock()
 }
 

@@ -143,6 +143,7 @@ type config struct {
 	clock       Clock
 	logger      *slog.Logger
 	unbatched   bool
+	handOffs    int
 }
 
 type acquireConfig struct {
@@ -216,6 +217,25 @@ func WithNodeTimeout(d time.Duration) Option {
 func WithBatching(on bool) Option {
 	return clientOption(func(c *config) error {
 		c.unbatched = !on
+		return nil
+	})
+}
+
+// WithHandOff sets how many times in a row a released lock may be handed
+// straight to the next goroutine of this Client waiting in Acquire for the
+// same key. A hand-off is one round trip in which every node that holds the
+// releasing token swaps it for the next holder's: the next lock is won on a
+// quorum with its own token, fencing token and validity, like any acquire,
+// and no other process can take the key in between. After limit hand-offs
+// in a row the lock is released on the nodes, so that other processes
+// waiting for the key get their chance. The limit must be at least 0; 0
+// turns hand-offs off. Default: 8.
+func WithHandOff(limit int) Option {
+	return clientOption(func(c *config) error {
+		if limit < 0 {
+			return invalid("hand-off limit %d is negative", limit)
+		}
+		c.handOffs = limit
 		return nil
 	})
 }
@@ -316,6 +336,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 			retry:       ExponentialBackoff(defaultRetryBase, defaultRetryMax),
 			clock:       systemClock{},
 			logger:      slog.New(slog.DiscardHandler),
+			handOffs:    defaultHandOffs,
 		},
 	}
 	for i, rdb := range nodes {
@@ -365,7 +386,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, err
 	}
-	return c.acquireQueued(ctx, key, func() (*Lock, error) {
+	return c.acquireQueued(ctx, key, ttl, ac, func() (*Lock, error) {
 		var watch *releaseWatch // subscribed after the first failure
 		defer func() { watch.close() }()
 		for failed := 1; ; failed++ {
@@ -456,6 +477,16 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac 
 	// settlement; a failure waits for every node, so that the cleanup knows
 	// which ones may hold the key.
 	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, settlement{}, acquireOn(key, token, ttl, ac.fenced))
+	lock, _, qe := c.conclude(ctx, key, token, ttl, ac, start, t, settled)
+	return lock, qe
+}
+
+// conclude is steps 3 and 4 of an attempt that started at start and got t
+// from the nodes: the Lock when a quorum took the key within its validity
+// (for a fenced lock, once a quorum stores its fencing token), or else the
+// release of the key wherever it may have been taken. The settlement is that
+// of the last calls sent.
+func (c *Client) conclude(ctx context.Context, key, token string, ttl time.Duration, ac acquireConfig, start time.Time, t tally, settled settlement) (*Lock, settlement, *quorumError) {
 	var fence int64
 	fenceStored := true // or not needed
 	if ac.fenced && t.yes >= c.quorum {
@@ -473,13 +504,13 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac 
 		if ac.autoRenew {
 			l.startRenewal()
 		}
-		return l, nil
+		return l, settled, nil
 	}
 
 	// Step 4: a node that failed or did not answer may still have taken the
 	// lock, so everything but a definite "held by another" is released, each
 	// node's delete sent once its SET has landed or timed out.
-	c.cleanup(ctx, key, token, ttl, t.answers, settled)
+	settled = c.cleanup(ctx, key, token, ttl, t.answers, settled)
 
 	var detail string
 	switch {
@@ -491,7 +522,7 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac 
 		detail = fmt.Sprintf("%q: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", key, elapsed, ttl, drift)
 	}
 	heldOn := slices.Index(t.answers, holdsNot)
-	return nil, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn}
+	return nil, settled, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn}
 }
 
 // settleFence picks the fencing token of a fenced acquire that won its
@@ -531,7 +562,7 @@ func (c *Client) settleFence(ctx context.Context, key string, ttl time.Duration,
 // took the key or were not waited for; on those that failed, the delete goes
 // on in the background, so that a dead node does not hold up the next
 // attempt.
-func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Duration, answers []answer, after settlement) {
+func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Duration, answers []answer, after settlement) settlement {
 	skip := make([]bool, len(answers))
 	for i, a := range answers {
 		skip[i] = a == holdsNot
@@ -544,11 +575,12 @@ func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Durati
 		}
 		return true
 	}
-	t, _ := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, releaseOn(key, token, false))
+	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, releaseOn(key, token, false))
 	if len(t.errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
 			"key", key, "ttl", ttl, "err", errors.Join(t.errs...))
 	}
+	return settled
 }
 
 func (c *Client) nodeTimeout(ttl time.Duration) time.Duration {
@@ -588,7 +620,8 @@ type Lock struct {
 
 	done      chan struct{} // closed when the lock ends; see Done
 	closeDone sync.Once
-	onEnd     func() // run once when the lock ends: passes the local turn on
+	onEnd     func()      // run once when the lock ends: passes the local turn on
+	queue     *localQueue // the local queue whose turn this lock is, if any
 }
 
 // finish runs the lock's end hook, once.
@@ -752,31 +785,51 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.closeDone.Do(func() { close(l.done) })
 
 	c := l.client
+	ctx = context.WithoutCancel(ctx)
 	expired := !c.cfg.clock.Now().Before(until)
+	if !expired {
+		if q, w := c.queues.nextForHandOff(l, c.cfg.handOffs); w != nil {
+			next, yes, no, t := c.handOff(ctx, l, w)
+			if next != nil {
+				c.queues.handOver(q, w, next)
+				l.finish()
+				return l.releaseResult(ctx, judgeRelease(len(c.nodes), c.quorum, yes, no, false), yes, no, ttl, t.errs)
+			}
+			defer c.queues.giveTurn(q, w) // once the key is released below
+		}
+	}
 	// Release returns once a quorum confirms; the deletes still under way
 	// can only remove this lock's own keys.
-	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), c.won, nil, l.settled, releaseOn(l.key, l.token, true))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, l.settled, releaseOn(l.key, l.token, true))
 	l.settled = settled
 	l.finish()
+	return l.releaseResult(ctx, judgeRelease(len(c.nodes), c.quorum, t.yes, t.no, expired), t.yes, t.no, ttl, t.errs)
+}
+
+// releaseResult is Release's result, given what the nodes answered: yes nodes
+// held the token until the release, no nodes did not, errs are the nodes
+// that failed.
+func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, no int, ttl time.Duration, errs []error) error {
+	c := l.client
 	n := len(c.nodes)
-	switch judgeRelease(n, c.quorum, t.yes, t.no, expired) {
+	switch outcome {
 	case lostBefore:
-		detail := fmt.Sprintf("%q: held by %d of %d nodes at release, quorum %d", l.key, t.yes, n, c.quorum)
-		if expired && t.no <= n-c.quorum {
+		detail := fmt.Sprintf("%q: held by %d of %d nodes at release, quorum %d", l.key, yes, n, c.quorum)
+		if no <= n-c.quorum {
 			detail += ", after its validity had run out"
 		}
-		return &quorumError{kind: ErrLockLost, detail: detail, nodes: t.errs}
+		return &quorumError{kind: ErrLockLost, detail: detail, nodes: errs}
 	case incomplete:
 		return &quorumError{
 			kind: errReleaseIncomplete,
 			detail: fmt.Sprintf("%q: deleted on %d and absent from %d of %d nodes, quorum %d; the rest expire with the ttl %v",
-				l.key, t.yes, t.no, n, c.quorum, ttl),
-			nodes: t.errs,
+				l.key, yes, no, n, c.quorum, ttl),
+			nodes: errs,
 		}
 	}
-	if len(t.errs) > 0 {
+	if len(errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: released, but some nodes failed; their keys expire with the ttl",
-			"key", l.key, "ttl", ttl, "err", errors.Join(t.errs...))
+			"key", l.key, "ttl", ttl, "err", errors.Join(errs...))
 	}
 	return nil
 }

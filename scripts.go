@@ -28,6 +28,10 @@ var (
 	extendLua    string
 	extendScript = redis.NewScript(extendLua)
 
+	//go:embed handoff.lua
+	handOffLua    string
+	handOffScript = redis.NewScript(handOffLua)
+
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
@@ -44,6 +48,16 @@ func acquireOn(key, token string, ttl time.Duration, fenced bool) nodeOp {
 		return nodeOp{acquireFencedScript, []string{key, fenceKey(key)}, []any{token, px}}
 	}
 	return nodeOp{acquireScript, []string{key}, []any{token, px}}
+}
+
+// handOffOn takes key for token where it holds from's token or is free;
+// see handoff.lua for its result.
+func handOffOn(key, token, from string, ttl time.Duration, fenced bool) nodeOp {
+	keys := []string{key}
+	if fenced {
+		keys = append(keys, fenceKey(key))
+	}
+	return nodeOp{handOffScript, keys, []any{token, pxMillis(ttl), from}}
 }
 
 // raiseFenceOn sets the node's fencing counter of key to at least token.

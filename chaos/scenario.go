@@ -38,11 +38,12 @@ type Scenario struct {
 	// for the scenario to count: the fence has to have acted.
 	minRefused int
 
-	workers int
-	keys    int
-	ttl     time.Duration
-	work    time.Duration
-	pause   time.Duration // client pause injected by the faults (see env.pauseNext)
+	workers   int
+	perClient int // workers sharing one lock Client
+	keys      int
+	ttl       time.Duration
+	work      time.Duration
+	pause     time.Duration // client pause injected by the faults (see env.pauseNext)
 
 	faults func(ctx context.Context, e *env) error
 }
@@ -101,7 +102,7 @@ func (e *env) each(idx []int, f func(*Node) error) error {
 func Scenarios(size int) []Scenario {
 	const ttl = time.Second
 	generic := func(s Scenario) Scenario {
-		s.Safe, s.workers, s.keys, s.ttl, s.work = true, 8, 4, ttl, 100*time.Microsecond
+		s.Safe, s.workers, s.perClient, s.keys, s.ttl, s.work = true, 8, 2, 4, ttl, 100*time.Microsecond
 		return s
 	}
 	// The directed scenarios strike while a section is under way, with
@@ -525,7 +526,7 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 	}
 
 	wl := &workload{
-		workers: s.workers, keys: s.keys, ttl: s.ttl, work: s.work,
+		workers: s.workers, perClient: s.perClient, keys: s.keys, ttl: s.ttl, work: s.work,
 		target: cfg.Size, seed: seed, fenced: s.fenced,
 	}
 	if s.directed {

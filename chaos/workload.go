@@ -14,22 +14,25 @@ import (
 	"github.com/quorumlock/redlock"
 )
 
-// workload is W workers, each its own lock Client with connections of its
-// own (as separate processes would have), contending on a few keys. In
+// workload is W workers contending on a few keys. Workers come in groups
+// of perClient that share one lock Client, with connections of its own (as
+// separate processes would have, each with a few goroutines), so that the
+// Client's local queue and hand-offs are under test as well. In
 // each critical section a worker reads the key's counter from the Register,
 // works, checks that its lock is still valid, and writes the counter back
 // one higher.
 type workload struct {
-	workers  int
-	keys     int
-	ttl      time.Duration
-	work     time.Duration                  // time spent between read and write
-	pause    func(worker int) time.Duration // a stop-the-world pause after the validity check; may be nil
-	target   int                            // stop once this many sections are done
-	fenced   bool                           // acquire WithFencing; the register checks the tokens
-	addrs    []string                       // where the clients connect: the links
-	seed     uint64
-	register *Register
+	workers   int
+	perClient int // workers sharing one Client; 1 when zero
+	keys      int
+	ttl       time.Duration
+	work      time.Duration                  // time spent between read and write
+	pause     func(worker int) time.Duration // a stop-the-world pause after the validity check; may be nil
+	target    int                            // stop once this many sections are done
+	fenced    bool                           // acquire WithFencing; the register checks the tokens
+	addrs     []string                       // where the clients connect: the links
+	seed      uint64
+	register  *Register
 
 	mu       sync.Mutex
 	sections []Section
@@ -56,7 +59,8 @@ func (w *workload) run(ctx context.Context) error {
 		wg   sync.WaitGroup
 		errs = make(chan error, w.workers)
 	)
-	for i := range w.workers {
+	per := max(w.perClient, 1)
+	for first := 0; first < w.workers; first += per {
 		clients := make([]redis.UniversalClient, len(w.addrs))
 		for j, a := range w.addrs {
 			// ContextTimeoutEnabled stays off: the lock enforces its own
@@ -75,23 +79,31 @@ func (w *workload) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		var group sync.WaitGroup
+		for i := first; i < min(first+per, w.workers); i++ {
+			group.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer group.Done()
+				rng := rand.New(rand.NewPCG(w.seed, uint64(i)))
+				for ctx.Err() == nil && int(w.done.Load()) < w.target {
+					if err := w.section(ctx, locker, i, rng); err != nil {
+						if ctx.Err() == nil {
+							errs <- fmt.Errorf("worker %d: %w", i, err)
+							cancel()
+						}
+						return
+					}
+				}
+			}()
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() {
-				for _, c := range clients {
-					_ = c.Close()
-				}
-			}()
-			rng := rand.New(rand.NewPCG(w.seed, uint64(i)))
-			for ctx.Err() == nil && int(w.done.Load()) < w.target {
-				if err := w.section(ctx, locker, i, rng); err != nil {
-					if ctx.Err() == nil {
-						errs <- fmt.Errorf("worker %d: %w", i, err)
-						cancel()
-					}
-					return
-				}
+			group.Wait()
+			for _, c := range clients {
+				_ = c.Close()
 			}
 		}()
 	}

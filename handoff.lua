@@ -1,0 +1,28 @@
+-- Hands a lock from its holder in one process to the next goroutine of the
+-- same process waiting for it: takes the key if it holds the holder's token
+-- or is free, or renews it if it already holds ours (a resend).
+-- KEYS[1]: the lock key
+-- KEYS[2]: the key's fencing counter, given only for a fenced lock
+-- ARGV[1]: our token
+-- ARGV[2]: ttl in milliseconds
+-- ARGV[3]: the holder's token
+-- Returns 0 if someone else holds the key. Otherwise 2*c + r: c is the
+-- fencing counter after its increment (1 when not fenced), r is 1 if the
+-- holder's token was there and 0 if not.
+local v = redis.call('GET', KEYS[1])
+local r = 0
+if v == ARGV[3] then
+  r = 1
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+elseif v == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+elseif v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  return 0
+end
+local c = 1
+if #KEYS > 1 then
+  c = redis.call('INCR', KEYS[2])
+end
+return 2 * c + r
