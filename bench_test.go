@@ -31,22 +31,28 @@ func BenchmarkLock(b *testing.B) {
 	}
 }
 
-// stubNode answers every script with 1 at once, in process: with it,
+// stubAnswers makes a go-redis client answer every script with 1 at once,
+// in process, alone or pipelined, without a connection: with it,
 // BenchmarkLockOverhead measures what the library itself costs per lock,
 // with no server and no network.
-type stubNode struct {
-	redis.UniversalClient // nil: only the script calls below are used
-	id                    int
+type stubAnswers struct{}
+
+func (stubAnswers) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (stubAnswers) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(_ context.Context, cmd redis.Cmder) error {
+		cmd.(*redis.Cmd).SetVal(int64(1))
+		return nil
+	}
 }
 
-func (*stubNode) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
-	cmd.SetVal(int64(1))
-	return cmd
-}
-
-func (n *stubNode) Eval(ctx context.Context, s string, keys []string, args ...any) *redis.Cmd {
-	return n.EvalSha(ctx, s, keys, args...)
+func (stubAnswers) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(_ context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			cmd.(*redis.Cmd).SetVal(int64(1))
+		}
+		return nil
+	}
 }
 
 func BenchmarkLockOverhead(b *testing.B) {
@@ -54,7 +60,10 @@ func BenchmarkLockOverhead(b *testing.B) {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
 			nodes := make([]redis.UniversalClient, n)
 			for i := range n {
-				nodes[i] = &stubNode{id: i}
+				rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("stub-%d:6379", i)})
+				rdb.AddHook(stubAnswers{})
+				b.Cleanup(func() { _ = rdb.Close() })
+				nodes[i] = rdb
 			}
 			lockAndRelease(b, nodes)
 		})

@@ -6,9 +6,11 @@
 -- ARGV[1]: our token
 -- ARGV[2]: ttl in milliseconds
 -- ARGV[3]: the holder's token
--- Returns 0 if someone else holds the key. Otherwise 2*c + r: c is the
--- fencing counter after its increment (1 when not fenced), r is 1 if the
--- holder's token was there and 0 if not.
+-- ARGV[4]: the key's release channel
+-- Returns 0 if someone else holds the key. Otherwise 4*c + 2*w + r: c is
+-- the fencing counter after its increment (1 when not fenced), w is 1 if
+-- another process waits for the key's release here (it subscribed to the
+-- channel), r is 1 if the holder's token was there and 0 if not.
 local v = redis.call('GET', KEYS[1])
 local r = 0
 if v == ARGV[3] then
@@ -25,4 +27,8 @@ local c = 1
 if #KEYS > 1 then
   c = redis.call('INCR', KEYS[2])
 end
-return 2 * c + r
+local w = 0
+if redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2] > 0 then
+  w = 1
+end
+return 4 * c + 2 * w + r

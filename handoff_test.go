@@ -147,11 +147,29 @@ func TestLock_Release_handOffRaisesFencingToken(t *testing.T) {
 }
 
 func TestLock_Release_handOffsAreBounded(t *testing.T) {
-	for _, limit := range []int{0, 2} {
+	for _, tc := range []struct {
+		limit     int
+		contended bool // another process waits for the key
+		handOffs  int  // of 5 chances
+	}{
+		{limit: 0, contended: false, handOffs: 0},
+		{limit: 0, contended: true, handOffs: 0},
+		{limit: 2, contended: false, handOffs: 5}, // nobody else to starve
+		{limit: 2, contended: true, handOffs: 4},  // 2, release, 2
+	} {
 		c, h := hookedNode(t)
 		close(h.gate)
-		rc := c.client(t, redlock.WithHandOff(limit))
+		rc := c.client(t, redlock.WithHandOff(tc.limit))
 		ctx := context.Background()
+		if tc.contended {
+			// Another process's Acquire listens for the key's release.
+			other := redis.NewClient(&redis.Options{Addr: c.addrs[0]})
+			ps := other.Subscribe(ctx, "{k}:released")
+			if _, err := ps.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ps.Close(); _ = other.Close() })
+		}
 		lock, err := rc.Acquire(ctx, "k", time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -167,14 +185,8 @@ func TestLock_Release_handOffsAreBounded(t *testing.T) {
 		mustRelease(t, lock)
 
 		got := scriptCalls(t, h, "acquire.lua", "handoff.lua", "release.lua")
-		// With limit L, runs of L hand-offs are each followed by a release
-		// and an acquire.
-		wantHandOffs := (sections - 1) / (limit + 1) * limit
-		if limit > 0 {
-			wantHandOffs += (sections - 1) % (limit + 1)
-		}
-		if got["handoff.lua"] != wantHandOffs || got["acquire.lua"]+got["handoff.lua"] != sections || got["release.lua"] != sections-wantHandOffs {
-			t.Errorf("limit %d, %d sections: scripts run %v, want %d hand-offs", limit, sections, got, wantHandOffs)
+		if got["handoff.lua"] != tc.handOffs || got["acquire.lua"]+got["handoff.lua"] != sections || got["release.lua"] != sections-tc.handOffs {
+			t.Errorf("limit %d, contended %v: scripts run %v, want %d hand-offs of %d", tc.limit, tc.contended, got, tc.handOffs, sections-1)
 		}
 	}
 }
@@ -213,5 +225,43 @@ func TestLock_Release_handOffFails(t *testing.T) {
 	}
 	if n := redlock.QueuedKeys(rc); n != 0 {
 		t.Errorf("%d keys left queued", n)
+	}
+}
+
+// TestLock_Release_handOffFailsAfterReplacing: the hand-off swapped the
+// token on some nodes but could not reach a quorum. The lock still held
+// until its release there, and Release says so; the swapped keys are gone.
+func TestLock_Release_handOffFailsAfterReplacing(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t, redlock.WithNodeTimeout(100*time.Millisecond))
+	ctx := context.Background()
+	first, err := rc.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(first)
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	waiting := queuedAcquire(t, rc, wctx, "k", time.Minute)
+	c.servers[1].Set("k", "another holder") // lost on node 1 (the ttl is gone too)
+	c.servers[2].Close()                    // node 2 fails
+
+	// Node 0 swaps the token, node 1 refuses, node 2 fails: 1 of 3.
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("Release: %v, want nil: node 0 held the token until the hand-off, node 2 counts as holding", err)
+	}
+	select {
+	case a := <-waiting:
+		if !errors.Is(a.err, redlock.ErrNotAcquired) {
+			t.Fatalf("waiter: %v, want ErrNotAcquired", a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never returned")
+	}
+	if c.servers[0].Exists("k") {
+		t.Fatal("the failed hand-off left a key on node 0")
+	}
+	if got := c.holders("k", "another holder"); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("the other holder's key is on %v, want [1]", got)
 	}
 }

@@ -18,9 +18,9 @@ import (
 // When the holder releases a lock that has a local waiter, the lock is
 // handed to the waiter instead (see handOff): one round trip in which every
 // node that holds the releasing token swaps it for the waiter's new one,
-// rather than a release and an acquire. Hand-offs in a row are bounded (see
-// WithHandOff), so that other processes waiting for the key get their
-// chance.
+// rather than a release and an acquire. Hand-offs in a row while other
+// processes wait for the key (the nodes tell: they subscribed to its release
+// channel) are bounded (see WithHandOff), so that they get their chance.
 //
 // This is safe because the queue only decides which local goroutine may
 // try or receive the key; every lock, handed over or not, is won on a
@@ -55,7 +55,7 @@ type localQueue struct {
 	busy    bool      // a goroutine has the turn
 	waiters []*waiter // first come first served
 	holder  *Lock     // the lock won or handed in the current turn, if any
-	chain   int       // hand-offs since the key was last won by contending
+	chain   int       // hand-offs while others waited, since the key was last won by contending
 	yield   bool      // the next turn comes after a run of hand-offs was cut
 }
 
@@ -195,9 +195,13 @@ func (qs *localQueues) nextForHandOff(l *Lock, limit int) (*localQueue, *waiter)
 }
 
 // handOver gives w the lock next, handed to it, as the queue's holder.
-func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock) {
+// Only hand-offs while another process waits for the key (contended) count
+// towards the limit: with nobody else waiting, nobody is starved.
+func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock, contended bool) {
 	q.mu.Lock()
-	q.chain++
+	if contended {
+		q.chain++
+	}
 	q.mu.Unlock()
 	qs.hold(q, next)
 	w.grant <- grant{lock: next}

@@ -193,7 +193,9 @@ func WithDriftFactor(factor float64) Option {
 //
 // The timeout is enforced whether or not the go-redis client was created
 // with ContextTimeoutEnabled; with it, the late command's socket is also
-// cut at the deadline.
+// cut at the deadline, and a Client over a single node runs its calls in
+// the calling goroutine, which makes it as fast as a plain single-node
+// lock.
 func WithNodeTimeout(d time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if d <= 0 {
@@ -303,6 +305,10 @@ type node struct {
 	rdb  redis.UniversalClient
 	addr string // "" when the client does not reveal it
 	pipe *pipe  // nil when batching is off
+	// inline: the client itself ends a call at its context's deadline
+	// (ContextTimeoutEnabled), so a lone node's call may run in the
+	// calling goroutine without losing the per-node timeout.
+	inline bool
 }
 
 // Client acquires locks over a fixed set of nodes. It is safe for concurrent
@@ -343,7 +349,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		if isNil(rdb) {
 			return nil, invalid("node %d is nil", i)
 		}
-		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb)}
+		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb), inline: cutsAtDeadline(rdb)}
 		for j := range i {
 			if sameNode(c.nodes[j], c.nodes[i]) {
 				return nil, invalid("node %d is the same as node %d (%s): the nodes must be independent", i, j, c.nodes[i].describe())
@@ -789,13 +795,23 @@ func (l *Lock) Release(ctx context.Context) error {
 	expired := !c.cfg.clock.Now().Before(until)
 	if !expired {
 		if q, w := c.queues.nextForHandOff(l, c.cfg.handOffs); w != nil {
-			next, yes, no, t := c.handOff(ctx, l, w)
-			if next != nil {
-				c.queues.handOver(q, w, next)
+			h := c.handOff(ctx, l, w)
+			yes, no, unknown := h.count()
+			if h.next != nil {
+				c.queues.handOver(q, w, h.next, h.contended)
 				l.finish()
-				return l.releaseResult(ctx, judgeRelease(len(c.nodes), c.quorum, yes, no, false), yes, no, ttl, t.errs)
+				return l.releaseResult(ctx, judgeRelease(len(c.nodes), c.quorum, yes, no, false), yes, no, ttl, h.errs)
 			}
-			defer c.queues.giveTurn(q, w) // once the key is released below
+			// The hand-off failed; w contends once the key is released on
+			// the nodes the hand-off did not hear from.
+			defer c.queues.giveTurn(q, w)
+			skipped := yes + no // the nodes the hand-off heard from
+			enough := func(t *tally) bool { return yes+t.yes >= c.quorum }
+			t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), enough, invert(unknown), l.settled, releaseOn(l.key, l.token, true))
+			l.settled = settled
+			l.finish()
+			yes, no = yes+t.yes, no+t.no-skipped
+			return l.releaseResult(ctx, judgeRelease(len(c.nodes), c.quorum, yes, no, false), yes, no, ttl, t.errs)
 		}
 	}
 	// Release returns once a quorum confirms; the deletes still under way
@@ -834,6 +850,15 @@ func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, n
 	return nil
 }
 
+// invert returns the negation of each of b.
+func invert(b []bool) []bool {
+	out := make([]bool, len(b))
+	for i, v := range b {
+		out[i] = !v
+	}
+	return out
+}
+
 // isNil reports whether v is nil or an interface holding a nil pointer,
 // map, slice, func or channel.
 func isNil(v any) bool {
@@ -843,6 +868,18 @@ func isNil(v any) bool {
 	switch rv := reflect.ValueOf(v); rv.Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
 		return rv.IsNil()
+	}
+	return false
+}
+
+// cutsAtDeadline reports whether a client ends its calls at their context's
+// deadline (go-redis's ContextTimeoutEnabled).
+func cutsAtDeadline(rdb redis.UniversalClient) bool {
+	switch v := rdb.(type) {
+	case *redis.Client:
+		return v.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return v.Options().ContextTimeoutEnabled
 	}
 	return false
 }

@@ -461,6 +461,43 @@ func TestClient_TryAcquire_hungNode(t *testing.T) {
 	})
 }
 
+// TestClient_singleNodeInline: a lone node whose client cuts calls at their
+// deadline runs them in the calling goroutine, and still keeps the
+// per-node timeout.
+func TestClient_singleNodeInline(t *testing.T) {
+	c := newCluster(t, 1)
+	fast := redis.NewClient(&redis.Options{Addr: c.addrs[0], MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = fast.Close() })
+	rc := mustNew(t, []redis.UniversalClient{fast})
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+	if got := c.holders("k", lock.Token()); len(got) != 1 {
+		t.Fatal("the key is not on the node")
+	}
+	mustRelease(t, lock)
+	if c.servers[0].Exists("k") {
+		t.Fatal("the key is left after Release")
+	}
+
+	hung := newHungNode(t)
+	stuck := redis.NewClient(&redis.Options{Addr: hung.Addr(), ReadTimeout: time.Minute, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = stuck.Close() })
+	const nodeTimeout = 200 * time.Millisecond
+	rc = mustNew(t, []redis.UniversalClient{stuck}, redlock.WithNodeTimeout(nodeTimeout))
+	start := time.Now()
+	_, err := rc.TryAcquire(ctx, "k", time.Minute)
+	elapsed := time.Since(start)
+	var ne *redlock.NodeError
+	if !errors.As(err, &ne) || !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("err = %v, want ErrNotAcquired with a *NodeError", err)
+	}
+	// The attempt and its cleanup each wait one node timeout; the bound is
+	// wide for a loaded machine but far below the client's minute.
+	if elapsed > 10*time.Second {
+		t.Fatalf("TryAcquire took %v with a %v node timeout", elapsed, nodeTimeout)
+	}
+}
+
 func TestClient_Acquire_cancelledContext(t *testing.T) {
 	c := newCluster(t, 3)
 	rc := c.client(t)

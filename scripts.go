@@ -57,7 +57,7 @@ func handOffOn(key, token, from string, ttl time.Duration, fenced bool) nodeOp {
 	if fenced {
 		keys = append(keys, fenceKey(key))
 	}
-	return nodeOp{handOffScript, keys, []any{token, pxMillis(ttl), from}}
+	return nodeOp{handOffScript, keys, []any{token, pxMillis(ttl), from, releaseChannel(key)}}
 }
 
 // raiseFenceOn sets the node's fencing counter of key to at least token.

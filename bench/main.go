@@ -28,6 +28,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,7 +60,13 @@ func main() {
 	jsonPath := flag.String("json", "", "write the results as JSON to this file")
 	svgPath := flag.String("svg", "", "write a chart of throughput against N to this SVG file")
 	workloads := flag.String("workloads", "UKC", "which workloads to run")
+	only := flag.String("cases", "", "run only the cases whose name matches this regular expression")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
+	match, err := regexp.Compile(*only)
+	if err != nil {
+		log.Fatalf("bench: -cases: %v", err)
+	}
 	if *rounds < 1 || *slice <= 0 {
 		log.Fatal("bench: -rounds must be at least 1 and -slice positive")
 	}
@@ -93,9 +101,26 @@ func main() {
 
 	var cases []benchCase
 	for _, c := range allCases() {
-		if strings.Contains(*workloads, c.workload) {
+		if strings.Contains(*workloads, c.workload) && match.MatchString(c.name) {
 			cases = append(cases, c)
 		}
+	}
+	if len(cases) == 0 {
+		log.Print("bench: no case matches -workloads and -cases")
+		return
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Print(err)
+			return
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Print(err)
+			return
+		}
+		defer pprof.StopCPUProfile()
 	}
 	results := make([]*result, len(cases))
 	for i, c := range cases {
@@ -156,7 +181,9 @@ type benchEnv struct {
 func (e *benchEnv) clients(n int) ([]*redis.Client, func()) {
 	cs := make([]*redis.Client, n)
 	for i := range n {
-		cs[i] = redis.NewClient(&redis.Options{Addr: e.addrs[i], PoolSize: 64})
+		// ContextTimeoutEnabled: every library's context deadlines reach
+		// the socket, as they must for any of them to bound a call.
+		cs[i] = redis.NewClient(&redis.Options{Addr: e.addrs[i], PoolSize: 64, ContextTimeoutEnabled: true})
 	}
 	return cs, func() {
 		for _, c := range cs {
