@@ -32,7 +32,7 @@ import (
 
 // defaultHandOffs is how many times in a row a key may be handed between
 // goroutines of one Client before it is released for everyone.
-const defaultHandOffs = 8
+const defaultHandOffs = 12
 
 // grant is what a waiter receives when its turn comes: a lock handed over,
 // or nil, and then the right to contend on the nodes.
@@ -50,13 +50,14 @@ type waiter struct {
 
 // localQueue is the queue of one key.
 type localQueue struct {
-	key     string
-	mu      sync.Mutex
-	busy    bool      // a goroutine has the turn
-	waiters []*waiter // first come first served
-	holder  *Lock     // the lock won or handed in the current turn, if any
-	chain   int       // hand-offs while others waited, since the key was last won by contending
-	yield   bool      // the next turn comes after a run of hand-offs was cut
+	key       string
+	mu        sync.Mutex
+	busy      bool      // a goroutine has the turn
+	waiters   []*waiter // first come first served
+	holder    *Lock     // the lock won or handed in the current turn, if any
+	chain     int       // hand-offs while others waited, since the key was last won by contending
+	contended bool      // another process was seen waiting in this run of hand-offs
+	yield     bool      // the next turn comes after a run of hand-offs was cut
 }
 
 type localQueues struct {
@@ -155,7 +156,7 @@ func (qs *localQueues) pass(q *localQueue) {
 	defer qs.mu.Unlock()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.chain = 0
+	q.chain, q.contended = 0, false
 	if len(q.waiters) > 0 {
 		w := q.waiters[0]
 		q.waiters = q.waiters[1:]
@@ -195,11 +196,15 @@ func (qs *localQueues) nextForHandOff(l *Lock, limit int) (*localQueue, *waiter)
 }
 
 // handOver gives w the lock next, handed to it, as the queue's holder.
-// Only hand-offs while another process waits for the key (contended) count
-// towards the limit: with nobody else waiting, nobody is starved.
+// Only hand-offs since another process was seen waiting for the key
+// (contended) count towards the limit: with nobody else waiting, nobody is
+// starved. The nodes that answer a hand-off are the fastest of a quorum,
+// not always the one a waiter listens on, so once seen, the contention is
+// assumed until the run ends.
 func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock, contended bool) {
 	q.mu.Lock()
-	if contended {
+	q.contended = q.contended || contended
+	if q.contended {
 		q.chain++
 	}
 	q.mu.Unlock()
@@ -210,7 +215,7 @@ func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock, contended 
 // giveTurn gives w the turn without a lock, after a hand-off failed.
 func (qs *localQueues) giveTurn(q *localQueue, w *waiter) {
 	q.mu.Lock()
-	q.chain = 0
+	q.chain, q.contended = 0, false
 	q.mu.Unlock()
 	w.grant <- grant{}
 }
@@ -228,7 +233,7 @@ func (c *Client) acquireQueued(ctx context.Context, key string, ttl time.Duratio
 		// This client kept the key through a run of hand-offs and has just
 		// released it: other processes woken by the release try first.
 		select {
-		case <-time.After(mrand.N(2 * time.Millisecond)):
+		case <-time.After(2*wakeSpread + mrand.N(wakeSpread/4)):
 		case <-ctx.Done():
 		}
 	}

@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -228,10 +227,11 @@ func WithBatching(on bool) Option {
 // same key. A hand-off is one round trip in which every node that holds the
 // releasing token swaps it for the next holder's: the next lock is won on a
 // quorum with its own token, fencing token and validity, like any acquire,
-// and no other process can take the key in between. After limit hand-offs
-// in a row the lock is released on the nodes, so that other processes
-// waiting for the key get their chance. The limit must be at least 0; 0
-// turns hand-offs off. Default: 8.
+// and no other process can take the key in between. While no other process
+// waits for the key, hand-offs go on without limit; once the nodes show one
+// waiting, the lock is released on the nodes after limit more, so that the
+// other processes get their chance. The limit must be at least 0; 0 turns
+// hand-offs off. Default: 12.
 func WithHandOff(limit int) Option {
 	return clientOption(func(c *config) error {
 		if limit < 0 {
@@ -412,9 +412,10 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 			case <-c.cfg.clock.After(ac.retry.Delay(failed)):
 			case <-watch.released():
 				// Clients that heard the same release would all try at
-				// once and split the votes: spread them a little. This is
-				// about the network, so it is real time, not the Clock.
-				time.Sleep(mrand.N(2 * time.Millisecond))
+				// once and split the votes: spread them a little, the
+				// ones that have waited longest first. This is about the
+				// network, so it is real time, not the Clock.
+				time.Sleep(wakeDelay(failed))
 			case <-ctx.Done():
 				qe.cause = ctx.Err()
 				return nil, qe
@@ -581,7 +582,7 @@ func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Durati
 		}
 		return true
 	}
-	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, releaseOn(key, token, false))
+	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, releaseOn(key, token))
 	if len(t.errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
 			"key", key, "ttl", ttl, "err", errors.Join(t.errs...))
@@ -807,7 +808,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			defer c.queues.giveTurn(q, w)
 			skipped := yes + no // the nodes the hand-off heard from
 			enough := func(t *tally) bool { return yes+t.yes >= c.quorum }
-			t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), enough, invert(unknown), l.settled, releaseOn(l.key, l.token, true))
+			t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), enough, invert(unknown), l.settled, releaseOn(l.key, l.token))
 			l.settled = settled
 			l.finish()
 			yes, no = yes+t.yes, no+t.no-skipped
@@ -816,7 +817,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	// Release returns once a quorum confirms; the deletes still under way
 	// can only remove this lock's own keys.
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, l.settled, releaseOn(l.key, l.token, true))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, l.settled, releaseOn(l.key, l.token))
 	l.settled = settled
 	l.finish()
 	return l.releaseResult(ctx, judgeRelease(len(c.nodes), c.quorum, t.yes, t.no, expired), t.yes, t.no, ttl, t.errs)

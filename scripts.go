@@ -69,16 +69,13 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 	return nodeOp{extendScript, []string{key}, []any{token, pxMillis(ttl)}}
 }
 
-// releaseOn deletes key if it holds token. A release by the holder (announce)
-// publishes on the key's release channel; the cleanup of a failed attempt
-// does not, since nobody held that lock and waking the waiters for it
-// would only set them colliding again.
-func releaseOn(key, token string, announce bool) nodeOp {
-	channel := ""
-	if announce {
-		channel = releaseChannel(key)
-	}
-	return nodeOp{releaseScript, []string{key}, []any{token, channel}}
+// releaseOn deletes key if it holds token, and announces it on the key's
+// release channel, so that waiters try again at once. The cleanup of a
+// failed attempt announces too: when contenders split the votes, nobody
+// holds the key afterwards, and the waiters should not sleep out their
+// retry delay (wakeDelay lets the longest waiting go first).
+func releaseOn(key, token string) nodeOp {
+	return nodeOp{releaseScript, []string{key}, []any{token, releaseChannel(key)}}
 }
 
 // releaseChannel is where the nodes announce that key was released.

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,4 +64,17 @@ func (w *releaseWatch) close() {
 	if w != nil {
 		_ = w.ps.Close()
 	}
+}
+
+// wakeSpread is the real time over which the waiters woken by one release
+// spread their attempts, so that they do not all split the votes. A local
+// waiter yielding to them (see acquireQueued) starts after it.
+const wakeSpread = 500 * time.Microsecond
+
+// wakeDelay is how long a waiter woken by a release waits before its next
+// attempt, after failed attempts: a random part of wakeSpread that shrinks
+// as failed grows, so that the waiters that have lost most often tend to
+// go first, which keeps the longest waits across processes short.
+func wakeDelay(failed int) time.Duration {
+	return mrand.N(wakeSpread / time.Duration(max(failed, 1)))
 }
