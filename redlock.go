@@ -582,7 +582,7 @@ func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Durati
 		}
 		return true
 	}
-	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, releaseOn(key, token))
+	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, dropOn(key, token))
 	if len(t.errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
 			"key", key, "ttl", ttl, "err", errors.Join(t.errs...))

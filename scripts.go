@@ -70,12 +70,17 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 }
 
 // releaseOn deletes key if it holds token, and announces it on the key's
-// release channel, so that waiters try again at once. The cleanup of a
-// failed attempt announces too: when contenders split the votes, nobody
-// holds the key afterwards, and the waiters should not sleep out their
-// retry delay (wakeDelay lets the longest waiting go first).
+// release channel, so that waiters try again at once.
 func releaseOn(key, token string) nodeOp {
 	return nodeOp{releaseScript, []string{key}, []any{token, releaseChannel(key)}}
+}
+
+// dropOn deletes key if it holds token, without announcing it: the cleanup
+// of a failed attempt. Nobody held that lock; with many processes waiting,
+// waking them all after every failed attempt would set them colliding
+// again and again.
+func dropOn(key, token string) nodeOp {
+	return nodeOp{releaseScript, []string{key}, []any{token, ""}}
 }
 
 // releaseChannel is where the nodes announce that key was released.
