@@ -46,7 +46,7 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult {
 	token := rand.Text()
 	start := c.cfg.clock.Now()
-	t, settled := c.fanOut(ctx, c.nodeTimeout(w.ttl), c.won, nil, l.settled, handOffOn(l.key, token, l.token, w.ttl, w.ac.fenced))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(w.ttl), wonAt(l.quorum), nil, l.settled, handOffOn(l.key, token, l.token, w.ttl, w.ac.fenced))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, a := range t.answers {
 		switch a {
@@ -64,6 +64,6 @@ func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult 
 			h.had[i] = a
 		}
 	}
-	h.next, l.settled, _ = c.conclude(ctx, l.key, token, w.ttl, w.ac, start, t, settled)
+	h.next, l.settled, _ = c.conclude(ctx, l.kind, token, w.ttl, w.ac, start, t, settled)
 	return h
 }

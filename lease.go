@@ -151,7 +151,7 @@ func (l *Lock) renew(ctx context.Context) {
 			}
 			// A majority that no longer holds the token will not hold it
 			// again; too little validity for another try is as bad.
-			if t.no > n-c.quorum || l.Validity() <= ttl/10 {
+			if t.no > n-l.quorum || l.Validity() <= ttl/10 {
 				l.lose(err)
 				return
 			}

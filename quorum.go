@@ -126,12 +126,20 @@ func (s settlement) waitNode(i int) {
 }
 
 // Stop conditions for fanOut: when it may return before every node replied.
-func (c *Client) decided(t *tally) bool {
-	won, lost := decide(len(c.nodes), c.quorum, t.yes, t.notYes)
-	return won || lost
+
+// decidedAt stops once q of n nodes hold, or so many do not that q can no
+// longer be reached.
+func decidedAt(n, q int) func(*tally) bool {
+	return func(t *tally) bool {
+		won, lost := decide(n, q, t.yes, t.notYes)
+		return won || lost
+	}
 }
 
-func (c *Client) won(t *tally) bool { return t.yes >= c.quorum }
+// wonAt stops once q nodes hold.
+func wonAt(q int) func(*tally) bool {
+	return func(t *tally) bool { return t.yes >= q }
+}
 
 // fanOut runs op on every node at once, each under the same per-node
 // timeout, and tallies the replies. Nodes marked in skip (which may be nil)

@@ -1,9 +1,11 @@
--- Raises a fencing counter to at least the given value; never lowers it.
--- KEYS[1]: the fencing counter
+-- Raises fencing counters to at least the given value; never lowers them.
+-- KEYS: the fencing counters (one per locked key)
 -- ARGV[1]: the value
 -- Returns 1.
 local n = tonumber(ARGV[1])
-if tonumber(redis.call('GET', KEYS[1]) or '0') < n then
-  redis.call('SET', KEYS[1], n)
+for _, k in ipairs(KEYS) do
+  if tonumber(redis.call('GET', k) or '0') < n then
+    redis.call('SET', k, n)
+  end
 end
 return 1

@@ -149,6 +149,13 @@ type acquireConfig struct {
 	retry     RetryPolicy
 	fenced    bool
 	autoRenew bool
+
+	// the kind of lock (see kinds.go); at most one of these is set
+	owner   string // reentrant
+	role    byte   // 'r' reader, 'w' writer
+	permits int    // semaphore
+	fair    bool
+	kinds   []string // the kind options given, for the error when several are
 }
 
 // Option configures a Client. Pass options to New.
@@ -392,36 +399,75 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if err != nil {
 		return nil, err
 	}
+	k := ac.kindFor(key)
+	if _, ok := k.(plain); !ok {
+		// Holds of the other kinds may coexist (readers, permits, an owner's
+		// holds) or are ordered on the nodes (fair): no local turns.
+		return c.acquireLoop(ctx, k, ttl, ac)
+	}
 	return c.acquireQueued(ctx, key, ttl, ac, func() (*Lock, error) {
-		var watch *releaseWatch // subscribed after the first failure
-		defer func() { watch.close() }()
-		for failed := 1; ; failed++ {
-			lock, qe := c.attempt(ctx, key, ttl, ac)
-			if qe == nil {
-				return lock, nil
-			}
-			if qe.cause != nil {
-				return nil, qe
-			}
-			c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "key", key, "attempt", failed, "err", qe)
-			if failed == 1 && qe.heldOn >= 0 {
-				watch = c.watchRelease(ctx, key, qe.heldOn, c.nodeTimeout(ttl))
-			}
-			watch.drain() // releases from before this attempt are old news
-			select {
-			case <-c.cfg.clock.After(ac.retry.Delay(failed)):
-			case <-watch.released():
-				// Clients that heard the same release would all try at
-				// once and split the votes: spread them a little, the
-				// ones that have waited longest first. This is about the
-				// network, so it is real time, not the Clock.
-				time.Sleep(wakeDelay(failed))
-			case <-ctx.Done():
-				qe.cause = ctx.Err()
-				return nil, qe
-			}
-		}
+		return c.acquireLoop(ctx, k, ttl, ac)
 	})
+}
+
+// acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
+func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac acquireConfig) (*Lock, error) {
+	if f, ok := k.(*fair); ok {
+		if qe := c.drawTicket(ctx, f, ttl); qe != nil {
+			return nil, qe
+		}
+	}
+	var watch *releaseWatch // subscribed after the first failure
+	defer func() { watch.close() }()
+	// Each attempt has a token of its own: a late delete from an earlier
+	// attempt's cleanup can then never remove a later attempt's key. What
+	// must last across attempts (a writer's mark, a place in a fair queue)
+	// has a waiter ID in the kind.
+	var token string
+	for failed := 1; ; failed++ {
+		token = rand.Text()
+		lock, qe := c.attemptWith(ctx, k, token, ttl, ac)
+		if qe == nil {
+			return lock, nil
+		}
+		if qe.cause != nil {
+			c.leave(ctx, k, token, ttl)
+			return nil, qe
+		}
+		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "lock", k.describe(), "attempt", failed, "err", qe)
+		if failed == 1 && qe.heldOn >= 0 {
+			watch = c.watchRelease(ctx, k.channels(), qe.heldOn, c.nodeTimeout(ttl))
+		}
+		watch.drain() // releases from before this attempt are old news
+		delay := ac.retry.Delay(failed)
+		if _, ok := k.(*fair); ok {
+			delay = min(delay, fairPatience/4) // keep our place in the queue
+		}
+		select {
+		case <-c.cfg.clock.After(delay):
+		case <-watch.released():
+			// Clients that heard the same release would all try at
+			// once and split the votes: spread them a little, the
+			// ones that have waited longest first. This is about the
+			// network, so it is real time, not the Clock.
+			time.Sleep(wakeDelay(failed))
+		case <-ctx.Done():
+			qe.cause = ctx.Err()
+			c.leave(ctx, k, token, ttl)
+			return nil, qe
+		}
+	}
+}
+
+// leave drops what an Acquire that gives up left on the nodes between its
+// attempts (a writer's mark, a place in a fair queue), waiting at most the
+// node timeout.
+func (c *Client) leave(ctx context.Context, k kind, token string, ttl time.Duration) {
+	op := k.leave(token)
+	if op == nil {
+		return
+	}
+	c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), nil, nil, settlement{}, *op)
 }
 
 // TryAcquire makes exactly one attempt to acquire the lock on key for ttl.
@@ -436,8 +482,16 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	lock, qe := c.attempt(ctx, key, ttl, ac)
+	k := ac.kindFor(key)
+	if f, ok := k.(*fair); ok {
+		if qe := c.drawTicket(ctx, f, ttl); qe != nil {
+			return nil, qe
+		}
+	}
+	token := rand.Text()
+	lock, qe := c.attemptWith(ctx, k, token, ttl, ac)
 	if qe != nil {
+		c.leave(ctx, k, token, ttl)
 		return nil, qe
 	}
 	return lock, nil
@@ -456,7 +510,25 @@ func (c *Client) acquireConfig(key string, ttl time.Duration, opts []AcquireOpti
 			return ac, err
 		}
 	}
+	if len(ac.kinds) > 1 {
+		return ac, invalid("%s cannot be combined: a lock is of one kind", strings.Join(ac.kinds, " and "))
+	}
 	return ac, nil
+}
+
+// kindFor is the kind of lock the options ask for on key.
+func (ac acquireConfig) kindFor(key string) kind {
+	switch {
+	case ac.owner != "":
+		return newReentrant(key, ac.owner)
+	case ac.role != 0:
+		return newReadWrite(key, ac.role == 'w')
+	case ac.permits > 0:
+		return newSemaphore(key, ac.permits)
+	case ac.fair:
+		return newFair(key)
+	}
+	return plain{key}
 }
 
 func (c *Client) checkLease(key string, ttl time.Duration) error {
@@ -472,19 +544,20 @@ func (c *Client) checkLease(key string, ttl time.Duration) error {
 	return nil
 }
 
-// attempt is one run of steps 1 to 4 of the algorithm. Its error carries the
-// context's error when the context had ended by the time it returned.
-func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac acquireConfig) (*Lock, *quorumError) {
+// attemptWith is one run of steps 1 to 4 of the algorithm for a lock of
+// kind k under token. Its error carries the context's error when the
+// context had ended by the time it returned.
+func (c *Client) attemptWith(ctx context.Context, k kind, token string, ttl time.Duration, ac acquireConfig) (*Lock, *quorumError) {
 	if err := ctx.Err(); err != nil {
-		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%q: no attempt made", key), cause: err, heldOn: -1}
+		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", k.describe()), cause: err, heldOn: -1}
 	}
-	token := rand.Text()
 	start := c.cfg.clock.Now()
 	// Return as soon as a quorum holds, leaving slower nodes to the
 	// settlement; a failure waits for every node, so that the cleanup knows
 	// which ones may hold the key.
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, settlement{}, acquireOn(key, token, ttl, ac.fenced))
-	lock, _, qe := c.conclude(ctx, key, token, ttl, ac, start, t, settled)
+	q := k.quorum(len(c.nodes))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(q), nil, settlement{}, k.acquire(token, ttl, ac.fenced))
+	lock, _, qe := c.conclude(ctx, k, token, ttl, ac, start, t, settled)
 	return lock, qe
 }
 
@@ -493,20 +566,32 @@ func (c *Client) attempt(ctx context.Context, key string, ttl time.Duration, ac 
 // (for a fenced lock, once a quorum stores its fencing token), or else the
 // release of the key wherever it may have been taken. The settlement is that
 // of the last calls sent.
-func (c *Client) conclude(ctx context.Context, key, token string, ttl time.Duration, ac acquireConfig, start time.Time, t tally, settled settlement) (*Lock, settlement, *quorumError) {
+func (c *Client) conclude(ctx context.Context, k kind, token string, ttl time.Duration, ac acquireConfig, start time.Time, t tally, settled settlement) (*Lock, settlement, *quorumError) {
+	q := k.quorum(len(c.nodes))
 	var fence int64
 	fenceStored := true // or not needed
-	if ac.fenced && t.yes >= c.quorum {
-		fence, settled, fenceStored = c.settleFence(ctx, key, ttl, t, settled)
+	if ac.fenced && t.yes >= q {
+		fence, settled, fenceStored = c.settleFence(ctx, k, ttl, t, settled)
 	}
 	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	v := validity(ttl, elapsed, drift)
-	if t.yes >= c.quorum && fenceStored && v > 0 {
+	if t.yes >= q && fenceStored && v > 0 {
 		if len(t.errs) > 0 {
-			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "key", key, "err", errors.Join(t.errs...))
+			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "lock", k.describe(), "err", errors.Join(t.errs...))
 		}
-		l := &Lock{client: c, key: key, token: token, fence: fence, ttl: ttl, until: start.Add(ttl - drift),
+		if f, ok := k.(*fair); ok && t.yes < len(c.nodes) {
+			// Leave the queue where the key was not taken, so as not to
+			// stand first in line there; in the background, in order
+			// before the lock's later calls.
+			skip := make([]bool, len(t.answers))
+			for i, a := range t.answers {
+				skip[i] = a == holds
+			}
+			now := func(*tally) bool { return true }
+			_, settled = c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), now, skip, settled, f.dequeue())
+		}
+		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: token, fence: fence, ttl: ttl, until: start.Add(ttl - drift),
 			settled: settled, done: make(chan struct{})}
 		if ac.autoRenew {
 			l.startRenewal()
@@ -517,16 +602,16 @@ func (c *Client) conclude(ctx context.Context, key, token string, ttl time.Durat
 	// Step 4: a node that failed or did not answer may still have taken the
 	// lock, so everything but a definite "held by another" is released, each
 	// node's delete sent once its SET has landed or timed out.
-	settled = c.cleanup(ctx, key, token, ttl, t.answers, settled)
+	settled = c.cleanup(ctx, k, token, ttl, t.answers, settled)
 
 	var detail string
 	switch {
-	case t.yes < c.quorum:
-		detail = fmt.Sprintf("%q: taken on %d of %d nodes, quorum %d", key, t.yes, len(c.nodes), c.quorum)
+	case t.yes < q:
+		detail = fmt.Sprintf("%s: taken on %d of %d nodes, quorum %d", k.describe(), t.yes, len(c.nodes), q)
 	case !fenceStored:
-		detail = fmt.Sprintf("%q: the fencing token could not be stored on a quorum", key)
+		detail = fmt.Sprintf("%s: the fencing token could not be stored on a quorum", k.describe())
 	default:
-		detail = fmt.Sprintf("%q: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", key, elapsed, ttl, drift)
+		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
 	}
 	heldOn := slices.Index(t.answers, holdsNot)
 	return nil, settled, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn}
@@ -540,7 +625,8 @@ func (c *Client) conclude(ctx context.Context, key, token string, ttl time.Durat
 // the next holder's quorum, which shares a node with this one, counts from
 // it. In the usual case every node answered the same value and nothing is
 // sent.
-func (c *Client) settleFence(ctx context.Context, key string, ttl time.Duration, t tally, after settlement) (int64, settlement, bool) {
+func (c *Client) settleFence(ctx context.Context, k kind, ttl time.Duration, t tally, after settlement) (int64, settlement, bool) {
+	q := k.quorum(len(c.nodes))
 	var fence int64
 	for i, a := range t.answers {
 		if a == holds {
@@ -558,8 +644,8 @@ func (c *Client) settleFence(ctx context.Context, key string, ttl time.Duration,
 	if atFence == len(t.answers) {
 		return fence, after, true
 	}
-	stored := func(r *tally) bool { return atFence+r.yes >= c.quorum }
-	r, settled := c.fanOut(ctx, c.nodeTimeout(ttl), stored, skip, after, raiseFenceOn(key, fence))
+	stored := func(r *tally) bool { return atFence+r.yes >= q }
+	r, settled := c.fanOut(ctx, c.nodeTimeout(ttl), stored, skip, after, raiseFenceOn(k.fenceKeys(), fence))
 	return fence, settled, stored(&r)
 }
 
@@ -569,7 +655,7 @@ func (c *Client) settleFence(ctx context.Context, key string, ttl time.Duration,
 // took the key or were not waited for; on those that failed, the delete goes
 // on in the background, so that a dead node does not hold up the next
 // attempt.
-func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Duration, answers []answer, after settlement) settlement {
+func (c *Client) cleanup(ctx context.Context, k kind, token string, ttl time.Duration, answers []answer, after settlement) settlement {
 	skip := make([]bool, len(answers))
 	for i, a := range answers {
 		skip[i] = a == holdsNot
@@ -582,10 +668,10 @@ func (c *Client) cleanup(ctx context.Context, key, token string, ttl time.Durati
 		}
 		return true
 	}
-	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, dropOn(key, token))
+	t, settled := c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), answered, skip, after, k.drop(token))
 	if len(t.errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
-			"key", key, "ttl", ttl, "err", errors.Join(t.errs...))
+			"lock", k.describe(), "ttl", ttl, "err", errors.Join(t.errs...))
 	}
 	return settled
 }
@@ -606,7 +692,9 @@ func (c *Client) nodeError(i int, err error) error {
 // they report that nothing is held.
 type Lock struct {
 	client *Client
-	key    string
+	kind   kind
+	key    string // the first of kind.keys()
+	quorum int    // how many nodes must hold it
 	token  string
 
 	// op serialises Extend and Release. Each sends its call to a node once
@@ -721,19 +809,19 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (tally, error) {
 	}
 
 	start := c.cfg.clock.Now()
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.decided, nil, l.settled, extendOn(l.key, l.token, ttl))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, ttl))
 	l.settled = settled
 	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(start)
-	if t.yes >= c.quorum && validity(ttl, elapsed, drift) > 0 {
+	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
 		l.mu.Lock()
 		l.ttl, l.until = ttl, start.Add(ttl-drift)
 		l.mu.Unlock()
 		return t, nil
 	}
-	detail := fmt.Sprintf("%q: extended on %d of %d nodes, quorum %d", l.key, t.yes, len(c.nodes), c.quorum)
-	if t.yes >= c.quorum {
-		detail = fmt.Sprintf("%q: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.key, elapsed, ttl, drift)
+	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), t.yes, len(c.nodes), l.quorum)
+	if t.yes >= l.quorum {
+		detail = fmt.Sprintf("%s: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.kind.describe(), elapsed, ttl, drift)
 	}
 	return t, &quorumError{kind: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
 }
@@ -745,11 +833,11 @@ func (l *Lock) over() error {
 	l.mu.Unlock()
 	switch {
 	case released:
-		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%q: already released", l.key)}
+		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%s: already released", l.kind.describe())}
 	case lost:
-		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%q: already lost", l.key)}
+		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%s: already lost", l.kind.describe())}
 	case !l.client.cfg.clock.Now().Before(until):
-		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%q: its validity ran out", l.key)}
+		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%s: its validity ran out", l.kind.describe())}
 	}
 	return nil
 }
@@ -801,26 +889,26 @@ func (l *Lock) Release(ctx context.Context) error {
 			if h.next != nil {
 				c.queues.handOver(q, w, h.next, h.contended)
 				l.finish()
-				return l.releaseResult(ctx, judgeRelease(len(c.nodes), c.quorum, yes, no, false), yes, no, ttl, h.errs)
+				return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, ttl, h.errs)
 			}
 			// The hand-off failed; w contends once the key is released on
 			// the nodes the hand-off did not hear from.
 			defer c.queues.giveTurn(q, w)
 			skipped := yes + no // the nodes the hand-off heard from
-			enough := func(t *tally) bool { return yes+t.yes >= c.quorum }
-			t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), enough, invert(unknown), l.settled, releaseOn(l.key, l.token))
+			enough := func(t *tally) bool { return yes+t.yes >= l.quorum }
+			t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), enough, invert(unknown), l.settled, l.kind.release(l.token))
 			l.settled = settled
 			l.finish()
 			yes, no = yes+t.yes, no+t.no-skipped
-			return l.releaseResult(ctx, judgeRelease(len(c.nodes), c.quorum, yes, no, false), yes, no, ttl, t.errs)
+			return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, ttl, t.errs)
 		}
 	}
 	// Release returns once a quorum confirms; the deletes still under way
 	// can only remove this lock's own keys.
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.won, nil, l.settled, releaseOn(l.key, l.token))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(l.quorum), nil, l.settled, l.kind.release(l.token))
 	l.settled = settled
 	l.finish()
-	return l.releaseResult(ctx, judgeRelease(len(c.nodes), c.quorum, t.yes, t.no, expired), t.yes, t.no, ttl, t.errs)
+	return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, ttl, t.errs)
 }
 
 // releaseResult is Release's result, given what the nodes answered: yes nodes
@@ -831,22 +919,22 @@ func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, n
 	n := len(c.nodes)
 	switch outcome {
 	case lostBefore:
-		detail := fmt.Sprintf("%q: held by %d of %d nodes at release, quorum %d", l.key, yes, n, c.quorum)
-		if no <= n-c.quorum {
+		detail := fmt.Sprintf("%s: held by %d of %d nodes at release, quorum %d", l.kind.describe(), yes, n, l.quorum)
+		if no <= n-l.quorum {
 			detail += ", after its validity had run out"
 		}
 		return &quorumError{kind: ErrLockLost, detail: detail, nodes: errs}
 	case incomplete:
 		return &quorumError{
 			kind: errReleaseIncomplete,
-			detail: fmt.Sprintf("%q: deleted on %d and absent from %d of %d nodes, quorum %d; the rest expire with the ttl %v",
-				l.key, yes, no, n, c.quorum, ttl),
+			detail: fmt.Sprintf("%s: deleted on %d and absent from %d of %d nodes, quorum %d; the rest expire with the ttl %v",
+				l.kind.describe(), yes, no, n, l.quorum, ttl),
 			nodes: errs,
 		}
 	}
 	if len(errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: released, but some nodes failed; their keys expire with the ttl",
-			"key", l.key, "ttl", ttl, "err", errors.Join(errs...))
+			"lock", l.kind.describe(), "ttl", ttl, "err", errors.Join(errs...))
 	}
 	return nil
 }

@@ -60,9 +60,9 @@ func handOffOn(key, token, from string, ttl time.Duration, fenced bool) nodeOp {
 	return nodeOp{handOffScript, keys, []any{token, pxMillis(ttl), from, releaseChannel(key)}}
 }
 
-// raiseFenceOn sets the node's fencing counter of key to at least token.
-func raiseFenceOn(key string, token int64) nodeOp {
-	return nodeOp{raiseFenceScript, []string{fenceKey(key)}, []any{token}}
+// raiseFenceOn sets the node's fencing counters to at least token.
+func raiseFenceOn(fences []string, token int64) nodeOp {
+	return nodeOp{raiseFenceScript, fences, []any{token}}
 }
 
 func extendOn(key, token string, ttl time.Duration) nodeOp {

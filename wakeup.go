@@ -23,16 +23,18 @@ type releaseWatch struct {
 	ch <-chan *redis.Message
 }
 
-// watchRelease subscribes to key's release channel on node, and waits for
-// the subscription to be confirmed, so that a release announced after it
-// returns is heard. It returns nil when the node does not answer in time.
-func (c *Client) watchRelease(ctx context.Context, key string, node int, timeout time.Duration) *releaseWatch {
+// watchRelease subscribes to a lock's release channels on node, and waits
+// for the subscriptions to be confirmed, so that a release announced after
+// it returns is heard. It returns nil when the node does not answer in time.
+func (c *Client) watchRelease(ctx context.Context, channels []string, node int, timeout time.Duration) *releaseWatch {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	ps := c.nodes[node].rdb.Subscribe(ctx, releaseChannel(key))
-	if _, err := ps.ReceiveTimeout(ctx, timeout); err != nil {
-		_ = ps.Close()
-		return nil
+	ps := c.nodes[node].rdb.Subscribe(ctx, channels...)
+	for range channels {
+		if _, err := ps.ReceiveTimeout(ctx, timeout); err != nil {
+			_ = ps.Close()
+			return nil
+		}
 	}
 	return &releaseWatch{ps: ps, ch: ps.Channel()}
 }

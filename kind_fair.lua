@@ -1,0 +1,72 @@
+-- A fair lock: waiters are granted it in the order of their tickets.
+-- KEYS[1]: the lock key, a string holding the holder's token
+-- KEYS[2]: {key}:queue, a sorted set: waiter ID -> ticket
+-- KEYS[3]: {key}:queue-deadlines, a sorted set: waiter ID -> the node time
+--          (ms) after which a waiter that stopped trying leaves the queue
+-- KEYS[4]: {key}:tickets, the ticket counter (no TTL, like a fencing counter)
+-- KEYS[5]: the key's fencing counter, when ARGV[5] is 1
+-- ARGV[1]: ticket (returns the next ticket), acquire, extend, release, drop
+--          (after a failed attempt: stays queued), leave (gives up its place)
+--          or dequeue (leaves the queue once the lock was won elsewhere)
+-- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
+-- ARGV[5]: 1 to increment the fencing counter on acquire, else 0
+-- ARGV[6]: our ticket; ARGV[7]: how long (ms) a waiter keeps its place
+--          without trying again; ARGV[8]: our waiter ID, the same for all the
+--          attempts of one Acquire (each attempt has its own token)
+-- Acquire queues us (if we are not) and returns 0 unless the key is free and
+-- we are first in the queue; then it takes the key, leaves the queue and
+-- returns the fencing counter (1 when not fenced).
+local key, q, dl = KEYS[1], KEYS[2], KEYS[3]
+local op, token, px, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[8]
+if op == 'ticket' then
+  return redis.call('INCR', KEYS[4])
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function unqueue(who)
+  redis.call('ZREM', q, who)
+  redis.call('ZREM', dl, who)
+end
+if op == 'acquire' then
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', dl, '-inf', now)) do
+    unqueue(gone)
+  end
+  local v = redis.call('GET', key)
+  if v == token then
+    redis.call('PEXPIRE', key, px)
+  else
+    local patience = tonumber(ARGV[7])
+    redis.call('ZADD', q, ARGV[6], waiter)
+    redis.call('ZADD', dl, now + patience, waiter)
+    redis.call('PEXPIRE', q, 2 * patience)
+    redis.call('PEXPIRE', dl, 2 * patience)
+    if v or redis.call('ZRANGE', q, 0, 0)[1] ~= waiter then
+      return 0
+    end
+    redis.call('SET', key, token, 'PX', px)
+    unqueue(waiter)
+  end
+  if ARGV[5] == '1' then
+    return redis.call('INCR', KEYS[5])
+  end
+  return 1
+elseif op == 'dequeue' then
+  unqueue(waiter)
+  return 1
+elseif op == 'extend' then
+  if redis.call('GET', key) == token then
+    return redis.call('PEXPIRE', key, px)
+  end
+  return 0
+end
+if op == 'leave' then
+  unqueue(waiter)
+end
+if redis.call('GET', key) == token then
+  redis.call('DEL', key)
+  if ARGV[4] ~= '' then
+    redis.call('PUBLISH', ARGV[4], '')
+  end
+  return 1
+end
+return 0

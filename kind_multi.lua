@@ -1,0 +1,52 @@
+-- A lock on several keys at once, all or nothing on this node.
+-- KEYS[1..m]: the lock keys, each a string holding the token
+-- KEYS[m+1..2m]: their fencing counters, when ARGV[5] is 1
+-- ARGV[1]: acquire, extend, release or drop
+-- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: '1' to announce a release
+-- on each key's channel {key}:released, '' not to
+-- ARGV[5]: 1 to increment the fencing counters on acquire, else 0
+-- ARGV[6]: m, the number of lock keys
+-- Acquire returns 0 when another holder has any of the keys, else the
+-- highest fencing counter (1 when not fenced); extend returns 1 if every key
+-- held our token; release and drop return 1 if any key held it.
+local op, token, px, m = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[6])
+if op == 'acquire' then
+  for i = 1, m do
+    local v = redis.call('GET', KEYS[i])
+    if v and v ~= token then
+      return 0
+    end
+  end
+  local c = 1
+  for i = 1, m do
+    redis.call('SET', KEYS[i], token, 'PX', px)
+    if ARGV[5] == '1' then
+      c = math.max(c, redis.call('INCR', KEYS[m + i]))
+    end
+  end
+  return c
+elseif op == 'extend' then
+  for i = 1, m do
+    if redis.call('GET', KEYS[i]) ~= token then
+      return 0
+    end
+  end
+  for i = 1, m do
+    redis.call('PEXPIRE', KEYS[i], px)
+  end
+  return 1
+end
+local n = 0
+for i = 1, m do
+  if redis.call('GET', KEYS[i]) == token then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+    if ARGV[4] ~= '' then
+      redis.call('PUBLISH', '{' .. KEYS[i] .. '}:released', '')
+    end
+  end
+end
+if n > 0 then
+  return 1
+end
+return 0

@@ -1,0 +1,57 @@
+-- A reentrant lock: one owner at a time, which may hold it many times.
+-- KEYS[1]: the lock key, a hash: owner -> how many times it holds the lock
+-- KEYS[2]: {key}:grants, a set of the tokens of the holds (so that a resent
+--          command, or the cleanup of an attempt that may not have landed,
+--          never counts twice)
+-- KEYS[3]: the key's fencing counter, when ARGV[5] is 1
+-- ARGV[1]: acquire, extend, release or drop
+-- ARGV[2]: the hold's token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
+-- ARGV[5]: 1 to increment the fencing counter on acquire, else 0
+-- ARGV[6]: the owner
+-- Acquire returns 0 when another owner holds the lock, else the fencing
+-- counter (1 when not fenced). The others return 1 if the hold was there.
+-- A ttl only ever lengthens the keys' time to live: another hold of the
+-- same owner may need it.
+local h, g = KEYS[1], KEYS[2]
+local op, token, px, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6]
+local function stretch(k)
+  if redis.call('PTTL', k) < px then
+    redis.call('PEXPIRE', k, px)
+  end
+end
+if op == 'acquire' then
+  if redis.call('SISMEMBER', g, token) == 0 then
+    if redis.call('EXISTS', h) == 1 and redis.call('HEXISTS', h, owner) == 0 then
+      return 0
+    end
+    redis.call('HINCRBY', h, owner, 1)
+    redis.call('SADD', g, token)
+  end
+  stretch(h)
+  stretch(g)
+  if ARGV[5] == '1' then
+    return redis.call('INCR', KEYS[3])
+  end
+  return 1
+elseif op == 'extend' then
+  if redis.call('SISMEMBER', g, token) == 0 then
+    return 0
+  end
+  stretch(h)
+  stretch(g)
+  return 1
+end
+-- release, drop
+if redis.call('SREM', g, token) == 0 then
+  return 0
+end
+if redis.call('HINCRBY', h, owner, -1) <= 0 then
+  redis.call('HDEL', h, owner)
+end
+if redis.call('HLEN', h) == 0 then
+  redis.call('DEL', h, g)
+  if ARGV[4] ~= '' then
+    redis.call('PUBLISH', ARGV[4], '')
+  end
+end
+return 1

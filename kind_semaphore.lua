@@ -1,0 +1,57 @@
+-- A semaphore: at most K holders of one resource at once, each with its own
+-- permit that expires on its own.
+-- KEYS[1]: the resource key, a sorted set: token -> expiry (node time, ms)
+-- KEYS[2]: {key}:permits, the resource's K (kept as long as the set)
+-- KEYS[3]: the key's fencing counter, when ARGV[5] is 1
+-- ARGV[1]: acquire, extend, release or drop
+-- ARGV[2]: the permit's token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
+-- ARGV[5]: 1 to increment the fencing counter on acquire, else 0
+-- ARGV[6]: K
+-- Acquire returns 0 when K permits are held, else the fencing counter (1 when
+-- not fenced); an error when the resource was created with another K. The
+-- others return 1 if the permit was there.
+local z, lim = KEYS[1], KEYS[2]
+local op, token, px, k = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function stretch(key)
+  if redis.call('PTTL', key) < px then
+    redis.call('PEXPIRE', key, px)
+  end
+end
+if op == 'acquire' then
+  local had = redis.call('GET', lim)
+  if had and tonumber(had) ~= k then
+    return redis.error_reply('semaphore ' .. z .. ' has ' .. had .. ' permits, not ' .. ARGV[6])
+  end
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+  if not redis.call('ZSCORE', z, token) and redis.call('ZCARD', z) >= k then
+    return 0
+  end
+  redis.call('ZADD', z, now + px, token)
+  redis.call('SET', lim, k)
+  stretch(z)
+  stretch(lim)
+  if ARGV[5] == '1' then
+    return redis.call('INCR', KEYS[3])
+  end
+  return 1
+elseif op == 'extend' then
+  if not redis.call('ZSCORE', z, token) then
+    return 0
+  end
+  redis.call('ZADD', z, now + px, token)
+  stretch(z)
+  stretch(lim)
+  return 1
+end
+if redis.call('ZREM', z, token) == 0 then
+  return 0
+end
+if redis.call('ZCARD', z) == 0 then
+  redis.call('DEL', z, lim)
+end
+if ARGV[4] ~= '' then
+  redis.call('PUBLISH', ARGV[4], '')
+end
+return 1

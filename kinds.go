@@ -1,0 +1,495 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A lock's kind is how it is stored on each node and what it excludes: the
+// plain lock (one holder), reentrant (one owner, many holds), read-write
+// (many readers or one writer), semaphore (at most K holders), multi-key
+// (several keys, all or nothing) and fair (granted in ticket order). Every
+// kind is acquired, extended and released on a quorum exactly as the plain
+// lock is (see attempt and Lock); the kind only supplies the per-node
+// scripts and, for the semaphore, the quorum. docs/kinds.md has the storage
+// and the guarantees.
+
+var (
+	//go:embed kind_reentrant.lua
+	reentrantLua    string
+	reentrantScript = redis.NewScript(reentrantLua)
+
+	//go:embed kind_multi.lua
+	multiLua    string
+	multiScript = redis.NewScript(multiLua)
+
+	//go:embed kind_semaphore.lua
+	semaphoreLua    string
+	semaphoreScript = redis.NewScript(semaphoreLua)
+
+	//go:embed kind_rw.lua
+	rwLua    string
+	rwScript = redis.NewScript(rwLua)
+
+	//go:embed kind_fair.lua
+	fairLua    string
+	fairScript = redis.NewScript(fairLua)
+)
+
+// kind is what a Lock is on the nodes.
+type kind interface {
+	// keys are the locked keys; the first names the lock in messages.
+	keys() []string
+	// describe names the lock in messages, e.g. `read lock "k"`.
+	describe() string
+	// quorum is how many of n nodes must hold the lock.
+	quorum(n int) int
+	acquire(token string, ttl time.Duration, fenced bool) nodeOp
+	extend(token string, ttl time.Duration) nodeOp
+	// release gives the lock up and announces it on its release channels.
+	release(token string) nodeOp
+	// drop undoes a failed attempt, without announcing it.
+	drop(token string) nodeOp
+	// leave is sent when an Acquire gives up for good: it drops what the
+	// waiter left on the nodes between attempts (a writer's mark, a place in
+	// a fair queue). Nil when there is nothing.
+	leave(token string) *nodeOp
+	// fenceKeys are the fencing counters of the locked keys.
+	fenceKeys() []string
+	// channels are where its releases are announced.
+	channels() []string
+}
+
+// plain is the plain lock: the key holds the token.
+type plain struct{ key string }
+
+func (k plain) keys() []string      { return []string{k.key} }
+func (k plain) describe() string    { return strconv.Quote(k.key) }
+func (k plain) quorum(n int) int    { return quorumOf(n) }
+func (k plain) fenceKeys() []string { return []string{fenceKey(k.key)} }
+func (k plain) channels() []string  { return []string{releaseChannel(k.key)} }
+func (k plain) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
+	return acquireOn(k.key, token, ttl, fenced)
+}
+func (k plain) extend(token string, ttl time.Duration) nodeOp { return extendOn(k.key, token, ttl) }
+func (k plain) release(token string) nodeOp                   { return releaseOn(k.key, token) }
+func (k plain) drop(token string) nodeOp                      { return dropOn(k.key, token) }
+func (k plain) leave(string) *nodeOp                          { return nil }
+
+// scripted is a kind whose operations are one script, given the operation's
+// name; see the kind_*.lua files for the arguments.
+type scripted struct {
+	script *redis.Script
+	lock   []string // the keys the script works on, fencing counters apart
+	fences []string // the fencing counters, appended to lock when fenced
+	chans  []string
+	extra  []any // the kind's own arguments, after the common five
+}
+
+func (s scripted) op(name, token string, ttl time.Duration, fenced bool, announce bool) nodeOp {
+	keys := s.lock
+	fence := "0"
+	if fenced {
+		keys = append(append([]string(nil), s.lock...), s.fences...)
+		fence = "1"
+	}
+	channel := ""
+	if announce && len(s.chans) > 0 {
+		channel = s.chans[0]
+	}
+	args := append([]any{name, token, pxMillis(ttl), channel, fence}, s.extra...)
+	return nodeOp{s.script, keys, args}
+}
+
+func (s scripted) acquireOp(token string, ttl time.Duration, fenced bool) nodeOp {
+	return s.op("acquire", token, ttl, fenced, false)
+}
+func (s scripted) extendOp(token string, ttl time.Duration) nodeOp {
+	return s.op("extend", token, ttl, false, false)
+}
+func (s scripted) releaseOp(token string) nodeOp {
+	return s.op("release", token, time.Millisecond, false, true)
+}
+func (s scripted) dropOp(token string) nodeOp {
+	return s.op("drop", token, time.Millisecond, false, false)
+}
+
+// reentrant is a lock held by an owner, any number of times at once.
+type reentrant struct {
+	key, owner string
+	s          scripted
+}
+
+func newReentrant(key, owner string) reentrant {
+	return reentrant{key: key, owner: owner, s: scripted{
+		script: reentrantScript,
+		lock:   []string{key, "{" + key + "}:grants"},
+		fences: []string{fenceKey(key)},
+		chans:  []string{releaseChannel(key)},
+		extra:  []any{owner},
+	}}
+}
+
+func (k reentrant) keys() []string      { return []string{k.key} }
+func (k reentrant) describe() string    { return fmt.Sprintf("%q (owner %q)", k.key, k.owner) }
+func (k reentrant) quorum(n int) int    { return quorumOf(n) }
+func (k reentrant) fenceKeys() []string { return k.s.fences }
+func (k reentrant) channels() []string  { return k.s.chans }
+func (k reentrant) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
+	return k.s.acquireOp(token, ttl, fenced)
+}
+func (k reentrant) extend(token string, ttl time.Duration) nodeOp { return k.s.extendOp(token, ttl) }
+func (k reentrant) release(token string) nodeOp                   { return k.s.releaseOp(token) }
+func (k reentrant) drop(token string) nodeOp                      { return k.s.dropOp(token) }
+func (k reentrant) leave(string) *nodeOp                          { return nil }
+
+// multi is a lock on several keys at once.
+type multi struct {
+	ks []string
+	s  scripted
+}
+
+func newMulti(keys []string) multi {
+	fences := make([]string, len(keys))
+	chans := make([]string, len(keys))
+	for i, k := range keys {
+		fences[i] = fenceKey(k)
+		chans[i] = releaseChannel(k)
+	}
+	return multi{ks: keys, s: scripted{script: multiScript, lock: keys, fences: fences, chans: chans, extra: []any{len(keys)}}}
+}
+
+func (k multi) keys() []string      { return k.ks }
+func (k multi) describe() string    { return fmt.Sprintf("%q", k.ks) }
+func (k multi) quorum(n int) int    { return quorumOf(n) }
+func (k multi) fenceKeys() []string { return k.s.fences }
+func (k multi) channels() []string  { return k.s.chans }
+func (k multi) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
+	return k.s.acquireOp(token, ttl, fenced)
+}
+func (k multi) extend(token string, ttl time.Duration) nodeOp { return k.s.extendOp(token, ttl) }
+
+// The multi-key script announces on every key's channel; its ARGV[4] is a
+// flag rather than one channel.
+func (k multi) release(token string) nodeOp {
+	op := k.s.releaseOp(token)
+	op.args[3] = "1"
+	return op
+}
+func (k multi) drop(token string) nodeOp { return k.s.dropOp(token) }
+func (k multi) leave(string) *nodeOp     { return nil }
+
+// semaphore is one of at most permits holders of a resource.
+type semaphore struct {
+	key     string
+	permits int
+	s       scripted
+}
+
+func newSemaphore(key string, permits int) semaphore {
+	return semaphore{key: key, permits: permits, s: scripted{
+		script: semaphoreScript,
+		lock:   []string{key, "{" + key + "}:permits"},
+		fences: []string{fenceKey(key)},
+		chans:  []string{releaseChannel(key)},
+		extra:  []any{permits},
+	}}
+}
+
+func (k semaphore) keys() []string { return []string{k.key} }
+func (k semaphore) describe() string {
+	return fmt.Sprintf("semaphore %q (%d permits)", k.key, k.permits)
+}
+
+// quorum is semaphoreQuorum: a majority is not enough once K > 1.
+func (k semaphore) quorum(n int) int    { return semaphoreQuorum(n, k.permits) }
+func (k semaphore) fenceKeys() []string { return k.s.fences }
+func (k semaphore) channels() []string  { return k.s.chans }
+func (k semaphore) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
+	return k.s.acquireOp(token, ttl, fenced)
+}
+func (k semaphore) extend(token string, ttl time.Duration) nodeOp { return k.s.extendOp(token, ttl) }
+func (k semaphore) release(token string) nodeOp                   { return k.s.releaseOp(token) }
+func (k semaphore) drop(token string) nodeOp                      { return k.s.dropOp(token) }
+func (k semaphore) leave(string) *nodeOp                          { return nil }
+
+// semaphoreQuorum is how many of n nodes a permit of a K-permit semaphore
+// must be held on, so that K+1 holders at once are impossible: each node
+// grants at most K permits, so K+1 holders on q nodes each need
+// (K+1)·q ≤ K·n, which the smallest q with (K+1)·q > K·n rules out. For
+// K = 1 it is the majority; as K grows it approaches n (with n = 3 and
+// K = 2, three holders could each hold two of the three nodes under a
+// majority quorum).
+func semaphoreQuorum(n, permits int) int {
+	return permits*n/(permits+1) + 1
+}
+
+// readWrite is a reader's or a writer's hold of a read-write lock.
+type readWrite struct {
+	key    string
+	writer bool
+	s      scripted
+}
+
+func newReadWrite(key string, writer bool) readWrite {
+	role := "r"
+	if writer {
+		role = "w"
+	}
+	waiter := rand.Text() // the writer's mark, across its attempts
+	return readWrite{key: key, writer: writer, s: scripted{
+		script: rwScript,
+		lock:   []string{key, "{" + key + "}:readers", "{" + key + "}:writer-waiting"},
+		fences: []string{fenceKey(key)},
+		chans:  []string{releaseChannel(key)},
+		extra:  []any{role, waiter},
+	}}
+}
+
+func (k readWrite) keys() []string { return []string{k.key} }
+func (k readWrite) describe() string {
+	if k.writer {
+		return fmt.Sprintf("write lock %q", k.key)
+	}
+	return fmt.Sprintf("read lock %q", k.key)
+}
+func (k readWrite) quorum(n int) int    { return quorumOf(n) }
+func (k readWrite) fenceKeys() []string { return k.s.fences }
+func (k readWrite) channels() []string  { return k.s.chans }
+func (k readWrite) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
+	return k.s.acquireOp(token, ttl, fenced)
+}
+func (k readWrite) extend(token string, ttl time.Duration) nodeOp { return k.s.extendOp(token, ttl) }
+func (k readWrite) release(token string) nodeOp                   { return k.s.releaseOp(token) }
+func (k readWrite) drop(token string) nodeOp                      { return k.s.dropOp(token) }
+func (k readWrite) leave(token string) *nodeOp {
+	if !k.writer {
+		return nil
+	}
+	op := k.s.op("leave", token, time.Millisecond, false, true)
+	return &op
+}
+
+// fairPatience is how long a fair lock's waiter keeps its place in the
+// queue on a node without trying again there; a fair Acquire tries at
+// least every fairPatience/4.
+const fairPatience = 4 * time.Second
+
+// fair is a lock granted in the order of its waiters' tickets.
+type fair struct {
+	key    string
+	waiter string // the queue entry, across the Acquire's attempts
+	ticket int64  // set once the Acquire has drawn it
+	s      scripted
+}
+
+func newFair(key string) *fair {
+	return &fair{key: key, waiter: rand.Text(), s: scripted{
+		script: fairScript,
+		lock:   []string{key, "{" + key + "}:queue", "{" + key + "}:queue-deadlines", "{" + key + "}:tickets"},
+		fences: []string{fenceKey(key)},
+		chans:  []string{releaseChannel(key)},
+	}}
+}
+
+func (k *fair) withArgs(op nodeOp) nodeOp {
+	op.args = append(op.args, k.ticket, fairPatience.Milliseconds(), k.waiter)
+	return op
+}
+
+func (k *fair) keys() []string      { return []string{k.key} }
+func (k *fair) describe() string    { return fmt.Sprintf("fair lock %q", k.key) }
+func (k *fair) quorum(n int) int    { return quorumOf(n) }
+func (k *fair) fenceKeys() []string { return k.s.fences }
+func (k *fair) channels() []string  { return k.s.chans }
+func (k *fair) ticketOp() nodeOp {
+	return k.withArgs(k.s.op("ticket", "", time.Millisecond, false, false))
+}
+func (k *fair) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
+	return k.withArgs(k.s.acquireOp(token, ttl, fenced))
+}
+func (k *fair) extend(token string, ttl time.Duration) nodeOp {
+	return k.withArgs(k.s.extendOp(token, ttl))
+}
+func (k *fair) release(token string) nodeOp { return k.withArgs(k.s.releaseOp(token)) }
+func (k *fair) drop(token string) nodeOp    { return k.withArgs(k.s.dropOp(token)) }
+func (k *fair) dequeue() nodeOp {
+	return k.withArgs(k.s.op("dequeue", "", time.Millisecond, false, false))
+}
+func (k *fair) leave(token string) *nodeOp {
+	op := k.withArgs(k.s.op("leave", token, time.Millisecond, false, true))
+	return &op
+}
+
+// drawTicket gives a fair Acquire its place in the queue: the highest of
+// the ticket counters of a quorum of nodes, each incremented. Two waiters
+// whose quorums share a node get different tickets from it, and the
+// highest of each set keeps them apart unless the highest values tie; the
+// queue then orders them by token. Every node ranks waiters by the same
+// ticket, so the first in line is the same everywhere.
+func (c *Client) drawTicket(ctx context.Context, f *fair, ttl time.Duration) *quorumError {
+	q := f.quorum(len(c.nodes))
+	t, _ := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(q), nil, settlement{}, f.ticketOp())
+	if t.yes < q {
+		return &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%s: a ticket from %d of %d nodes, quorum %d", f.describe(), t.yes, len(c.nodes), q),
+			cause: ctx.Err(), nodes: t.errs, heldOn: -1}
+	}
+	for i, a := range t.answers {
+		if a == holds {
+			f.ticket = max(f.ticket, t.values[i])
+		}
+	}
+	return nil
+}
+
+// WithOwner makes the lock reentrant, held by owner: while owner holds it,
+// another Acquire with the same owner succeeds at once (a new hold, with its
+// own Lock, token and validity), and the key is free again only when every
+// hold was released or ended. Holds of another owner are refused. Each hold
+// lengthens the key's time to live, never shortens it. The owner must not
+// be empty; choose one per holder identity (a worker ID, a request ID), not
+// per process. Default: not reentrant.
+func WithOwner(owner string) AcquireOption {
+	return acquireOption(func(c *acquireConfig) error {
+		if owner == "" {
+			return invalid("empty owner")
+		}
+		c.owner = owner
+		c.kinds = append(c.kinds, "WithOwner")
+		return nil
+	})
+}
+
+// ForRead takes the read side of a read-write lock: any number of readers
+// may hold the key at once, but no writer. A reader is refused while a
+// writer holds the key or waits for it (see ForWrite). Default: a plain
+// lock.
+func ForRead() AcquireOption {
+	return acquireOption(func(c *acquireConfig) error {
+		c.role = 'r'
+		c.kinds = append(c.kinds, "ForRead")
+		return nil
+	})
+}
+
+// ForWrite takes the write side of a read-write lock: one writer, and no
+// reader, at a time. A writer that finds readers marks the key as awaited,
+// which keeps new readers out until it gets the lock, gives up, or its mark
+// expires after its ttl: a stream of readers cannot starve it. Default: a
+// plain lock.
+func ForWrite() AcquireOption {
+	return acquireOption(func(c *acquireConfig) error {
+		c.role = 'w'
+		c.kinds = append(c.kinds, "ForWrite")
+		return nil
+	})
+}
+
+// WithPermits takes one of permits permits of a semaphore named by the key:
+// at most permits holders at once. Every holder must give the same number
+// for a key; a node that knows the key with another number answers with an
+// error. Each permit expires with its own ttl, so a crashed holder does not
+// keep one. A permit is held on more than a majority of the nodes once
+// permits > 1: on ⌊permits·N/(permits+1)⌋+1 of them, since with a bare
+// majority permits+1 holders could each hold a different majority (see
+// docs/kinds.md); so the semaphore tolerates fewer node failures than a
+// plain lock. permits must be at least 1. Default: a plain lock.
+func WithPermits(permits int) AcquireOption {
+	return acquireOption(func(c *acquireConfig) error {
+		if permits < 1 {
+			return invalid("%d permits: a semaphore needs at least 1", permits)
+		}
+		c.permits = permits
+		c.kinds = append(c.kinds, "WithPermits")
+		return nil
+	})
+}
+
+// Fair makes the lock first come, first served across processes: an
+// Acquire draws a ticket from a quorum of the nodes, queues with it on
+// every node, and the lock goes to the waiter with the lowest ticket. A
+// waiter that stops trying (its process died) loses its place on a node
+// 4s after its last attempt there, so it holds the queue up for no longer.
+// A fair Acquire tries at least every second, whatever its retry policy, to
+// keep its place. TryAcquire with Fair draws a ticket and tries once, and
+// leaves the queue when it fails. Default: not fair.
+func Fair() AcquireOption {
+	return acquireOption(func(c *acquireConfig) error {
+		c.fair = true
+		c.kinds = append(c.kinds, "Fair")
+		return nil
+	})
+}
+
+// AcquireAll acquires a lock on every key at once, all or nothing: on each
+// node one script takes every key if none is held by someone else, so two
+// holders of overlapping sets exclude each other, and no holder can wait
+// for another while holding part of what that one needs (no deadlock). The
+// Lock works as any: Extend and Release act on every key; Keys lists them.
+// With WithFencing the fencing token is above every key's counter, and each
+// key's counter is raised to it. On a Redis Cluster node the keys must
+// hash to one slot.
+//
+// It returns an error matching ErrInvalidArgument, before any node is
+// contacted, for an empty set, an empty or repeated key, a bad ttl, or a
+// kind option (a multi-key lock is plain); otherwise as Acquire.
+func (c *Client) AcquireAll(ctx context.Context, keys []string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	k, ac, err := c.multiConfig(keys, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquireLoop(ctx, k, ttl, ac)
+}
+
+// TryAcquireAll is AcquireAll with exactly one attempt; see TryAcquire.
+func (c *Client) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	k, ac, err := c.multiConfig(keys, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	lock, qe := c.attemptWith(ctx, k, rand.Text(), ttl, ac)
+	if qe != nil {
+		return nil, qe
+	}
+	return lock, nil
+}
+
+func (c *Client) multiConfig(keys []string, ttl time.Duration, opts []AcquireOption) (kind, acquireConfig, error) {
+	if len(keys) == 0 {
+		return nil, acquireConfig{}, invalid("no keys")
+	}
+	seen := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		if k == "" {
+			return nil, acquireConfig{}, invalid("key %d is empty", i)
+		}
+		if seen[k] {
+			return nil, acquireConfig{}, invalid("key %q appears twice", k)
+		}
+		seen[k] = true
+	}
+	ac, err := c.acquireConfig(keys[0], ttl, opts)
+	if err != nil {
+		return nil, ac, err
+	}
+	if len(ac.kinds) > 0 {
+		return nil, ac, invalid("%s: a lock on several keys is a plain lock", ac.kinds[0])
+	}
+	return newMulti(slices.Clone(keys)), ac, nil
+}
+
+// Keys returns the locked keys: one, or those given to AcquireAll, in their
+// order. It returns nil for a nil Lock.
+func (l *Lock) Keys() []string {
+	if l == nil {
+		return nil
+	}
+	return slices.Clone(l.kind.keys())
+}

@@ -1,0 +1,548 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/quorumlock/redlock"
+)
+
+func mustNotAcquireKind(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("%s: err = %v, want ErrNotAcquired", what, err)
+	}
+}
+
+func TestKinds_badInput(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	before := c.commands()
+	for name, try := range map[string]func() error{
+		"empty owner":  func() error { _, err := rc.TryAcquire(ctx, "k", time.Second, redlock.WithOwner("")); return err },
+		"zero permits": func() error { _, err := rc.TryAcquire(ctx, "k", time.Second, redlock.WithPermits(0)); return err },
+		"two kinds": func() error {
+			_, err := rc.Acquire(ctx, "k", time.Second, redlock.ForRead(), redlock.Fair())
+			return err
+		},
+		"read and write": func() error {
+			_, err := rc.TryAcquire(ctx, "k", time.Second, redlock.ForRead(), redlock.ForWrite())
+			return err
+		},
+		"no keys":          func() error { _, err := rc.TryAcquireAll(ctx, nil, time.Second); return err },
+		"empty key in set": func() error { _, err := rc.AcquireAll(ctx, []string{"a", ""}, time.Second); return err },
+		"repeated key":     func() error { _, err := rc.TryAcquireAll(ctx, []string{"a", "b", "a"}, time.Second); return err },
+		"kind with set": func() error {
+			_, err := rc.TryAcquireAll(ctx, []string{"a", "b"}, time.Second, redlock.WithPermits(2))
+			return err
+		},
+		"bad ttl in set": func() error { _, err := rc.TryAcquireAll(ctx, []string{"a"}, 0); return err },
+	} {
+		if err := try(); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if n := c.commands() - before; n != 0 {
+		t.Errorf("bad input sent %d commands", n)
+	}
+}
+
+func TestKinds_reentrant(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	alice := redlock.WithOwner("alice")
+	outer := mustTryAcquire(t, rc, ctx, "doc", time.Minute, alice)
+	inner, err := rc.Acquire(ctx, "doc", time.Minute, alice) // no waiting: the owner holds it
+	if err != nil {
+		t.Fatalf("the owner's second Acquire: %v", err)
+	}
+	redlock.WaitSettled(inner)
+	for i, s := range c.servers {
+		if got := s.HGet("doc", "alice"); got != "2" {
+			t.Fatalf("node %d: HGET doc alice = %q, want 2", i, got)
+		}
+	}
+	_, err = rc.TryAcquire(ctx, "doc", time.Minute, redlock.WithOwner("bob"))
+	mustNotAcquireKind(t, "another owner", err)
+	_, err = rc.TryAcquire(ctx, "doc", time.Minute)
+	if err == nil {
+		t.Fatal("a plain lock on a reentrant lock's key was acquired")
+	}
+
+	mustRelease(t, inner)
+	_, err = rc.TryAcquire(ctx, "doc", time.Minute, redlock.WithOwner("bob"))
+	mustNotAcquireKind(t, "another owner after one of two releases", err)
+	mustRelease(t, outer)
+	for i, s := range c.servers {
+		if s.Exists("doc") || s.Exists("{doc}:grants") {
+			t.Fatalf("node %d keeps the lock's keys after the last release", i)
+		}
+	}
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "doc", time.Minute, redlock.WithOwner("bob")))
+}
+
+func TestKinds_readWrite(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	r1 := mustTryAcquire(t, rc, ctx, "cfg", time.Minute, redlock.ForRead())
+	r2 := mustTryAcquire(t, rc, ctx, "cfg", time.Minute, redlock.ForRead())
+	_, err := rc.TryAcquire(ctx, "cfg", time.Minute, redlock.ForWrite())
+	mustNotAcquireKind(t, "a writer while readers hold", err)
+
+	// A writer waiting in Acquire keeps new readers out, and gets the lock
+	// once the readers are gone.
+	wrote := make(chan acquired, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "cfg", time.Minute, redlock.ForWrite())
+		wrote <- acquired{l, err}
+	}()
+	waitFor(t, "the writer's mark", func() bool {
+		n := 0
+		for _, s := range c.servers {
+			if s.Exists("{cfg}:writer-waiting") {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	_, err = rc.TryAcquire(ctx, "cfg", time.Minute, redlock.ForRead())
+	mustNotAcquireKind(t, "a new reader while a writer waits", err)
+	mustRelease(t, r1)
+	mustRelease(t, r2)
+	w := mustGet(t, wrote)
+	redlock.WaitSettled(w)
+	if got := c.holders("cfg", w.Token()); len(got) != 3 {
+		t.Fatalf("writer's token on %v, want all 3", got)
+	}
+	_, err = rc.TryAcquire(ctx, "cfg", time.Minute, redlock.ForRead())
+	mustNotAcquireKind(t, "a reader while the writer holds", err)
+	_, err = rc.TryAcquire(ctx, "cfg", time.Minute, redlock.ForWrite())
+	mustNotAcquireKind(t, "a second writer", err)
+	mustRelease(t, w)
+	for i, s := range c.servers {
+		if len(s.Keys()) != 0 {
+			t.Fatalf("node %d keeps %v after every release", i, s.Keys())
+		}
+	}
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "cfg", time.Minute, redlock.ForRead()))
+}
+
+func TestKinds_writerGivesUp(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	r := mustTryAcquire(t, rc, ctx, "cfg", time.Minute, redlock.ForRead())
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err := rc.Acquire(wctx, "cfg", time.Minute, redlock.ForWrite())
+	mustNotAcquireKind(t, "writer", err)
+	for i, s := range c.servers {
+		if s.Exists("{cfg}:writer-waiting") {
+			t.Fatalf("node %d keeps the mark of a writer that gave up", i)
+		}
+	}
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "cfg", time.Minute, redlock.ForRead()))
+	mustRelease(t, r)
+}
+
+func TestKinds_semaphore(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	two := redlock.WithPermits(2)
+	a := mustTryAcquire(t, rc, ctx, "pool", time.Minute, two)
+	b := mustTryAcquire(t, rc, ctx, "pool", time.Minute, two)
+	_, err := rc.TryAcquire(ctx, "pool", time.Minute, two)
+	mustNotAcquireKind(t, "a third permit of 2", err)
+	_, err = rc.TryAcquire(ctx, "pool", time.Minute, redlock.WithPermits(3))
+	if err == nil || !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("another permit count: err = %v, want ErrNotAcquired with the nodes' errors", err)
+	}
+	var ne *redlock.NodeError
+	if !errors.As(err, &ne) {
+		t.Fatalf("another permit count: err = %v, want the nodes' errors", err)
+	}
+	mustRelease(t, a)
+	cc := mustTryAcquire(t, rc, ctx, "pool", time.Minute, two)
+	mustRelease(t, b)
+	mustRelease(t, cc)
+	for i, s := range c.servers {
+		if len(s.Keys()) != 0 {
+			t.Fatalf("node %d keeps %v after every release", i, s.Keys())
+		}
+	}
+}
+
+// TestKinds_semaphorePermitsExpire: a holder that never releases keeps its
+// permit only for its ttl.
+func TestKinds_semaphorePermitsExpire(t *testing.T) {
+	c := newCluster(t, 1)
+	rc := c.client(t)
+	ctx := context.Background()
+	one := redlock.WithPermits(1)
+	mustTryAcquire(t, rc, ctx, "pool", 100*time.Millisecond, one) // never released
+	_, err := rc.TryAcquire(ctx, "pool", time.Minute, one)
+	mustNotAcquireKind(t, "a permit while the other is valid", err)
+	time.Sleep(150 * time.Millisecond) // the permit's own expiry is node time
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "pool", time.Minute, one))
+}
+
+func TestKinds_multiKey(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	ab, err := rc.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute, redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ab.Keys(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("Keys = %v", got)
+	}
+	redlock.WaitSettled(ab)
+	for _, k := range []string{"a", "b"} {
+		if got := c.holders(k, ab.Token()); len(got) != 3 {
+			t.Fatalf("%s holds the token on %v, want all 3", k, got)
+		}
+	}
+	_, err = rc.TryAcquireAll(ctx, []string{"b", "c"}, time.Minute)
+	mustNotAcquireKind(t, "an overlapping set", err)
+	if got := c.holdersAny("c"); len(got) != 0 {
+		t.Fatalf("the refused set left c on %v", got)
+	}
+	_, err = rc.TryAcquire(ctx, "a", time.Minute)
+	mustNotAcquireKind(t, "a plain lock on a held key", err)
+	if err := ab.Extend(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, ab)
+	bc, err := rc.TryAcquireAll(ctx, []string{"b", "c"}, time.Minute, redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bc.FencingToken() <= ab.FencingToken() {
+		t.Fatalf("fencing token %d after %d on a shared key", bc.FencingToken(), ab.FencingToken())
+	}
+	mustRelease(t, bc)
+}
+
+// TestKinds_multiKeyNoDeadlock: two holders wanting the same keys in
+// opposite orders both finish.
+func TestKinds_multiKeyNoDeadlock(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 3*time.Millisecond)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, keys := range [][]string{{"x", "y"}, {"y", "x"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				l, err := rc.AcquireAll(ctx, keys, time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mustRelease(t, l)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// queueSize is how many waiters a fair lock's queue holds on each node.
+func queueSizes(c *cluster, key string) []int {
+	var n []int
+	for _, s := range c.servers {
+		m, _ := s.ZMembers("{" + key + "}:queue")
+		n = append(n, len(m))
+	}
+	return n
+}
+
+func TestKinds_fairOrder(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
+	ctx := context.Background()
+	fair := redlock.Fair()
+	holder := mustTryAcquire(t, rc, ctx, "turn", time.Minute, fair)
+
+	const waiters = 5
+	order := make(chan int, waiters)
+	var wg sync.WaitGroup
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := rc.Acquire(ctx, "turn", time.Minute, fair)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			mustRelease(t, l)
+		}()
+		// The next waiter comes once this one is in every node's queue.
+		waitFor(t, "the waiter to queue", func() bool {
+			for _, n := range queueSizes(c, "turn") {
+				if n != i+1 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	mustRelease(t, holder)
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	if !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+		t.Fatalf("granted in the order %v, want the queue's 0..4", got)
+	}
+	for i, s := range c.servers {
+		for _, k := range s.Keys() {
+			if k != "{turn}:tickets" {
+				t.Errorf("node %d keeps %s after every waiter was served", i, k)
+			}
+		}
+	}
+}
+
+// TestKinds_fairWaiterDisappears: a queued waiter that stopped trying holds
+// the queue up only until its place lapses.
+func TestKinds_fairWaiterDisappears(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
+	ctx := context.Background()
+	// A ghost waiter with the first ticket, whose last attempt on each node
+	// was long ago: its place lapses 300 ms from now.
+	lapse := float64(time.Now().Add(300 * time.Millisecond).UnixMilli())
+	for _, s := range c.servers {
+		if _, err := s.ZAdd("{turn}:queue", 0, "ghost"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ZAdd("{turn}:queue-deadlines", lapse, "ghost"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := rc.TryAcquire(ctx, "turn", time.Minute, redlock.Fair())
+	mustNotAcquireKind(t, "behind the ghost", err)
+	start := time.Now()
+	l, err := rc.Acquire(ctx, "turn", time.Minute, redlock.Fair())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("waited %v behind a waiter that was gone", waited)
+	}
+	mustRelease(t, l)
+}
+
+func TestKinds_fairGivingUpLeavesTheQueue(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	holder := mustTryAcquire(t, rc, ctx, "turn", time.Minute, redlock.Fair())
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err := rc.Acquire(wctx, "turn", time.Minute, redlock.Fair())
+	mustNotAcquireKind(t, "waiter", err)
+	if got := queueSizes(c, "turn"); slices.Max(got) != 0 {
+		t.Fatalf("queue sizes %v after the waiter gave up, want none", got)
+	}
+	mustRelease(t, holder)
+}
+
+func TestSemaphoreQuorum(t *testing.T) {
+	for _, tc := range []struct{ n, permits, want int }{
+		{1, 1, 1}, {3, 1, 2}, {5, 1, 3}, {3, 2, 3}, {5, 2, 4}, {7, 2, 5}, {5, 4, 5}, {5, 10, 5},
+	} {
+		c := newCluster(t, tc.n)
+		rc := c.client(t)
+		ctx := context.Background()
+		// Block all but q-1 nodes... instead: count how many nodes the
+		// permit needs by taking nodes away one by one.
+		needed := 0
+		for down := 0; down <= tc.n; down++ {
+			for i, s := range c.servers {
+				if i < down {
+					s.Set("{pool}:permits", strconv.Itoa(tc.permits+1)) // refuses: another K
+				}
+			}
+			l, err := rc.TryAcquire(ctx, "pool", time.Minute, redlock.WithPermits(tc.permits))
+			if err != nil {
+				needed = tc.n - down + 1
+				break
+			}
+			mustRelease(t, l)
+		}
+		if needed != tc.want {
+			t.Errorf("N=%d, K=%d: a permit needs %d nodes, want %d", tc.n, tc.permits, needed, tc.want)
+		}
+	}
+}
+
+// blocker puts another holder of a lock of some kind on one node.
+type kindCase struct {
+	name    string
+	acquire func(rc *redlock.Client) (*redlock.Lock, error)
+	block   func(s *miniredis.Miniredis)
+	quorum  func(n int) int
+}
+
+func kindCases() []kindCase {
+	ctx := context.Background()
+	major := func(n int) int { return n/2 + 1 }
+	far := float64(time.Now().Add(time.Hour).UnixMilli())
+	return []kindCase{
+		{"plain", func(rc *redlock.Client) (*redlock.Lock, error) { return rc.TryAcquire(ctx, "k", time.Minute) },
+			func(s *miniredis.Miniredis) { s.Set("k", "other") }, major},
+		{"reentrant", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquire(ctx, "k", time.Minute, redlock.WithOwner("me"))
+		}, func(s *miniredis.Miniredis) { s.HSet("k", "other", "1") }, major},
+		{"reader", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquire(ctx, "k", time.Minute, redlock.ForRead())
+		}, func(s *miniredis.Miniredis) { s.Set("k", "writer") }, major},
+		{"writer", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquire(ctx, "k", time.Minute, redlock.ForWrite())
+		}, func(s *miniredis.Miniredis) { s.Set("k", "writer") }, major},
+		{"semaphore K=1", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquire(ctx, "k", time.Minute, redlock.WithPermits(1))
+		}, func(s *miniredis.Miniredis) { s.ZAdd("k", far, "other") }, major},
+		{"semaphore K=2", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquire(ctx, "k", time.Minute, redlock.WithPermits(2))
+		}, func(s *miniredis.Miniredis) { s.ZAdd("k", far, "other1"); s.ZAdd("k", far, "other2") }, func(n int) int { return 2*n/3 + 1 }},
+		{"multi-key", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquireAll(ctx, []string{"j", "k"}, time.Minute)
+		}, func(s *miniredis.Miniredis) { s.Set("k", "other") }, major},
+		{"fair", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquire(ctx, "k", time.Minute, redlock.Fair())
+		}, func(s *miniredis.Miniredis) { s.Set("k", "other") }, major},
+	}
+}
+
+// dump is a node's keys and values, its fair-lock ticket counter aside (a
+// ticket is drawn for good, like a fencing token).
+func dump(s *miniredis.Miniredis) string {
+	var out []string
+	skip := false
+	for _, line := range strings.Split(s.Dump(), "\n") {
+		if !strings.HasPrefix(line, " ") {
+			skip = line == "- {k}:tickets"
+		}
+		if !skip {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestKinds_everyBitmask: for every set of nodes where another holder sits,
+// each kind is acquired exactly when enough nodes are free for its quorum,
+// and a refused attempt leaves every node as it found it.
+func TestKinds_everyBitmask(t *testing.T) {
+	const n = 5
+	for _, kc := range kindCases() {
+		t.Run(kc.name, func(t *testing.T) {
+			for mask := range 1 << n {
+				c := newCluster(t, n)
+				rc := c.client(t)
+				free := n
+				for i, s := range c.servers {
+					if mask&(1<<i) != 0 {
+						kc.block(s)
+						free--
+					}
+				}
+				before := make([]string, n)
+				for i, s := range c.servers {
+					before[i] = dump(s)
+				}
+				l, err := kc.acquire(rc)
+				want := free >= kc.quorum(n)
+				if (err == nil) != want {
+					t.Fatalf("mask %05b (%d free): err = %v, want acquired = %v", mask, free, err, want)
+				}
+				if err == nil {
+					mustRelease(t, l)
+				}
+				for i, s := range c.servers {
+					if got := dump(s); got != before[i] {
+						t.Fatalf("mask %05b: node %d was\n%s\nand is\n%s", mask, i, before[i], got)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestKinds_leases: every kind has what a plain lock has: a fencing token,
+// Extend, Done, automatic renewal.
+func TestKinds_leases(t *testing.T) {
+	ctx := context.Background()
+	lease := []redlock.AcquireOption{redlock.WithFencing(), redlock.WithAutoRenew()}
+	for name, acquire := range map[string]func(rc *redlock.Client) (*redlock.Lock, error){
+		"reentrant": func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, append(lease, redlock.WithOwner("me"))...)
+		},
+		"reader": func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, append(lease, redlock.ForRead())...)
+		},
+		"writer": func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, append(lease, redlock.ForWrite())...)
+		},
+		"semaphore": func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, append(lease, redlock.WithPermits(3))...)
+		},
+		"multi-key": func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.AcquireAll(ctx, []string{"j", "k"}, time.Minute, lease...)
+		},
+		"fair": func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, append(lease, redlock.Fair())...)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			rc := c.client(t)
+			first, err := acquire(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first.FencingToken() == 0 {
+				t.Fatal("no fencing token")
+			}
+			if err := first.Extend(ctx, 2*time.Minute); err != nil {
+				t.Fatalf("Extend: %v", err)
+			}
+			if !isOpen(first.Done()) {
+				t.Fatal("Done closed while held")
+			}
+			mustRelease(t, first)
+			if !closed(first.Done()) {
+				t.Fatal("Done open after Release")
+			}
+			second, err := acquire(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if second.FencingToken() <= first.FencingToken() {
+				t.Fatalf("fencing token %d after %d", second.FencingToken(), first.FencingToken())
+			}
+			mustRelease(t, second)
+		})
+	}
+}
