@@ -493,3 +493,16 @@ func (l *Lock) Keys() []string {
 	}
 	return slices.Clone(l.kind.keys())
 }
+
+// Ticket returns a fair lock's ticket, its place in the queue it waited in:
+// waiters are granted the lock in the order of their tickets. It is 0 for
+// the other kinds and for a nil Lock.
+func (l *Lock) Ticket() uint64 {
+	if l == nil {
+		return 0
+	}
+	if f, ok := l.kind.(*fair); ok {
+		return uint64(f.ticket)
+	}
+	return 0
+}

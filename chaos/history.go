@@ -58,6 +58,9 @@ type Section struct {
 	WroteAt  time.Time
 	Token    uint64 // the lock's fencing token; 0 when not fenced
 	Refused  bool   // the register refused the write for a stale token
+	Shared   bool   // a reader's or a semaphore permit's: may overlap other shared ones
+	Ticket   uint64 // a fair lock's place in its queue; 0 for the other kinds
+	Started  time.Time
 }
 
 // held returns the interval in which the worker was entitled to the lock:
@@ -80,20 +83,30 @@ type Verdict struct {
 	Unknown      bool `json:"lin_unknown"`       // the linearizability check ran out of time
 	Regressions  int  `json:"token_regressions"` // holders whose fencing token was not above every earlier holder's
 	Refused      int  `json:"refused_writes"`    // stale writes the fenced register refused: not violations
+	Excess       int  `json:"over_permits"`      // semaphore: acquisitions that made more than K holders at once
+	OutOfOrder   int  `json:"out_of_order"`      // fair lock: grants before a waiter with a lower ticket that had queued
 }
 
 // Violations counts everything that breaks mutual exclusion or its purpose.
 func (v Verdict) Violations() int {
-	n := v.Overlaps + v.StaleWrites + v.LostUpdates + v.Regressions
+	n := v.Overlaps + v.StaleWrites + v.LostUpdates + v.Regressions + v.Excess + v.OutOfOrder
 	if v.Sections > 0 && !v.Linearizable && !v.Unknown {
 		n++
 	}
 	return n
 }
 
+// checkOptions say what else a history must satisfy.
+type checkOptions struct {
+	fenced  bool          // the locks were to carry fencing tokens
+	permits int           // semaphore: at most this many holders at once (0: not a semaphore)
+	queued  time.Duration // fair lock: a waiter is in the queue this long after it asked
+}
+
 // check runs every checker over the sections and the register's final
-// values; fenced says the locks were to carry fencing tokens.
-func check(sections []Section, final map[string]int64, fenced bool) Verdict {
+// values.
+func check(sections []Section, final map[string]int64, o checkOptions) Verdict {
+	fenced := o.fenced
 	v := Verdict{Sections: len(sections)}
 	byKey := map[string][]Section{}
 	for _, s := range sections {
@@ -107,6 +120,12 @@ func check(sections []Section, final map[string]int64, fenced bool) Verdict {
 	}
 	for key, ss := range byKey {
 		v.Overlaps += overlaps(ss)
+		if o.permits > 0 {
+			v.Excess += excess(ss, o.permits)
+		}
+		if o.queued > 0 {
+			v.OutOfOrder += outOfOrder(ss, o.queued)
+		}
 		v.Regressions += regressions(ss, fenced)
 		writes := 0
 		for _, s := range ss {
@@ -125,7 +144,8 @@ func check(sections []Section, final map[string]int64, fenced bool) Verdict {
 	return v
 }
 
-// overlaps counts the pairs of sections whose held intervals intersect.
+// overlaps counts the pairs of sections whose held intervals intersect,
+// but for two shared ones (readers, semaphore permits).
 func overlaps(ss []Section) int {
 	ss = slices.Clone(ss)
 	slices.SortFunc(ss, func(a, b Section) int { return a.Acquired.Compare(b.Acquired) })
@@ -133,7 +153,44 @@ func overlaps(ss []Section) int {
 	for i := range ss {
 		_, end := ss[i].held()
 		for j := i + 1; j < len(ss) && ss[j].Acquired.Before(end); j++ {
+			if !ss[i].Shared || !ss[j].Shared {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// excess counts the acquisitions after which more than permits sections
+// were held at once.
+func excess(ss []Section, permits int) int {
+	ss = slices.Clone(ss)
+	slices.SortFunc(ss, func(a, b Section) int { return a.Acquired.Compare(b.Acquired) })
+	n := 0
+	for i := range ss {
+		holding := 1
+		for j := range i {
+			if _, end := ss[j].held(); end.After(ss[i].Acquired) {
+				holding++
+			}
+		}
+		if holding > permits {
 			n++
+		}
+	}
+	return n
+}
+
+// outOfOrder counts the pairs in which a fair lock went to a waiter before
+// one with a lower ticket that had been in the queue (queued after it
+// asked) when the other was granted.
+func outOfOrder(ss []Section, queued time.Duration) int {
+	n := 0
+	for _, a := range ss {
+		for _, b := range ss {
+			if a.Ticket != 0 && a.Ticket < b.Ticket && b.Acquired.Before(a.Acquired) && a.Started.Add(queued).Before(b.Acquired) {
+				n++
+			}
 		}
 	}
 	return n

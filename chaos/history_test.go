@@ -58,7 +58,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := check(tt.sections, map[string]int64{"k": tt.final}, false)
+			got := check(tt.sections, map[string]int64{"k": tt.final}, checkOptions{})
 			if got != tt.want {
 				t.Fatalf("check = %+v, want %+v", got, tt.want)
 			}
@@ -72,7 +72,7 @@ func TestCheck(t *testing.T) {
 func TestCheck_keysAreIndependent(t *testing.T) {
 	a, b := sec(0, 0, 10, 100, 0), sec(1, 5, 15, 100, 0)
 	b.Key = "other"
-	got := check([]Section{a, b}, map[string]int64{"k": 1, "other": 1}, false)
+	got := check([]Section{a, b}, map[string]int64{"k": 1, "other": 1}, checkOptions{})
 	if got.Violations() != 0 {
 		t.Fatalf("sections on different keys counted as violations: %+v", got)
 	}
@@ -81,15 +81,15 @@ func TestCheck_keysAreIndependent(t *testing.T) {
 func TestCheck_tokens(t *testing.T) {
 	a, b, c := sec(0, 0, 10, 100, 0), sec(1, 10, 20, 110, 1), sec(0, 20, 30, 120, 2)
 	a.Token, b.Token, c.Token = 3, 5, 9
-	if got := check([]Section{a, b, c}, map[string]int64{"k": 3}, true); got.Regressions != 0 || got.Violations() != 0 {
+	if got := check([]Section{a, b, c}, map[string]int64{"k": 3}, checkOptions{fenced: true}); got.Regressions != 0 || got.Violations() != 0 {
 		t.Fatalf("increasing tokens: %+v", got)
 	}
 	c.Token = 5 // the same token as an earlier holder
-	if got := check([]Section{a, b, c}, map[string]int64{"k": 3}, true); got.Regressions != 1 || got.Violations() != 1 {
+	if got := check([]Section{a, b, c}, map[string]int64{"k": 3}, checkOptions{fenced: true}); got.Regressions != 1 || got.Violations() != 1 {
 		t.Fatalf("a repeated token: %+v, want 1 regression", got)
 	}
 	c.Token = 0 // no token where one was asked for
-	if got := check([]Section{a, b, c}, map[string]int64{"k": 3}, true); got.Regressions != 1 {
+	if got := check([]Section{a, b, c}, map[string]int64{"k": 3}, checkOptions{fenced: true}); got.Regressions != 1 {
 		t.Fatalf("a missing token: %+v, want 1 regression", got)
 	}
 }
@@ -106,5 +106,63 @@ func TestRegister_writeFenced(t *testing.T) {
 	}
 	if r.read("k") != 6 {
 		t.Fatalf("register holds %d, want the last accepted write 6", r.read("k"))
+	}
+}
+
+// shared returns a reader's or permit holder's section from..to (ms), which
+// reads and does not write.
+func shared(worker int, from, to int) Section {
+	s := sec(worker, from, to, 1000, 0)
+	s.Shared, s.Wrote = true, false
+	return s
+}
+
+func TestCheck_readersAndWriters(t *testing.T) {
+	r1, r2 := shared(0, 0, 10), shared(1, 5, 15)
+	if got := check([]Section{r1, r2}, map[string]int64{"k": 0}, checkOptions{}); got.Violations() != 0 {
+		t.Fatalf("two readers at once counted: %+v", got)
+	}
+	w := sec(2, 8, 20, 1000, 0) // a writer while both readers hold
+	if got := check([]Section{r1, r2, w}, map[string]int64{"k": 1}, checkOptions{}); got.Overlaps != 2 {
+		t.Fatalf("a writer with two readers: %+v, want 2 overlaps", got)
+	}
+}
+
+func TestCheck_permits(t *testing.T) {
+	a, b, c := shared(0, 0, 10), shared(1, 2, 12), shared(2, 4, 14)
+	if got := check([]Section{a, b, c}, map[string]int64{}, checkOptions{permits: 3}); got.Violations() != 0 {
+		t.Fatalf("3 holders of 3 permits: %+v", got)
+	}
+	if got := check([]Section{a, b, c}, map[string]int64{}, checkOptions{permits: 2}); got.Excess != 1 || got.Violations() != 1 {
+		t.Fatalf("3 holders of 2 permits: %+v, want 1 excess", got)
+	}
+	c = shared(2, 10, 20) // starts as a ends: 2 at once
+	if got := check([]Section{a, b, c}, map[string]int64{}, checkOptions{permits: 2}); got.Excess != 0 {
+		t.Fatalf("a permit taken as another ends: %+v", got)
+	}
+}
+
+func TestCheck_fairOrder(t *testing.T) {
+	// read: the sections run one after another, in the order of from.
+	fair := func(worker int, ticket uint64, asked, from, to int) Section {
+		s := sec(worker, from, to, 1000, int64((from-100)/10))
+		s.Ticket, s.Started = ticket, at(asked)
+		return s
+	}
+	queued := 50 * time.Millisecond
+	// Tickets 1, 2, 3 asked at 0, 10, 20 and granted in that order.
+	inOrder := []Section{fair(0, 1, 0, 100, 110), fair(1, 2, 10, 110, 120), fair(2, 3, 20, 120, 130)}
+	if got := check(inOrder, map[string]int64{"k": 3}, checkOptions{queued: queued}); got.OutOfOrder != 0 {
+		t.Fatalf("in order: %+v", got)
+	}
+	// Ticket 3 goes before ticket 2, which had been queued for long.
+	swapped := []Section{fair(0, 1, 0, 100, 110), fair(1, 2, 10, 120, 130), fair(2, 3, 20, 110, 120)}
+	if got := check(swapped, map[string]int64{"k": 3}, checkOptions{queued: queued}); got.OutOfOrder != 1 || got.Violations() != 1 {
+		t.Fatalf("ticket 3 before a queued ticket 2: %+v, want 1", got)
+	}
+	// Ticket 3 goes before ticket 2 while 2 may not have queued yet.
+	early := []Section{fair(0, 1, 0, 100, 110), fair(1, 2, 105, 120, 130), fair(2, 3, 20, 110, 120)}
+	if got := check(early, map[string]int64{"k": 3}, checkOptions{queued: queued}); got.OutOfOrder != 0 {
+		t.Fatalf("ticket 2 not queued yet: %+v", got)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // WriteTable writes results as an aligned table, one row a scenario.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tsafe?\tassumption broken\tsections\toverlaps\tstale writes\tlost updates\tlinearizable\ttoken regressions\trefused writes\tduring fault\ttime\tresult")
+	fmt.Fprintln(tw, "scenario\tsafe?\tassumption broken\tsections\toverlaps\tstale writes\tlost updates\tlinearizable\ttoken regressions\trefused writes\tover K\tout of order\tduring fault\ttime\tresult")
 	for _, r := range results {
 		fmt.Fprintln(tw, formatRow(r))
 	}
@@ -25,7 +25,7 @@ func formatRow(r Result) string {
 		safe, assumption = "safe", "-"
 	}
 	if r.Skipped != "" {
-		return strings.Join([]string{r.Scenario, safe, assumption, "-", "-", "-", "-", "-", "-", "-", "-", "-", "skipped: " + r.Skipped}, "\t")
+		return strings.Join([]string{r.Scenario, safe, assumption, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "skipped: " + r.Skipped}, "\t")
 	}
 	lin := "yes"
 	switch {
@@ -37,7 +37,7 @@ func formatRow(r Result) string {
 	return strings.Join([]string{
 		r.Scenario, safe, assumption,
 		fmt.Sprint(r.Sections), fmt.Sprint(r.Overlaps), fmt.Sprint(r.StaleWrites), fmt.Sprint(r.LostUpdates),
-		lin, fmt.Sprint(r.Regressions), fmt.Sprint(r.Refused),
+		lin, fmt.Sprint(r.Regressions), fmt.Sprint(r.Refused), fmt.Sprint(r.Excess), fmt.Sprint(r.OutOfOrder),
 		fmt.Sprint(r.DuringFault), r.Elapsed.Round(10 * time.Millisecond).String(), outcome(r),
 	}, "\t")
 }

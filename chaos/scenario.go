@@ -39,7 +39,9 @@ type Scenario struct {
 	minRefused int
 
 	workers   int
-	perClient int // workers sharing one lock Client
+	perClient int    // workers sharing one lock Client
+	kind      string // the kind of lock (kindPlain and the others in workload.go)
+	permits   int    // for kindSemaphore
 	keys      int
 	ttl       time.Duration
 	work      time.Duration
@@ -50,13 +52,14 @@ type Scenario struct {
 
 // env is what a scenario's faults act on.
 type env struct {
-	nodes   []*Node
-	links   []*Link // links[i] leads to nodes[i]
-	replica *Node   // the replica, in the failover scenario
-	repl    *Link   // the replica's link to the master
-	wl      *workload
-	rng     *rand.Rand
-	ttl     time.Duration
+	tolerated int // how many nodes may fail without stopping the lock: a minority, or fewer for a semaphore
+	nodes     []*Node
+	links     []*Link // links[i] leads to nodes[i]
+	replica   *Node   // the replica, in the failover scenario
+	repl      *Link   // the replica's link to the master
+	wl        *workload
+	rng       *rand.Rand
+	ttl       time.Duration
 
 	mu       sync.Mutex
 	windows  [][2]time.Time // when a fault was in force
@@ -75,7 +78,7 @@ func (e *env) pick(k int) []int { return e.rng.Perm(len(e.nodes))[:k] }
 
 func (e *env) majority() []int { return e.pick(len(e.nodes)/2 + 1) }
 
-func (e *env) minority() []int { return e.pick((len(e.nodes) - 1) / 2) }
+func (e *env) minority() []int { return e.pick(e.tolerated) }
 
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
@@ -102,7 +105,10 @@ func (e *env) each(idx []int, f func(*Node) error) error {
 func Scenarios(size int) []Scenario {
 	const ttl = time.Second
 	generic := func(s Scenario) Scenario {
-		s.Safe, s.workers, s.perClient, s.keys, s.ttl, s.work = true, 8, 2, 4, ttl, 100*time.Microsecond
+		s.Safe, s.workers, s.perClient, s.ttl, s.work = true, 8, 2, ttl, 100*time.Microsecond
+		if s.keys == 0 {
+			s.keys = 4
+		}
 		return s
 	}
 	// The directed scenarios strike while a section is under way, with
@@ -204,6 +210,88 @@ func Scenarios(size int) []Scenario {
 				e.window(from)
 				return nil
 			},
+		}),
+		// Each lock kind through a minority's crash and a minority's freeze,
+		// checked for its own invariant (see docs/kinds.md).
+		generic(Scenario{
+			Name: "reentrant-minority-kill", Fault: "the owner takes the lock twice in each section; owners exclude each other; kill -9 a minority at 30%, restart it empty after 2×TTL",
+			kind: kindReentrant, keys: 4,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error {
+					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+				}),
+		}),
+		generic(Scenario{
+			Name: "reentrant-minority-freeze", Fault: "the owner takes the lock twice in each section; owners exclude each other; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
+			kind: kindReentrant, keys: 4,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+		}),
+		generic(Scenario{
+			Name: "read-write-minority-kill", Fault: "a quarter of the sections write, the rest read: never a writer with anyone else; kill -9 a minority at 30%, restart it empty after 2×TTL",
+			kind: kindReadWrite, keys: 2,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error {
+					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+				}),
+		}),
+		generic(Scenario{
+			Name: "read-write-minority-freeze", Fault: "a quarter of the sections write, the rest read: never a writer with anyone else; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
+			kind: kindReadWrite, keys: 2,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+		}),
+		generic(Scenario{
+			Name: "semaphore-minority-kill", Fault: "2 permits on one key: never more than 2 holders; strikes the 1 node a permit can spare; kill -9 a minority at 30%, restart it empty after 2×TTL",
+			kind: kindSemaphore, permits: 2, keys: 1,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error {
+					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+				}),
+		}),
+		generic(Scenario{
+			Name: "semaphore-minority-freeze", Fault: "2 permits on one key: never more than 2 holders; strikes the 1 node a permit can spare; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
+			kind: kindSemaphore, permits: 2, keys: 1,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+		}),
+		generic(Scenario{
+			Name: "multi-key-minority-kill", Fault: "each section locks 2 of 4 keys at once; kill -9 a minority at 30%, restart it empty after 2×TTL",
+			kind: kindMultiKey, keys: 4,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error {
+					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+				}),
+		}),
+		generic(Scenario{
+			Name: "multi-key-minority-freeze", Fault: "each section locks 2 of 4 keys at once; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
+			kind: kindMultiKey, keys: 4,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+		}),
+		generic(Scenario{
+			Name: "fair-minority-kill", Fault: "one key, each waiter with a ticket: granted in ticket order; kill -9 a minority at 30%, restart it empty after 2×TTL",
+			kind: kindFair, keys: 1,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error {
+					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+				}),
+		}),
+		generic(Scenario{
+			Name: "fair-minority-freeze", Fault: "one key, each waiter with a ticket: granted in ticket order; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
+			kind: kindFair, keys: 1,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
 		}),
 		directed(Scenario{
 			Name: "restart-aof-always", Fault: "kill -9 a majority while a holder works, restart at once with its AOF",
@@ -488,7 +576,11 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 		return err
 	}
 	toxi := newToxiServer()
-	e := &env{rng: rand.New(rand.NewPCG(seed, 0x5eed)), ttl: s.ttl}
+	e := &env{rng: rand.New(rand.NewPCG(seed, 0x5eed)), ttl: s.ttl, tolerated: (n - 1) / 2}
+	if s.kind == kindSemaphore {
+		// A permit needs more than a majority (see redlock.WithPermits).
+		e.tolerated = n - (s.permits*n/(s.permits+1) + 1)
+	}
 	defer func() {
 		for _, l := range append(e.links, e.repl) {
 			if l != nil {
@@ -527,7 +619,7 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 
 	wl := &workload{
 		workers: s.workers, perClient: s.perClient, keys: s.keys, ttl: s.ttl, work: s.work,
-		target: cfg.Size, seed: seed, fenced: s.fenced,
+		target: cfg.Size, seed: seed, fenced: s.fenced, kind: s.kind, permits: s.permits,
 	}
 	if s.directed {
 		wl.target = 1 << 30 // until the faults are done
@@ -556,7 +648,14 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 	}
 
 	sections, final := wl.history()
-	r.Verdict = check(sections, final, s.fenced)
+	opts := checkOptions{fenced: s.fenced, permits: s.permits}
+	if s.kind == kindFair {
+		// Drawing a ticket and the first attempt take at most a node
+		// timeout each (ttl/10, at least 50 ms); the rest is slack for a
+		// loaded machine.
+		opts.queued = 2*max(s.ttl/10, 50*time.Millisecond) + 100*time.Millisecond
+	}
+	r.Verdict = check(sections, final, opts)
 	for _, w := range e.windows {
 		r.DuringFault += wl.sectionsBetween(w[0], w[1])
 	}

@@ -23,7 +23,9 @@ import (
 // one higher.
 type workload struct {
 	workers   int
-	perClient int // workers sharing one Client; 1 when zero
+	perClient int    // workers sharing one Client; 1 when zero
+	kind      string // the kind of lock; see kindPlain and the others
+	permits   int    // for kindSemaphore
 	keys      int
 	ttl       time.Duration
 	work      time.Duration                  // time spent between read and write
@@ -112,47 +114,115 @@ func (w *workload) run(ctx context.Context) error {
 	return <-errs
 }
 
-func (w *workload) section(ctx context.Context, locker *redlock.Client, worker int, rng *rand.Rand) error {
-	key := fmt.Sprintf("chaos:%d", rng.IntN(w.keys))
-	var opts []redlock.AcquireOption
+// Lock kinds the workload can use; see redlock's kinds.
+const (
+	kindPlain     = ""
+	kindReentrant = "reentrant"
+	kindReadWrite = "read-write"
+	kindSemaphore = "semaphore"
+	kindMultiKey  = "multi-key"
+	kindFair      = "fair"
+)
+
+// lockFor picks the keys and options of one section.
+func (w *workload) lockFor(worker int, rng *rand.Rand) (keys []string, opts []redlock.AcquireOption, shared bool) {
+	keys = []string{fmt.Sprintf("chaos:%d", rng.IntN(w.keys))}
 	if w.fenced {
 		opts = append(opts, redlock.WithFencing())
 	}
-	lock, err := locker.Acquire(ctx, key, w.ttl, opts...)
+	switch w.kind {
+	case kindReentrant:
+		opts = append(opts, redlock.WithOwner(fmt.Sprint("worker-", worker)))
+	case kindReadWrite:
+		if rng.IntN(4) == 0 {
+			opts = append(opts, redlock.ForWrite())
+		} else {
+			opts, shared = append(opts, redlock.ForRead()), true
+		}
+	case kindSemaphore:
+		opts, shared = append(opts, redlock.WithPermits(w.permits)), true
+	case kindFair:
+		opts = append(opts, redlock.Fair())
+	case kindMultiKey:
+		pick := rng.Perm(w.keys)[:2]
+		keys = []string{fmt.Sprintf("chaos:%d", pick[0]), fmt.Sprintf("chaos:%d", pick[1])}
+	}
+	return keys, opts, shared
+}
+
+func (w *workload) section(ctx context.Context, locker *redlock.Client, worker int, rng *rand.Rand) error {
+	keys, opts, shared := w.lockFor(worker, rng)
+	started := time.Now()
+	var (
+		lock, inner *redlock.Lock
+		err         error
+	)
+	if w.kind == kindMultiKey {
+		lock, err = locker.AcquireAll(ctx, keys, w.ttl, opts...)
+	} else {
+		lock, err = locker.Acquire(ctx, keys[0], w.ttl, opts...)
+	}
+	if err == nil && w.kind == kindReentrant {
+		// The owner takes the lock again inside its own hold.
+		if inner, err = locker.Acquire(ctx, keys[0], w.ttl, opts...); err != nil {
+			_ = lock.Release(context.Background())
+		}
+	}
 	if err != nil {
 		if errors.Is(err, redlock.ErrNotAcquired) && ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	s := Section{Worker: worker, Key: key, Acquired: time.Now(), Until: lock.Until(), Token: lock.FencingToken()}
+	until := lock.Until()
+	if inner != nil && inner.Until().Before(until) {
+		until = inner.Until()
+	}
+	s := Section{Worker: worker, Acquired: time.Now(), Until: until, Token: lock.FencingToken(),
+		Shared: shared, Ticket: lock.Ticket(), Started: started}
 	select {
 	case w.started <- struct{}{}:
 	default:
 	}
 	s.ReadAt = time.Now()
-	s.Read = w.register.read(key)
+	reads := make([]int64, len(keys))
+	for i, k := range keys {
+		reads[i] = w.register.read(k)
+	}
 	if w.work > 0 {
 		time.Sleep(w.work)
 	}
-	if lock.Validity() > 0 {
+	wrote := make([]bool, len(keys))
+	if lock.Validity() > 0 && (inner == nil || inner.Validity() > 0) {
 		if w.pause != nil {
 			if d := w.pause(worker); d > 0 {
 				time.Sleep(d) // the holder stops, as in a GC pause, after its last check
 			}
 		}
-		if w.fenced {
-			s.Wrote = w.register.writeFenced(key, s.Read+1, s.Token)
-			s.Refused = !s.Wrote
-		} else {
-			w.register.write(key, s.Read+1)
-			s.Wrote = true
+		for i, k := range keys {
+			switch {
+			case shared: // readers and permit holders only read
+			case w.fenced:
+				wrote[i] = w.register.writeFenced(k, reads[i]+1, s.Token)
+				s.Refused = s.Refused || !wrote[i]
+			default:
+				w.register.write(k, reads[i]+1)
+				wrote[i] = true
+			}
 		}
 		s.WroteAt = time.Now()
 	}
 	s.Released = time.Now()
-	_ = lock.Release(context.Background()) // a lost lock shows in the history, not here
-	w.record(s)
+	// A lost lock shows in the history, not here.
+	if inner != nil {
+		_ = inner.Release(context.Background())
+	}
+	_ = lock.Release(context.Background())
+	for i, k := range keys { // a section on several keys is one per key to the checkers
+		ks := s
+		ks.Key, ks.Read, ks.Wrote = k, reads[i], wrote[i]
+		w.record(ks)
+	}
 	return nil
 }
 
