@@ -13,6 +13,9 @@
 -- ARGV[6]: our ticket; ARGV[7]: how long (ms) a waiter keeps its place
 --          without trying again; ARGV[8]: our waiter ID, the same for all the
 --          attempts of one Acquire (each attempt has its own token)
+-- A release (on every node, whether it held the key there or not) and a
+-- leave by the first in line publish the ID of the waiter now first in line
+-- (or '' for none) on the release channel.
 -- Acquire queues us (if we are not) and returns 0 unless the key is free and
 -- we are first in the queue; then it takes the key, leaves the queue and
 -- returns the fencing counter (1 when not fenced).
@@ -59,14 +62,27 @@ elseif op == 'extend' then
   end
   return 0
 end
+-- release, drop, leave: the announcement names the first in line, so that
+-- only that waiter tries at once
+local function announce()
+  if ARGV[4] ~= '' then
+    redis.call('PUBLISH', ARGV[4], redis.call('ZRANGE', q, 0, 0)[1] or '')
+  end
+end
+local n = 0
 if op == 'leave' then
+  local first = redis.call('ZRANGE', q, 0, 0)[1]
   unqueue(waiter)
+  if first == waiter then
+    announce()
+  end
 end
 if redis.call('GET', key) == token then
   redis.call('DEL', key)
-  if ARGV[4] ~= '' then
-    redis.call('PUBLISH', ARGV[4], '')
-  end
-  return 1
+  n = 1
 end
-return 0
+if op == 'release' then
+  -- on every node, held or not: the waiter listens on one of them
+  announce()
+end
+return n

@@ -423,7 +423,10 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 	// attempt's cleanup can then never remove a later attempt's key. What
 	// must last across attempts (a writer's mark, a place in a fair queue)
 	// has a waiter ID in the kind.
-	var token string
+	var (
+		token string
+		first bool // a fair lock's last announcement named this waiter first in line
+	)
 	for failed := 1; ; failed++ {
 		token = rand.Text()
 		lock, qe := c.attemptWith(ctx, k, token, ttl, ac)
@@ -442,19 +445,51 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		delay := ac.retry.Delay(failed)
 		if _, ok := k.(*fair); ok {
 			delay = min(delay, fairPatience/4) // keep our place in the queue
+			if first {
+				// First in line, and still refused: the release that named
+				// us has not reached every node yet. Nobody else will
+				// announce anything; try again soon.
+				delay = wakeSpread
+			}
 		}
-		select {
-		case <-c.cfg.clock.After(delay):
-		case <-watch.released():
-			// Clients that heard the same release would all try at
-			// once and split the votes: spread them a little, the
-			// ones that have waited longest first. This is about the
-			// network, so it is real time, not the Clock.
-			time.Sleep(wakeDelay(failed))
-		case <-ctx.Done():
+		var ok bool
+		if ok, first = c.waitRetry(ctx, k, watch, delay, failed); !ok {
 			qe.cause = ctx.Err()
 			c.leave(ctx, k, token, ttl)
 			return nil, qe
+		}
+	}
+}
+
+// waitRetry waits before the next attempt: the retry delay, or until a
+// release is announced. It returns false when ctx ends first, and whether
+// a fair lock's announcement named this waiter first in line.
+func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, delay time.Duration, failed int) (ok, first bool) {
+	f, _ := k.(*fair)
+	timer := c.cfg.clock.After(delay)
+	for {
+		select {
+		case <-timer:
+			return true, false
+		case m := <-watch.released():
+			if f != nil {
+				// A fair lock's release names the first in line: only
+				// that waiter tries, and at once.
+				if m.Payload == f.waiter {
+					return true, true
+				}
+				if m.Payload != "" {
+					continue
+				}
+			}
+			// Clients that heard the same release would all try at once
+			// and split the votes: spread them a little, the ones that
+			// have waited longest first. This is about the network, so it
+			// is real time, not the Clock.
+			time.Sleep(wakeDelay(failed))
+			return true, false
+		case <-ctx.Done():
+			return false, false
 		}
 	}
 }

@@ -208,22 +208,33 @@ type benchCase struct {
 }
 
 type libDef struct {
-	name    string
-	ns      []int
-	newLock func(e *benchEnv, n int) (locker, func())
+	name      string
+	ns        []int
+	newLock   func(e *benchEnv, n int) (locker, func())
+	workloads string // "" for all; the shared kinds (readers, permits) cannot run C
 }
 
 func allCases() []benchCase {
 	libs := []libDef{
-		{"redlock", []int{1, 3, 5}, newRedlock},
-		{"redlock-unbatched", []int{1, 3, 5}, newRedlockUnbatched},
-		{"redsync", []int{1, 3, 5}, newRedsync(0)},
-		{"redsync-2ms", []int{1, 3, 5}, newRedsync(2 * time.Millisecond)},
-		{"redislock", []int{1}, newRedislock},
+		{"redlock", []int{1, 3, 5}, newRedlock, ""},
+		{"redlock-unbatched", []int{1, 3, 5}, newRedlockUnbatched, ""},
+		{"redsync", []int{1, 3, 5}, newRedsync(0), ""},
+		{"redsync-2ms", []int{1, 3, 5}, newRedsync(2 * time.Millisecond), ""},
+		{"redislock", []int{1}, newRedislock, ""},
+		// This library's other lock kinds, beside the plain lock.
+		{"kind-reentrant", []int{5}, newRedlockKind(redlock.WithOwner("bench")), "UK"}, // one owner: C would need one per goroutine
+		{"kind-read", []int{5}, newRedlockKind(redlock.ForRead()), "UK"},
+		{"kind-write", []int{5}, newRedlockKind(redlock.ForWrite()), ""},
+		{"kind-semaphore-2", []int{5}, newRedlockKind(redlock.WithPermits(2)), "UK"},
+		{"kind-multi-2", []int{5}, newRedlockMulti, ""},
+		{"kind-fair", []int{5}, newRedlockKind(redlock.Fair()), ""},
 	}
 	var cases []benchCase
 	for _, w := range []string{"U", "K", "C"} {
 		for _, l := range libs {
+			if l.workloads != "" && !strings.Contains(l.workloads, w) {
+				continue
+			}
 			for _, n := range l.ns {
 				clientCounts := []int{1}
 				if w == "C" {
@@ -458,6 +469,47 @@ func newRedlockUnbatched(e *benchEnv, n int) (locker, func()) {
 		log.Fatal(err)
 	}
 	return &redlockLocker{c: c}, stop
+}
+
+// redlockKind is this library with one of its lock kinds.
+type redlockKind struct {
+	redlockLocker
+	opt   redlock.AcquireOption
+	multi bool // lock the key and a second one, with AcquireAll
+}
+
+func newRedlockKind(opt redlock.AcquireOption) func(e *benchEnv, n int) (locker, func()) {
+	return func(e *benchEnv, n int) (locker, func()) {
+		l, stop := newRedlock(e, n)
+		return &redlockKind{redlockLocker: redlockLocker{c: l.(*redlockLocker).c}, opt: opt}, stop
+	}
+}
+
+func newRedlockMulti(e *benchEnv, n int) (locker, func()) {
+	l, stop := newRedlock(e, n)
+	return &redlockKind{redlockLocker: redlockLocker{c: l.(*redlockLocker).c}, multi: true}, stop
+}
+
+func (l *redlockKind) lock(ctx context.Context, key string) (int, func() error, error) {
+	attempts := 1
+	count := redlock.RetryFunc(func(failed int) time.Duration {
+		attempts = failed + 1
+		return redlock.ExponentialBackoff(10*time.Millisecond, 320*time.Millisecond).Delay(failed)
+	})
+	opts := []redlock.AcquireOption{redlock.WithRetry(count)}
+	var (
+		lock *redlock.Lock
+		err  error
+	)
+	if l.multi {
+		lock, err = l.c.AcquireAll(ctx, []string{key, "{" + key + "}:second"}, ttl, opts...)
+	} else {
+		lock, err = l.c.Acquire(ctx, key, ttl, append(opts, l.opt)...)
+	}
+	if err != nil {
+		return attempts, nil, err
+	}
+	return attempts, func() error { return lock.Release(context.Background()) }, nil
 }
 
 func (l *redlockLocker) lock(ctx context.Context, key string) (int, func() error, error) {
