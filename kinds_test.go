@@ -282,10 +282,12 @@ func TestKinds_fairOrder(t *testing.T) {
 	order := make(chan int, waiters)
 	var wg sync.WaitGroup
 	for i := range waiters {
+		// Each waiter its own process: a Client with its own connections.
+		own := mustNew(t, c.connect(t), redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := rc.Acquire(ctx, "turn", time.Minute, fair)
+			l, err := own.Acquire(ctx, "turn", time.Minute, fair)
 			if err != nil {
 				t.Error(err)
 				return
