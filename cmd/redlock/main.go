@@ -4,6 +4,8 @@
 // Usage:
 //
 //	redlock demo [flags]    flash sale over a quorum of nodes, 2 of which fail
+//	redlock exec [flags] -- COMMAND [ARGS...]
+//	                        run a command while holding a lock, like flock(1) across hosts
 //	redlock chaos [flags]   fault-injection scenarios, with every violation counted
 //
 // Run `redlock <command> --help` for a command's flags. Node addresses come
@@ -30,6 +32,8 @@ const usage = `redlock: distributed locks over a quorum of Redis masters
 
 Usage:
   redlock demo [flags]   flash sale: many buyers, one stock, nodes failing mid-sale
+  redlock exec --key K --ttl D [flags] -- COMMAND [ARGS...]
+                         run COMMAND while holding lock K (cron jobs on one host only)
   redlock chaos [flags]  kill, freeze, restart, partition nodes mid-run; count violations
 
 Run 'redlock <command> --help' for the flags of a command.
@@ -59,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
+	case "exec":
+		return runExec(ctx, args[1:], stdout, stderr)
 	case "chaos":
 		return runChaos(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
