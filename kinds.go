@@ -445,7 +445,11 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	return c.acquireLoop(ctx, k, ttl, ac)
+	var attempts int
+	defer c.observeAcquire(ctx, k, time.Now(), &attempts, &err)
+	var lock *Lock
+	lock, err = c.acquireLoop(ctx, k, ttl, ac, &attempts)
+	return lock, err
 }
 
 // TryAcquireAll is AcquireAll with exactly one attempt; see TryAcquire.
@@ -454,9 +458,12 @@ func (c *Client) TryAcquireAll(ctx context.Context, keys []string, ttl time.Dura
 	if err != nil {
 		return nil, err
 	}
+	attempts := 1
+	defer c.observeAcquire(ctx, k, time.Now(), &attempts, &err)
 	lock, qe := c.attemptWith(ctx, k, rand.Text(), ttl, ac)
 	if qe != nil {
-		return nil, qe
+		err = qe
+		return nil, err
 	}
 	return lock, nil
 }

@@ -117,6 +117,7 @@ func (l *Lock) lose(why error) {
 		stopRenew()
 	}
 	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
+	l.client.observe(context.Background(), Event{Op: OpLost, Kind: kindName(l.kind), Key: l.key, Start: time.Now(), Err: why})
 	l.closeDone.Do(func() { close(l.done) })
 	l.finish()
 }
@@ -143,6 +144,7 @@ func (l *Lock) renew(ctx context.Context) {
 		}
 		for {
 			t, err := l.extend(ctx, ttl)
+			c.observe(ctx, Event{Op: OpRenew, Kind: kindName(l.kind), Key: l.key, Start: time.Now(), Err: err})
 			if err == nil {
 				break
 			}

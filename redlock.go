@@ -143,6 +143,7 @@ type config struct {
 	logger      *slog.Logger
 	unbatched   bool
 	handOffs    int
+	observer    Observer
 }
 
 type acquireConfig struct {
@@ -400,18 +401,29 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, err
 	}
 	k := ac.kindFor(key)
+	var attempts int
+	defer c.observeAcquire(ctx, k, time.Now(), &attempts, &err)
+	var lock *Lock
 	if _, ok := k.(plain); !ok {
 		// Holds of the other kinds may coexist (readers, permits, an owner's
 		// holds) or are ordered on the nodes (fair): no local turns.
-		return c.acquireLoop(ctx, k, ttl, ac)
+		lock, err = c.acquireLoop(ctx, k, ttl, ac, &attempts)
+		return lock, err
 	}
-	return c.acquireQueued(ctx, key, ttl, ac, func() (*Lock, error) {
-		return c.acquireLoop(ctx, k, ttl, ac)
+	lock, err = c.acquireQueued(ctx, key, ttl, ac, func() (*Lock, error) {
+		return c.acquireLoop(ctx, k, ttl, ac, &attempts)
 	})
+	return lock, err
+}
+
+// observeAcquire reports an acquire that started at start.
+func (c *Client) observeAcquire(ctx context.Context, k kind, start time.Time, attempts *int, err *error) {
+	c.observe(ctx, Event{Op: OpAcquire, Kind: kindName(k), Key: k.keys()[0], Start: start, Duration: time.Since(start),
+		Attempts: *attempts, Err: *err})
 }
 
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
-func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac acquireConfig) (*Lock, error) {
+func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac acquireConfig, attempts *int) (*Lock, error) {
 	if f, ok := k.(*fair); ok {
 		if qe := c.drawTicket(ctx, f, ttl); qe != nil {
 			return nil, qe
@@ -429,6 +441,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 	)
 	for failed := 1; ; failed++ {
 		token = rand.Text()
+		*attempts = failed
 		lock, qe := c.attemptWith(ctx, k, token, ttl, ac)
 		if qe == nil {
 			return lock, nil
@@ -518,16 +531,20 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 		return nil, err
 	}
 	k := ac.kindFor(key)
+	attempts := 1
+	defer c.observeAcquire(ctx, k, time.Now(), &attempts, &err)
 	if f, ok := k.(*fair); ok {
 		if qe := c.drawTicket(ctx, f, ttl); qe != nil {
-			return nil, qe
+			err = qe
+			return nil, err
 		}
 	}
 	token := rand.Text()
 	lock, qe := c.attemptWith(ctx, k, token, ttl, ac)
 	if qe != nil {
 		c.leave(ctx, k, token, ttl)
-		return nil, qe
+		err = qe
+		return nil, err
 	}
 	return lock, nil
 }
@@ -591,7 +608,9 @@ func (c *Client) attemptWith(ctx context.Context, k kind, token string, ttl time
 	// settlement; a failure waits for every node, so that the cleanup knows
 	// which ones may hold the key.
 	q := k.quorum(len(c.nodes))
+	wall := time.Now()
 	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(q), nil, settlement{}, k.acquire(token, ttl, ac.fenced))
+	c.observeNodes(ctx, OpAcquire, k, wall, t)
 	lock, _, qe := c.conclude(ctx, k, token, ttl, ac, start, t, settled)
 	return lock, qe
 }
@@ -825,8 +844,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
+// observeOp reports an extend or release of l that started at start.
+func (l *Lock) observeOp(ctx context.Context, op Op, start time.Time, err error) {
+	l.client.observe(ctx, Event{Op: op, Kind: kindName(l.kind), Key: l.key, Start: start, Duration: time.Since(start), Err: err})
+}
+
 // extend is Extend, also returning what the nodes answered.
-func (l *Lock) extend(ctx context.Context, ttl time.Duration) (tally, error) {
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) (_ tally, err error) {
 	if l == nil {
 		return tally{}, ErrNotAcquired
 	}
@@ -844,8 +868,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (tally, error) {
 	}
 
 	start := c.cfg.clock.Now()
+	wall := time.Now()
 	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, ttl))
 	l.settled = settled
+	c.observeNodes(ctx, OpExtend, l.kind, wall, t)
+	defer func() { l.observeOp(ctx, OpExtend, wall, err) }()
 	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
@@ -896,7 +923,7 @@ func (l *Lock) over() error {
 // When so many nodes fail that neither can be told, it returns an error that
 // joins their *NodeError values; the keys they may hold expire with the
 // ttl. On a nil Lock it returns ErrNotAcquired.
-func (l *Lock) Release(ctx context.Context) error {
+func (l *Lock) Release(ctx context.Context) (err error) {
 	if l == nil {
 		return ErrNotAcquired
 	}
@@ -916,6 +943,8 @@ func (l *Lock) Release(ctx context.Context) error {
 
 	c := l.client
 	ctx = context.WithoutCancel(ctx)
+	wall := time.Now()
+	defer func() { l.observeOp(ctx, OpRelease, wall, err) }()
 	expired := !c.cfg.clock.Now().Before(until)
 	if !expired {
 		if q, w := c.queues.nextForHandOff(l, c.cfg.handOffs); w != nil {
@@ -942,6 +971,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	// can only remove this lock's own keys.
 	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(l.quorum), nil, l.settled, l.kind.release(l.token))
 	l.settled = settled
+	c.observeNodes(ctx, OpRelease, l.kind, wall, t)
 	l.finish()
 	return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, ttl, t.errs)
 }

@@ -1,0 +1,112 @@
+package redlock
+
+import (
+	"context"
+	"time"
+)
+
+// Observer receives what a Client does, for metrics and tracing (the
+// otelredlock module adapts it to OpenTelemetry). Observe is called
+// synchronously on the operation's goroutine, after the operation: it must
+// be quick and safe for concurrent use.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f(ctx, e).
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// Op is what an Event reports.
+type Op string
+
+// The operations an Observer hears about.
+const (
+	OpAcquire Op = "acquire" // an Acquire, TryAcquire or AcquireAll returned
+	OpExtend  Op = "extend"  // an Extend returned (also each renewal's)
+	OpRelease Op = "release" // a Release returned
+	OpRenew   Op = "renew"   // an automatic renewal succeeded or failed
+	OpLost    Op = "lost"    // a lock ended before its Release (see Lock.Done)
+	OpNode    Op = "node"    // one node's part in an acquire, extend or release
+)
+
+// Event is one thing a Client did.
+type Event struct {
+	Op       Op
+	Kind     string        // the lock's kind: plain, reentrant, read, write, semaphore, multi-key, fair
+	Key      string        // the lock's (first) key
+	Start    time.Time     // when it started, on the wall clock
+	Duration time.Duration // how long it took
+	Attempts int           // OpAcquire: attempts made
+	Err      error         // nil on success; for OpNode, the node's error
+
+	// OpNode only: which node, for which operation (OpAcquire, OpExtend or
+	// OpRelease), and what it answered.
+	Node    int
+	Addr    string
+	NodeOp  Op
+	Granted bool // the node holds the lock after the call
+}
+
+// WithObserver sets where the Client reports its operations, for metrics
+// and tracing. It must not be nil. Default: none.
+func WithObserver(o Observer) Option {
+	return clientOption(func(c *config) error {
+		if isNil(o) {
+			return invalid("observer is nil")
+		}
+		c.observer = o
+		return nil
+	})
+}
+
+// kindName names a kind for Events.
+func kindName(k kind) string {
+	switch k := k.(type) {
+	case plain:
+		return "plain"
+	case reentrant:
+		return "reentrant"
+	case readWrite:
+		if k.writer {
+			return "write"
+		}
+		return "read"
+	case semaphore:
+		return "semaphore"
+	case multi:
+		return "multi-key"
+	case *fair:
+		return "fair"
+	}
+	return "unknown"
+}
+
+// observe reports e, if anyone listens.
+func (c *Client) observe(ctx context.Context, e Event) {
+	if c.cfg.observer != nil {
+		c.cfg.observer.Observe(ctx, e)
+	}
+}
+
+// observeNodes reports each node's part in one fan-out of op.
+func (c *Client) observeNodes(ctx context.Context, op Op, k kind, start time.Time, t tally) {
+	if c.cfg.observer == nil {
+		return
+	}
+	errs := map[int]error{}
+	for _, err := range t.errs {
+		if ne, ok := err.(*NodeError); ok {
+			errs[ne.Node] = ne.Err
+		}
+	}
+	for i, a := range t.answers {
+		if a == unanswered {
+			continue
+		}
+		c.observe(ctx, Event{Op: OpNode, Kind: kindName(k), Key: k.keys()[0], Start: start, Duration: t.took[i],
+			Err: errs[i], Node: i, Addr: c.nodes[i].addr, NodeOp: op, Granted: a == holds})
+	}
+}

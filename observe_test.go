@@ -1,0 +1,121 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock"
+)
+
+// recorder keeps every Event.
+type recorder struct {
+	mu     sync.Mutex
+	events []redlock.Event
+}
+
+func (r *recorder) Observe(_ context.Context, e redlock.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) take(op redlock.Op) []redlock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out, rest []redlock.Event
+	for _, e := range r.events {
+		if e.Op == op {
+			out = append(out, e)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	r.events = rest
+	return out
+}
+
+func TestObserver(t *testing.T) {
+	c := newCluster(t, 3)
+	c.servers[2].Close()
+	rec := &recorder{}
+	rc := c.client(t, redlock.WithObserver(rec))
+	ctx := context.Background()
+
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute, redlock.ForWrite())
+	acq := rec.take(redlock.OpAcquire)
+	if len(acq) != 1 || acq[0].Err != nil || acq[0].Attempts != 1 || acq[0].Kind != "write" || acq[0].Key != "k" || acq[0].Duration <= 0 {
+		t.Fatalf("acquire events %+v", acq)
+	}
+	nodes := rec.take(redlock.OpNode)
+	granted, failed := 0, 0
+	for _, e := range nodes {
+		if e.NodeOp != redlock.OpAcquire || e.Addr != c.addrs[e.Node] {
+			t.Fatalf("node event %+v", e)
+		}
+		if e.Granted {
+			granted++
+		}
+		if e.Err != nil && e.Node == 2 {
+			failed++
+		}
+	}
+	if granted < 2 || failed+granted != len(nodes) {
+		t.Fatalf("node events %+v: want the two live nodes granted and node 2's error", nodes)
+	}
+
+	if err := lock.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ext := rec.take(redlock.OpExtend); len(ext) != 1 || ext[0].Err != nil {
+		t.Fatalf("extend events %+v", ext)
+	}
+	mustRelease(t, lock)
+	if rel := rec.take(redlock.OpRelease); len(rel) != 1 || rel[0].Err != nil {
+		t.Fatalf("release events %+v", rel)
+	}
+
+	c.servers[0].Set("k", "someone else")
+	_, err := rc.TryAcquire(ctx, "k", time.Minute)
+	mustNotAcquire(t, err)
+	if acq := rec.take(redlock.OpAcquire); len(acq) != 1 || !errors.Is(acq[0].Err, redlock.ErrNotAcquired) {
+		t.Fatalf("failed acquire events %+v", acq)
+	}
+}
+
+func TestObserver_renewalAndLoss(t *testing.T) {
+	c := newCluster(t, 3)
+	rec := &recorder{}
+	rc := c.client(t, redlock.WithObserver(rec))
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", 300*time.Millisecond, redlock.WithAutoRenew())
+	waitFor(t, "a renewal", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, e := range rec.events {
+			if e.Op == redlock.OpRenew && e.Err == nil {
+				return true
+			}
+		}
+		return false
+	})
+	for _, s := range c.servers {
+		s.Set("k", "someone else")
+	}
+	if !closed(lock.Done()) {
+		t.Fatal("the lock was not lost")
+	}
+	if lost := rec.take(redlock.OpLost); len(lost) != 1 || lost[0].Key != "k" || lost[0].Err == nil {
+		t.Fatalf("lost events %+v", lost)
+	}
+	_ = lock.Release(ctx)
+}
+
+func TestWithObserver_nil(t *testing.T) {
+	c := newCluster(t, 1)
+	if _, err := redlock.New(c.clients, redlock.WithObserver(nil)); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("err = %v", err)
+	}
+}
