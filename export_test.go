@@ -33,6 +33,9 @@ func QueuedCalls(c *Client, i int) int {
 // queued.
 func PipesIdle(c *Client) bool {
 	for _, n := range c.nodes {
+		if n.pipe == nil {
+			continue // batching off: nothing to tell
+		}
 		n.pipe.mu.Lock()
 		busy := n.pipe.busy || len(n.pipe.queue) > 0
 		n.pipe.mu.Unlock()

@@ -482,6 +482,7 @@ func TestKinds_everyBitmask(t *testing.T) {
 				if err == nil {
 					mustRelease(t, l)
 				}
+				waitIdle(t, rc) // the cleanup of nodes not waited for goes on in the background
 				for i, s := range c.servers {
 					if got := dump(s); got != before[i] {
 						t.Fatalf("mask %05b: node %d was\n%s\nand is\n%s", mask, i, before[i], got)

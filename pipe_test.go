@@ -143,6 +143,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitIdle waits until rc has no call in flight or queued to any node.
+func waitIdle(t *testing.T, rc *redlock.Client) {
+	t.Helper()
+	waitFor(t, "the calls in flight to land", func() bool { return redlock.PipesIdle(rc) })
+}
+
 // tryAcquireAll runs TryAcquire on keys at once, one goroutine each, and
 // returns the results by key index.
 func tryAcquireAll(ctx context.Context, rc *redlock.Client, keys []string, ttl time.Duration) ([]*redlock.Lock, []error) {

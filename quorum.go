@@ -86,12 +86,12 @@ const (
 
 // tally is what one fan-out learned from the nodes.
 type tally struct {
-	answers []answer // by node index
-	values  []int64  // by node index: what a node that holds answered
-	yes     int      // nodes that answered holds
-	no      int      // nodes that answered holdsNot
-	notYes  int      // nodes that answered holdsNot, failed or did not answer
-	errs    []error  // a *NodeError for every failed or unanswered node
+	answers []answer        // by node index
+	values  []int64         // by node index: what a node that holds answered
+	yes     int             // nodes that answered holds
+	no      int             // nodes that answered holdsNot
+	notYes  int             // nodes that answered holdsNot, failed or did not answer
+	errs    []error         // a *NodeError for every failed or unanswered node
 	took    []time.Duration // by node: from the fan-out's start to its reply
 }
 

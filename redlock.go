@@ -604,12 +604,12 @@ func (c *Client) attemptWith(ctx context.Context, k kind, token string, ttl time
 		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", k.describe()), cause: err, heldOn: -1}
 	}
 	start := c.cfg.clock.Now()
-	// Return as soon as a quorum holds, leaving slower nodes to the
-	// settlement; a failure waits for every node, so that the cleanup knows
-	// which ones may hold the key.
+	// Return as soon as a quorum holds, or so many nodes refused or failed
+	// that it cannot, leaving slower nodes to the settlement; the cleanup
+	// of a failure deletes the key on every node that did not refuse.
 	q := k.quorum(len(c.nodes))
 	wall := time.Now()
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(q), nil, settlement{}, k.acquire(token, ttl, ac.fenced))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), decidedAt(len(c.nodes), q), nil, settlement{}, k.acquire(token, ttl, ac.fenced))
 	c.observeNodes(ctx, OpAcquire, k, wall, t)
 	lock, _, qe := c.conclude(ctx, k, token, ttl, ac, start, t, settled)
 	return lock, qe
@@ -714,9 +714,14 @@ func (c *Client) cleanup(ctx context.Context, k kind, token string, ttl time.Dur
 	for i, a := range answers {
 		skip[i] = a == holdsNot
 	}
+	// Wait for the nodes that took the key (they answer quickly); the
+	// deletes on nodes that failed or were not waited for go on in the
+	// background, each after the node's SET (see fanOut), so that a dead or
+	// frozen node does not hold up the next attempt. Every attempt has its
+	// own token, so a late delete can only remove this attempt's key.
 	answered := func(t *tally) bool {
 		for i, a := range answers {
-			if (a == holds || a == unanswered) && t.answers[i] == unanswered {
+			if a == holds && t.answers[i] == unanswered {
 				return false
 			}
 		}

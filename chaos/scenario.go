@@ -262,8 +262,8 @@ func Scenarios(size int) []Scenario {
 				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
 		}),
 		generic(Scenario{
-			Name: "multi-key-minority-kill", Fault: "each section locks 2 of 4 keys at once; kill -9 a minority at 30%, restart it empty after 2×TTL",
-			kind: kindMultiKey, keys: 4,
+			Name: "multi-key-minority-kill", Fault: "each section locks 2 of 8 keys at once; kill -9 a minority at 30%, restart it empty after 2×TTL",
+			kind: kindMultiKey, keys: 8,
 			faults: minorityFor(size,
 				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
 				func(e *env, idx []int) error {
@@ -271,8 +271,8 @@ func Scenarios(size int) []Scenario {
 				}),
 		}),
 		generic(Scenario{
-			Name: "multi-key-minority-freeze", Fault: "each section locks 2 of 4 keys at once; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
-			kind: kindMultiKey, keys: 4,
+			Name: "multi-key-minority-freeze", Fault: "each section locks 2 of 8 keys at once; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
+			kind: kindMultiKey, keys: 8,
 			faults: minorityFor(size,
 				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
 				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
