@@ -79,7 +79,7 @@ Flags:
 	}
 	defer nodes.stop()
 
-	rep, err := flashSale(ctx, cfg, nodes)
+	rep, err := flashSale(ctx, cfg, nodes, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
 	}
@@ -234,7 +234,7 @@ func (r saleReport) print(w io.Writer) {
 	}
 }
 
-func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes) (saleReport, error) {
+func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progress io.Writer) (saleReport, error) {
 	rep := saleReport{cfg: cfg, kind: nodes.kind(), quorum: len(nodes.addrs)/2 + 1}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
@@ -303,6 +303,31 @@ func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes) (saleRepor
 		wg   sync.WaitGroup
 		errs = make(chan error, cfg.buyers)
 	)
+	// A live line on stderr: sales so far, nodes down, time.
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		line := func() {
+			down := 0
+			if failedAt.Load() {
+				down = cfg.fail
+			}
+			fmt.Fprintf(progress, "\r  sold %d/%d  nodes down %d/%d  %.1fs ", sold.Load(), cfg.stock, down, len(nodes.addrs), time.Since(start).Seconds())
+		}
+		for {
+			select {
+			case <-t.C:
+				line()
+			case <-stopProgress:
+				line()
+				fmt.Fprintln(progress)
+				return
+			}
+		}
+	}()
 	for range cfg.buyers {
 		clients, closeClients := nodes.connect()
 		locker, err := redlock.New(clients)
@@ -328,6 +353,8 @@ func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes) (saleRepor
 	}
 	wg.Wait()
 	rep.elapsed = time.Since(start)
+	close(stopProgress)
+	<-progressDone
 	close(errs)
 	failOnce.Do(func() { failDone <- nil }) // the sale ended before the failure point
 

@@ -30,6 +30,9 @@ func TestDemo_noOversellThroughNodeFailures(t *testing.T) {
 	if exit != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exit, out, errOut)
 	}
+	if !strings.Contains(errOut, "sold 40/40  nodes down 2/5") {
+		t.Errorf("no progress line on stderr:\n%s", errOut)
+	}
 	for _, want := range []string{"quorum lock on 5 embedded nodes (quorum 3)", "nodes [3 4] failed after 15 sales",
 		"sold                     40", "oversold                  0", "OK: every item sold exactly once"} {
 		if !strings.Contains(out, want) {
