@@ -7,6 +7,7 @@
 //	redlock exec [flags] -- COMMAND [ARGS...]
 //	                        run a command while holding a lock, like flock(1) across hosts
 //	redlock chaos [flags]   fault-injection scenarios, with every violation counted
+//	redlock lab [flags]     the experiment matrix and measurements, as an HTML report
 //
 // Run `redlock <command> --help` for a command's flags. Node addresses come
 // from --addrs or, when it is not given, from REDLOCK_ADDRS (comma-separated
@@ -35,6 +36,7 @@ Usage:
   redlock exec --key K --ttl D [flags] -- COMMAND [ARGS...]
                          run COMMAND while holding lock K (cron jobs on one host only)
   redlock chaos [flags]  kill, freeze, restart, partition nodes mid-run; count violations
+  redlock lab [flags]    configurations × faults, latency against N: an HTML report
 
 Run 'redlock <command> --help' for the flags of a command.
 Node addresses: --addrs host:port,... or REDLOCK_ADDRS; without either,
@@ -67,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runExec(ctx, args[1:], stdout, stderr)
 	case "chaos":
 		return runChaos(ctx, args[1:], stdout, stderr)
+	case "lab":
+		return runLab(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
