@@ -8,6 +8,7 @@
 //	                        run a command while holding a lock, like flock(1) across hosts
 //	redlock chaos [flags]   fault-injection scenarios, with every violation counted
 //	redlock lab [flags]     the experiment matrix and measurements, as an HTML report
+//	redlock bench [-- ...]  the comparison benchmarks of the bench/ module
 //
 // Run `redlock <command> --help` for a command's flags. Node addresses come
 // from --addrs or, when it is not given, from REDLOCK_ADDRS (comma-separated
@@ -37,6 +38,7 @@ Usage:
                          run COMMAND while holding lock K (cron jobs on one host only)
   redlock chaos [flags]  kill, freeze, restart, partition nodes mid-run; count violations
   redlock lab [flags]    configurations × faults, latency against N: an HTML report
+  redlock bench [-- FLAGS]  this library against redsync, redislock, go-redis (from a checkout)
 
 Run 'redlock <command> --help' for the flags of a command.
 Node addresses: --addrs host:port,... or REDLOCK_ADDRS; without either,
@@ -71,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runChaos(ctx, args[1:], stdout, stderr)
 	case "lab":
 		return runLab(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
