@@ -68,6 +68,13 @@ func TestRun_usage(t *testing.T) {
 		{[]string{"chaos", "--only", "nope"}, 2, "no scenario named nope"},
 		{[]string{"chaos", "--size", "3"}, 2, "size 3"},
 		{[]string{"chaos", "--help"}, 0, "minority-freeze, "},
+		{[]string{"lab", "--help"}, 0, "experiment matrix"},
+		{[]string{"lab", "--only", "nope"}, 2, `no scenario "nope" in the matrix`},
+		{[]string{"lab", "--ns", "0"}, 2, "-ns takes node counts"},
+		{[]string{"lab", "stray"}, 2, `unexpected argument "stray"`},
+		{[]string{"bench", "--help"}, 0, "comparison benchmarks"},
+		{[]string{"exec", "--help"}, 0, "flock(1)"},
+		{[]string{"help"}, 0, "redlock exec --key K"},
 	} {
 		exit, out, errOut := runCmd(t, tt.args...)
 		if exit != tt.exit || !strings.Contains(out+errOut, tt.want) {
