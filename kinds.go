@@ -108,27 +108,32 @@ func (s scripted) op(name, token string, ttl time.Duration, fenced bool, announc
 	return nodeOp{s.script, keys, args}
 }
 
-func (s scripted) acquireOp(token string, ttl time.Duration, fenced bool) nodeOp {
+// The operations of a scripted kind; the kinds embed scripted and override
+// what differs.
+func (s scripted) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
 	return s.op("acquire", token, ttl, fenced, false)
 }
-func (s scripted) extendOp(token string, ttl time.Duration) nodeOp {
+func (s scripted) extend(token string, ttl time.Duration) nodeOp {
 	return s.op("extend", token, ttl, false, false)
 }
-func (s scripted) releaseOp(token string) nodeOp {
+func (s scripted) release(token string) nodeOp {
 	return s.op("release", token, time.Millisecond, false, true)
 }
-func (s scripted) dropOp(token string) nodeOp {
+func (s scripted) drop(token string) nodeOp {
 	return s.op("drop", token, time.Millisecond, false, false)
 }
+func (s scripted) leave(string) *nodeOp { return nil }
+func (s scripted) fenceKeys() []string  { return s.fences }
+func (s scripted) channels() []string   { return s.chans }
 
 // reentrant is a lock held by an owner, any number of times at once.
 type reentrant struct {
+	scripted
 	key, owner string
-	s          scripted
 }
 
 func newReentrant(key, owner string) reentrant {
-	return reentrant{key: key, owner: owner, s: scripted{
+	return reentrant{key: key, owner: owner, scripted: scripted{
 		script: reentrantScript,
 		lock:   []string{key, "{" + key + "}:grants"},
 		fences: []string{fenceKey(key)},
@@ -137,23 +142,14 @@ func newReentrant(key, owner string) reentrant {
 	}}
 }
 
-func (k reentrant) keys() []string      { return []string{k.key} }
-func (k reentrant) describe() string    { return fmt.Sprintf("%q (owner %q)", k.key, k.owner) }
-func (k reentrant) quorum(n int) int    { return quorumOf(n) }
-func (k reentrant) fenceKeys() []string { return k.s.fences }
-func (k reentrant) channels() []string  { return k.s.chans }
-func (k reentrant) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
-	return k.s.acquireOp(token, ttl, fenced)
-}
-func (k reentrant) extend(token string, ttl time.Duration) nodeOp { return k.s.extendOp(token, ttl) }
-func (k reentrant) release(token string) nodeOp                   { return k.s.releaseOp(token) }
-func (k reentrant) drop(token string) nodeOp                      { return k.s.dropOp(token) }
-func (k reentrant) leave(string) *nodeOp                          { return nil }
+func (k reentrant) keys() []string   { return []string{k.key} }
+func (k reentrant) describe() string { return fmt.Sprintf("%q (owner %q)", k.key, k.owner) }
+func (k reentrant) quorum(n int) int { return quorumOf(n) }
 
 // multi is a lock on several keys at once.
 type multi struct {
+	scripted
 	ks []string
-	s  scripted
 }
 
 func newMulti(keys []string) multi {
@@ -163,38 +159,30 @@ func newMulti(keys []string) multi {
 		fences[i] = fenceKey(k)
 		chans[i] = releaseChannel(k)
 	}
-	return multi{ks: keys, s: scripted{script: multiScript, lock: keys, fences: fences, chans: chans, extra: []any{len(keys)}}}
+	return multi{ks: keys, scripted: scripted{script: multiScript, lock: keys, fences: fences, chans: chans, extra: []any{len(keys)}}}
 }
 
-func (k multi) keys() []string      { return k.ks }
-func (k multi) describe() string    { return fmt.Sprintf("%q", k.ks) }
-func (k multi) quorum(n int) int    { return quorumOf(n) }
-func (k multi) fenceKeys() []string { return k.s.fences }
-func (k multi) channels() []string  { return k.s.chans }
-func (k multi) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
-	return k.s.acquireOp(token, ttl, fenced)
-}
-func (k multi) extend(token string, ttl time.Duration) nodeOp { return k.s.extendOp(token, ttl) }
+func (k multi) keys() []string   { return k.ks }
+func (k multi) describe() string { return fmt.Sprintf("%q", k.ks) }
+func (k multi) quorum(n int) int { return quorumOf(n) }
 
 // The multi-key script announces on every key's channel; its ARGV[4] is a
 // flag rather than one channel.
 func (k multi) release(token string) nodeOp {
-	op := k.s.releaseOp(token)
+	op := k.scripted.release(token)
 	op.args[3] = "1"
 	return op
 }
-func (k multi) drop(token string) nodeOp { return k.s.dropOp(token) }
-func (k multi) leave(string) *nodeOp     { return nil }
 
 // semaphore is one of at most permits holders of a resource.
 type semaphore struct {
+	scripted
 	key     string
 	permits int
-	s       scripted
 }
 
 func newSemaphore(key string, permits int) semaphore {
-	return semaphore{key: key, permits: permits, s: scripted{
+	return semaphore{key: key, permits: permits, scripted: scripted{
 		script: semaphoreScript,
 		lock:   []string{key, "{" + key + "}:permits"},
 		fences: []string{fenceKey(key)},
@@ -209,16 +197,7 @@ func (k semaphore) describe() string {
 }
 
 // quorum is semaphoreQuorum: a majority is not enough once K > 1.
-func (k semaphore) quorum(n int) int    { return semaphoreQuorum(n, k.permits) }
-func (k semaphore) fenceKeys() []string { return k.s.fences }
-func (k semaphore) channels() []string  { return k.s.chans }
-func (k semaphore) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
-	return k.s.acquireOp(token, ttl, fenced)
-}
-func (k semaphore) extend(token string, ttl time.Duration) nodeOp { return k.s.extendOp(token, ttl) }
-func (k semaphore) release(token string) nodeOp                   { return k.s.releaseOp(token) }
-func (k semaphore) drop(token string) nodeOp                      { return k.s.dropOp(token) }
-func (k semaphore) leave(string) *nodeOp                          { return nil }
+func (k semaphore) quorum(n int) int { return semaphoreQuorum(n, k.permits) }
 
 // semaphoreQuorum is how many of n nodes a permit of a K-permit semaphore
 // must be held on, so that K+1 holders at once are impossible: each node
@@ -233,9 +212,9 @@ func semaphoreQuorum(n, permits int) int {
 
 // readWrite is a reader's or a writer's hold of a read-write lock.
 type readWrite struct {
+	scripted
 	key    string
 	writer bool
-	s      scripted
 }
 
 func newReadWrite(key string, writer bool) readWrite {
@@ -244,7 +223,7 @@ func newReadWrite(key string, writer bool) readWrite {
 		role = "w"
 	}
 	waiter := rand.Text() // the writer's mark, across its attempts
-	return readWrite{key: key, writer: writer, s: scripted{
+	return readWrite{key: key, writer: writer, scripted: scripted{
 		script: rwScript,
 		lock:   []string{key, "{" + key + "}:readers", "{" + key + "}:writer-waiting"},
 		fences: []string{fenceKey(key)},
@@ -260,20 +239,12 @@ func (k readWrite) describe() string {
 	}
 	return fmt.Sprintf("read lock %q", k.key)
 }
-func (k readWrite) quorum(n int) int    { return quorumOf(n) }
-func (k readWrite) fenceKeys() []string { return k.s.fences }
-func (k readWrite) channels() []string  { return k.s.chans }
-func (k readWrite) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
-	return k.s.acquireOp(token, ttl, fenced)
-}
-func (k readWrite) extend(token string, ttl time.Duration) nodeOp { return k.s.extendOp(token, ttl) }
-func (k readWrite) release(token string) nodeOp                   { return k.s.releaseOp(token) }
-func (k readWrite) drop(token string) nodeOp                      { return k.s.dropOp(token) }
+func (k readWrite) quorum(n int) int { return quorumOf(n) }
 func (k readWrite) leave(token string) *nodeOp {
 	if !k.writer {
 		return nil
 	}
-	op := k.s.op("leave", token, time.Millisecond, false, true)
+	op := k.op("leave", token, time.Millisecond, false, true)
 	return &op
 }
 
@@ -284,14 +255,14 @@ const fairPatience = 4 * time.Second
 
 // fair is a lock granted in the order of its waiters' tickets.
 type fair struct {
+	scripted
 	key    string
 	waiter string // the queue entry, across the Acquire's attempts
 	ticket int64  // set once the Acquire has drawn it
-	s      scripted
 }
 
 func newFair(key string) *fair {
-	return &fair{key: key, waiter: rand.Text(), s: scripted{
+	return &fair{key: key, waiter: rand.Text(), scripted: scripted{
 		script: fairScript,
 		lock:   []string{key, "{" + key + "}:queue", "{" + key + "}:queue-deadlines", "{" + key + "}:tickets"},
 		fences: []string{fenceKey(key)},
@@ -304,27 +275,25 @@ func (k *fair) withArgs(op nodeOp) nodeOp {
 	return op
 }
 
-func (k *fair) keys() []string      { return []string{k.key} }
-func (k *fair) describe() string    { return fmt.Sprintf("fair lock %q", k.key) }
-func (k *fair) quorum(n int) int    { return quorumOf(n) }
-func (k *fair) fenceKeys() []string { return k.s.fences }
-func (k *fair) channels() []string  { return k.s.chans }
+func (k *fair) keys() []string   { return []string{k.key} }
+func (k *fair) describe() string { return fmt.Sprintf("fair lock %q", k.key) }
+func (k *fair) quorum(n int) int { return quorumOf(n) }
 func (k *fair) ticketOp() nodeOp {
-	return k.withArgs(k.s.op("ticket", "", time.Millisecond, false, false))
+	return k.withArgs(k.op("ticket", "", time.Millisecond, false, false))
 }
 func (k *fair) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
-	return k.withArgs(k.s.acquireOp(token, ttl, fenced))
+	return k.withArgs(k.scripted.acquire(token, ttl, fenced))
 }
 func (k *fair) extend(token string, ttl time.Duration) nodeOp {
-	return k.withArgs(k.s.extendOp(token, ttl))
+	return k.withArgs(k.scripted.extend(token, ttl))
 }
-func (k *fair) release(token string) nodeOp { return k.withArgs(k.s.releaseOp(token)) }
-func (k *fair) drop(token string) nodeOp    { return k.withArgs(k.s.dropOp(token)) }
+func (k *fair) release(token string) nodeOp { return k.withArgs(k.scripted.release(token)) }
+func (k *fair) drop(token string) nodeOp    { return k.withArgs(k.scripted.drop(token)) }
 func (k *fair) dequeue() nodeOp {
-	return k.withArgs(k.s.op("dequeue", "", time.Millisecond, false, false))
+	return k.withArgs(k.op("dequeue", "", time.Millisecond, false, false))
 }
 func (k *fair) leave(token string) *nodeOp {
-	op := k.withArgs(k.s.op("leave", token, time.Millisecond, false, true))
+	op := k.withArgs(k.op("leave", token, time.Millisecond, false, true))
 	return &op
 }
 

@@ -85,18 +85,6 @@ func parseExec(args []string, stderr io.Writer) (execConfig, int, bool) {
 	return cfg, 2, false
 }
 
-// parseArgs parses flags and leaves the rest (after --) as arguments.
-func parseArgs(fs *flag.FlagSet, args []string) (exit int, ok bool) {
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return 0, false
-	case err != nil:
-		return 2, false
-	}
-	return 0, true
-}
-
 func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The command writes straight to our stdout and stderr when they are
 	// files (a terminal stays a terminal); otherwise exec's goroutines copy

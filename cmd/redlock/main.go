@@ -87,14 +87,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 // parseFlags parses args into fs and reports the exit status to return when
 // parsing ends the command (help asked for, or bad flags).
 func parseFlags(fs *flag.FlagSet, args []string) (exit int, ok bool) {
+	if exit, ok := parseArgs(fs, args); !ok {
+		return exit, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "redlock %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
+}
+
+// parseArgs is parseFlags for a command that takes arguments after its
+// flags (after --).
+func parseArgs(fs *flag.FlagSet, args []string) (exit int, ok bool) {
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0, false
 	case err != nil:
-		return 2, false
-	case fs.NArg() > 0:
-		fmt.Fprintf(fs.Output(), "redlock %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
 		return 2, false
 	}
 	return 0, true
