@@ -222,6 +222,7 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 			t.yes++
 		default:
 			t.answers[r.node] = holdsNot
+			t.values[r.node] = r.value // negative: names another holder (acquire.lua)
 			t.no++
 			t.notYes++
 		}

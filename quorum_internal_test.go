@@ -180,3 +180,22 @@ func TestJudgeRelease(t *testing.T) {
 		}
 	}
 }
+
+func TestTakenByOne(t *testing.T) {
+	h, o := holdsNot, holds
+	for _, tt := range []struct {
+		answers []answer
+		values  []int64
+		q       int
+		want    bool
+	}{
+		{[]answer{h, h, h, o, o}, []int64{-7, -7, -7, 1, 1}, 3, true},           // one holder on a quorum
+		{[]answer{h, h, h, o, o}, []int64{-7, -7, -9, 1, 1}, 3, false},          // a split vote
+		{[]answer{h, h, unanswered, h, o}, []int64{-7, -9, 0, -7, 1}, 3, false}, // not seen on a quorum yet
+		{[]answer{h, h, h}, []int64{0, 0, 0}, 2, false},                         // kinds that do not name the holder
+	} {
+		if got := takenByOne(tally{answers: tt.answers, values: tt.values}, tt.q); got != tt.want {
+			t.Errorf("takenByOne(%v, %v, q=%d) = %v, want %v", tt.answers, tt.values, tt.q, got, tt.want)
+		}
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -94,6 +95,9 @@ type quorumError struct {
 	cause  error // the context's error, or nil
 	nodes  []error
 	heldOn int // a node where another holder had the key, or -1
+	// taken: the nodes that answered show one other holder on a quorum:
+	// someone else won, and will announce its release
+	taken bool
 }
 
 func (e *quorumError) Error() string {
@@ -438,6 +442,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 	var (
 		token string
 		first bool // a fair lock's last announcement named this waiter first in line
+		woken bool // the last wait ended with a release announcement
 	)
 	for failed := 1; ; failed++ {
 		token = rand.Text()
@@ -456,6 +461,14 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		}
 		watch.drain() // releases from before this attempt are old news
 		delay := ac.retry.Delay(failed)
+		if woken && !qe.taken {
+			// Woken by a release and still refused, and no one holder
+			// shows on a quorum: the clients woken with us may have split
+			// the votes, and then nobody holds the key and nobody will
+			// announce a release. Try again soon, at a random moment,
+			// rather than after the growing delay.
+			delay = min(delay, wakeSpread+mrand.N(4*wakeSpread))
+		}
 		if _, ok := k.(*fair); ok {
 			delay = min(delay, fairPatience/4) // keep our place in the queue
 			if first {
@@ -466,7 +479,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 			}
 		}
 		var ok bool
-		if ok, first = c.waitRetry(ctx, k, watch, delay, failed); !ok {
+		if ok, first, woken = c.waitRetry(ctx, k, watch, delay, failed); !ok {
 			qe.cause = ctx.Err()
 			c.leave(ctx, k, token, ttl)
 			return nil, qe
@@ -475,21 +488,22 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 }
 
 // waitRetry waits before the next attempt: the retry delay, or until a
-// release is announced. It returns false when ctx ends first, and whether
-// a fair lock's announcement named this waiter first in line.
-func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, delay time.Duration, failed int) (ok, first bool) {
+// release is announced. It returns false when ctx ends first, whether a
+// fair lock's announcement named this waiter first in line, and whether a
+// release announcement ended the wait.
+func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, delay time.Duration, failed int) (ok, first, woken bool) {
 	f, _ := k.(*fair)
 	timer := c.cfg.clock.After(delay)
 	for {
 		select {
 		case <-timer:
-			return true, false
+			return true, false, false
 		case m := <-watch.released():
 			if f != nil {
 				// A fair lock's release names the first in line: only
 				// that waiter tries, and at once.
 				if m.Payload == f.waiter {
-					return true, true
+					return true, true, false
 				}
 				if m.Payload != "" {
 					continue
@@ -500,9 +514,9 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 			// have waited longest first. This is about the network, so it
 			// is real time, not the Clock.
 			time.Sleep(wakeDelay(failed))
-			return true, false
+			return true, false, f == nil
 		case <-ctx.Done():
-			return false, false
+			return false, false, false
 		}
 	}
 }
@@ -668,7 +682,23 @@ func (c *Client) conclude(ctx context.Context, k kind, token string, ttl time.Du
 		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
 	}
 	heldOn := slices.Index(t.answers, holdsNot)
-	return nil, settled, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn}
+	return nil, settled, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
+		taken: takenByOne(t, q)}
+}
+
+// takenByOne reports whether the nodes that refused name one holder on at
+// least q of them (the acquire scripts return a negative number naming it).
+func takenByOne(t tally, q int) bool {
+	count := map[int64]int{}
+	for i, a := range t.answers {
+		if a == holdsNot && t.values[i] < 0 {
+			count[t.values[i]]++
+			if count[t.values[i]] >= q {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // settleFence picks the fencing token of a fenced acquire that won its
