@@ -447,7 +447,11 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 	for failed := 1; ; failed++ {
 		token = rand.Text()
 		*attempts = failed
-		lock, qe := c.attemptWith(ctx, k, token, ttl, ac)
+		// A fair waiter named first in line tries again at once if refused
+		// (the release has not reached every node yet): it need not wait for
+		// a frozen node's timeout to learn that. Its keys on nodes that had
+		// not answered are deleted in order before its next attempt there.
+		lock, qe := c.attemptStop(ctx, k, token, ttl, ac, first)
 		if qe == nil {
 			return lock, nil
 		}
@@ -614,6 +618,12 @@ func (c *Client) checkLease(key string, ttl time.Duration) error {
 // kind k under token. Its error carries the context's error when the
 // context had ended by the time it returned.
 func (c *Client) attemptWith(ctx context.Context, k kind, token string, ttl time.Duration, ac acquireConfig) (*Lock, *quorumError) {
+	return c.attemptStop(ctx, k, token, ttl, ac, false)
+}
+
+// attemptStop is attemptWith; eager returns a failure as soon as the quorum
+// is out of reach, rather than after every node answered or timed out.
+func (c *Client) attemptStop(ctx context.Context, k kind, token string, ttl time.Duration, ac acquireConfig, eager bool) (*Lock, *quorumError) {
 	if err := ctx.Err(); err != nil {
 		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", k.describe()), cause: err, heldOn: -1}
 	}
@@ -626,7 +636,11 @@ func (c *Client) attemptWith(ctx context.Context, k kind, token string, ttl time
 	// quarter of its speed.
 	q := k.quorum(len(c.nodes))
 	wall := time.Now()
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(q), nil, settlement{}, k.acquire(token, ttl, ac.fenced))
+	stop := wonAt(q)
+	if eager {
+		stop = decidedAt(len(c.nodes), q)
+	}
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), stop, nil, settlement{}, k.acquire(token, ttl, ac.fenced))
 	c.observeNodes(ctx, OpAcquire, k, wall, t)
 	lock, _, qe := c.conclude(ctx, k, token, ttl, ac, start, t, settled)
 	return lock, qe
