@@ -392,11 +392,17 @@ func (c *Client) Quorum() int { return c.quorum }
 // less the time the successful attempt took and the drift allowance; see
 // Lock.Until. Goroutines of one Client that Acquire the same key take turns,
 // first come first served, so that only one of them at a time contends on
-// the nodes; the next starts the moment the lock is released.
+// the nodes; a release hands the lock to the next in one round trip (see
+// WithHandOff). A waiting Acquire also tries again at once when it hears
+// the lock's release announced by the nodes.
+//
+// Options choose another kind of lock (WithOwner, ForRead, ForWrite,
+// WithPermits, Fair; AcquireAll for several keys; see docs/kinds.md); those
+// do not take local turns.
 //
 // It returns an error matching ErrInvalidArgument for an empty key, a ttl
-// that is not larger than the drift allowance, or a bad option, before any
-// node is contacted. When ctx ends first, the error matches both
+// that is not larger than the drift allowance, a bad option, or two kind
+// options, before any node is contacted. When ctx ends first, the error matches both
 // ErrNotAcquired and ctx.Err(), and joins the last attempt's *NodeError
 // values.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
