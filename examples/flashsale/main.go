@@ -178,8 +178,11 @@ func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// run holds one sale and checks it.
+// run holds one sale and checks it; a sale that has not sold out after two
+// minutes is stopped.
 func run(ctx context.Context, cfg config) (report, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	var clients []redis.UniversalClient
 	var die []func() // make lock node i stop answering
 	for i := range 5 {
