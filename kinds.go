@@ -414,11 +414,7 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	var attempts int
-	defer c.observeAcquire(ctx, k, time.Now(), &attempts, &err)
-	var lock *Lock
-	lock, err = c.acquireLoop(ctx, k, ttl, ac, &attempts)
-	return lock, err
+	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.acquireLoop(ctx, k, ttl, ac, attempts) })
 }
 
 // TryAcquireAll is AcquireAll with exactly one attempt; see TryAcquire.
@@ -427,14 +423,7 @@ func (c *Client) TryAcquireAll(ctx context.Context, keys []string, ttl time.Dura
 	if err != nil {
 		return nil, err
 	}
-	attempts := 1
-	defer c.observeAcquire(ctx, k, time.Now(), &attempts, &err)
-	lock, qe := c.attemptWith(ctx, k, rand.Text(), ttl, ac)
-	if qe != nil {
-		err = qe
-		return nil, err
-	}
-	return lock, nil
+	return c.observed(ctx, k, func(*int) (*Lock, error) { return c.tryOnce(ctx, k, ttl, ac) })
 }
 
 func (c *Client) multiConfig(keys []string, ttl time.Duration, opts []AcquireOption) (kind, acquireConfig, error) {

@@ -110,7 +110,7 @@ func (p *pipe) drain(id uint64) {
 
 // send sends batch, alone or as a pipeline, and replies to every call.
 func (p *pipe) send(batch []call) {
-	live := batch[:0:0]
+	live := batch[:0] // filtered in place: each call is read before its slot is reused
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.reply(0, fmt.Errorf("not sent: %w", err))

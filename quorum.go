@@ -92,7 +92,7 @@ type tally struct {
 	no      int             // nodes that answered holdsNot
 	notYes  int             // nodes that answered holdsNot, failed or did not answer
 	errs    []error         // a *NodeError for every failed or unanswered node
-	took    []time.Duration // by node: from the fan-out's start to its reply
+	took    []time.Duration // by node: from the fan-out's start to its reply; nil without an Observer
 }
 
 type nodeReply struct {
@@ -208,9 +208,14 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 	}
 
 	begun := time.Now()
-	t := tally{answers: make([]answer, n), values: make([]int64, n), took: make([]time.Duration, n)}
+	t := tally{answers: make([]answer, n), values: make([]int64, n)}
+	if c.cfg.observer != nil {
+		t.took = make([]time.Duration, n)
+	}
 	add := func(r nodeReply) {
-		t.took[r.node] = time.Since(begun)
+		if t.took != nil {
+			t.took[r.node] = time.Since(begun)
+		}
 		switch {
 		case r.err != nil:
 			t.answers[r.node] = failed
@@ -244,7 +249,9 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 				default:
 					for i, a := range t.answers {
 						if a == unanswered {
-							t.took[i] = timeout
+							if t.took != nil {
+								t.took[i] = timeout
+							}
 							t.answers[i] = failed
 							t.notYes++
 							t.errs = append(t.errs, c.nodeError(i, noReply(timeout, ctx.Err())))

@@ -411,25 +411,31 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, err
 	}
 	k := ac.kindFor(key)
-	var attempts int
-	defer c.observeAcquire(ctx, k, time.Now(), &attempts, &err)
-	var lock *Lock
-	if _, ok := k.(plain); !ok {
-		// Holds of the other kinds may coexist (readers, permits, an owner's
-		// holds) or are ordered on the nodes (fair): no local turns.
-		lock, err = c.acquireLoop(ctx, k, ttl, ac, &attempts)
-		return lock, err
-	}
-	lock, err = c.acquireQueued(ctx, key, ttl, ac, func() (*Lock, error) {
-		return c.acquireLoop(ctx, k, ttl, ac, &attempts)
+	return c.observed(ctx, k, func(attempts *int) (*Lock, error) {
+		if _, ok := k.(plain); !ok {
+			// Holds of the other kinds may coexist (readers, permits, an
+			// owner's holds) or are ordered on the nodes (fair): no local
+			// turns.
+			return c.acquireLoop(ctx, k, ttl, ac, attempts)
+		}
+		return c.acquireQueued(ctx, key, ttl, ac, func() (*Lock, error) {
+			return c.acquireLoop(ctx, k, ttl, ac, attempts)
+		})
 	})
-	return lock, err
 }
 
-// observeAcquire reports an acquire that started at start.
-func (c *Client) observeAcquire(ctx context.Context, k kind, start time.Time, attempts *int, err *error) {
+// observed runs an acquire of k and reports it to the Observer, if any;
+// acquire counts its attempts.
+func (c *Client) observed(ctx context.Context, k kind, acquire func(attempts *int) (*Lock, error)) (*Lock, error) {
+	attempts := 1
+	if c.cfg.observer == nil {
+		return acquire(&attempts)
+	}
+	start := time.Now()
+	lock, err := acquire(&attempts)
 	c.observe(ctx, Event{Op: OpAcquire, Kind: kindName(k), Key: k.keys()[0], Start: start, Duration: time.Since(start),
-		Attempts: *attempts, Err: *err})
+		Attempts: attempts, Err: err})
+	return lock, err
 }
 
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
@@ -457,7 +463,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		// (the release has not reached every node yet): it need not wait for
 		// a frozen node's timeout to learn that. Its keys on nodes that had
 		// not answered are deleted in order before its next attempt there.
-		lock, qe := c.attemptStop(ctx, k, token, ttl, ac, first)
+		lock, qe := c.attempt(ctx, k, token, ttl, ac, first)
 		if qe == nil {
 			return lock, nil
 		}
@@ -555,20 +561,22 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 		return nil, err
 	}
 	k := ac.kindFor(key)
-	attempts := 1
-	defer c.observeAcquire(ctx, k, time.Now(), &attempts, &err)
+	return c.observed(ctx, k, func(*int) (*Lock, error) { return c.tryOnce(ctx, k, ttl, ac) })
+}
+
+// tryOnce is one attempt of a TryAcquire: for a fair lock, with the ticket
+// drawn first and its place in the queue left when the attempt fails.
+func (c *Client) tryOnce(ctx context.Context, k kind, ttl time.Duration, ac acquireConfig) (*Lock, error) {
 	if f, ok := k.(*fair); ok {
 		if qe := c.drawTicket(ctx, f, ttl); qe != nil {
-			err = qe
-			return nil, err
+			return nil, qe
 		}
 	}
 	token := rand.Text()
-	lock, qe := c.attemptWith(ctx, k, token, ttl, ac)
+	lock, qe := c.attempt(ctx, k, token, ttl, ac, false)
 	if qe != nil {
 		c.leave(ctx, k, token, ttl)
-		err = qe
-		return nil, err
+		return nil, qe
 	}
 	return lock, nil
 }
@@ -620,16 +628,12 @@ func (c *Client) checkLease(key string, ttl time.Duration) error {
 	return nil
 }
 
-// attemptWith is one run of steps 1 to 4 of the algorithm for a lock of
-// kind k under token. Its error carries the context's error when the
-// context had ended by the time it returned.
-func (c *Client) attemptWith(ctx context.Context, k kind, token string, ttl time.Duration, ac acquireConfig) (*Lock, *quorumError) {
-	return c.attemptStop(ctx, k, token, ttl, ac, false)
-}
-
-// attemptStop is attemptWith; eager returns a failure as soon as the quorum
-// is out of reach, rather than after every node answered or timed out.
-func (c *Client) attemptStop(ctx context.Context, k kind, token string, ttl time.Duration, ac acquireConfig, eager bool) (*Lock, *quorumError) {
+// attempt is one run of steps 1 to 4 of the algorithm for a lock of kind
+// k under token. Its error carries the context's error when the context had
+// ended by the time it returned. eager returns a failure as soon as the
+// quorum is out of reach, rather than after every node answered or timed
+// out.
+func (c *Client) attempt(ctx context.Context, k kind, token string, ttl time.Duration, ac acquireConfig, eager bool) (*Lock, *quorumError) {
 	if err := ctx.Err(); err != nil {
 		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", k.describe()), cause: err, heldOn: -1}
 	}
@@ -904,6 +908,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // observeOp reports an extend or release of l that started at start.
 func (l *Lock) observeOp(ctx context.Context, op Op, start time.Time, err error) {
+	if l.client.cfg.observer == nil {
+		return
+	}
 	l.client.observe(ctx, Event{Op: op, Kind: kindName(l.kind), Key: l.key, Start: start, Duration: time.Since(start), Err: err})
 }
 

@@ -16,10 +16,6 @@ var (
 	acquireLua    string
 	acquireScript = redis.NewScript(acquireLua)
 
-	//go:embed acquire_fenced.lua
-	acquireFencedLua    string
-	acquireFencedScript = redis.NewScript(acquireFencedLua)
-
 	//go:embed raise_fence.lua
 	raiseFenceLua    string
 	raiseFenceScript = redis.NewScript(raiseFenceLua)
@@ -45,7 +41,7 @@ func fenceKey(key string) string { return "{" + key + "}:fence" }
 func acquireOn(key, token string, ttl time.Duration, fenced bool) nodeOp {
 	px := pxMillis(ttl)
 	if fenced {
-		return nodeOp{acquireFencedScript, []string{key, fenceKey(key)}, []any{token, px}}
+		return nodeOp{acquireScript, []string{key, fenceKey(key)}, []any{token, px}}
 	}
 	return nodeOp{acquireScript, []string{key}, []any{token, px}}
 }
