@@ -90,7 +90,7 @@ func TestObserver_renewalAndLoss(t *testing.T) {
 	rec := &recorder{}
 	rc := c.client(t, redlock.WithObserver(rec))
 	ctx := context.Background()
-	lock := mustTryAcquire(t, rc, ctx, "k", 300*time.Millisecond, redlock.WithAutoRenew())
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Second, redlock.WithAutoRenew())
 	waitFor(t, "a renewal", func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
