@@ -972,7 +972,9 @@ func (l *Lock) over() error {
 // Release deletes the lock on every node that still holds its token, all at
 // once; a key that holds another token is left alone. It runs even if ctx
 // has ended (it keeps ctx's values, not its cancellation), bounded by the
-// per-node timeout, so `defer lock.Release(ctx)` is always right. After
+// per-node timeout, so `defer lock.Release(ctx)` is always right. It
+// returns once every node has answered or its timeout has passed, so a
+// program may close its Redis clients and exit right after it. After
 // Release, Validity is zero and Extend fails; calling Release again does
 // nothing and returns nil.
 //
@@ -1024,17 +1026,18 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 			// the nodes the hand-off did not hear from.
 			defer c.queues.giveTurn(q, w)
 			skipped := yes + no // the nodes the hand-off heard from
-			enough := func(t *tally) bool { return yes+t.yes >= l.quorum }
-			t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), enough, invert(unknown), l.settled, l.kind.release(l.token))
+			t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), nil, invert(unknown), l.settled, l.kind.release(l.token))
 			l.settled = settled
 			l.finish()
 			yes, no = yes+t.yes, no+t.no-skipped
 			return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, ttl, t.errs)
 		}
 	}
-	// Release returns once a quorum confirms; the deletes still under way
-	// can only remove this lock's own keys.
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(l.quorum), nil, l.settled, l.kind.release(l.token))
+	// Release waits for every node (or its timeout), not only a quorum: a
+	// program that closes its clients or exits right after Release must
+	// not leave keys behind on the nodes that answered last. Waiters are
+	// woken by each node's delete, so this costs the next holder nothing.
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), nil, nil, l.settled, l.kind.release(l.token))
 	l.settled = settled
 	c.observeNodes(ctx, OpRelease, l.kind, wall, t)
 	l.finish()

@@ -671,6 +671,52 @@ func TestLock_Release_cancelledContext(t *testing.T) {
 	}
 }
 
+// TestLock_Release_waitsForEveryNode: a program that closes its clients
+// right after Release (a CLI, a cron job) leaves no key behind on a node
+// that answers after the quorum did.
+func TestLock_Release_waitsForEveryNode(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			c := newCluster(t, 5)
+			slow := &delayHook{}
+			c.clients[4].AddHook(slow)
+			ctx := context.Background()
+			lock := mustTryAcquire(t, c.client(t, redlock.WithBatching(batching)), ctx, "k", time.Minute)
+			redlock.WaitSettled(lock)
+			slow.by.Store(int64(100 * time.Millisecond))
+			if err := lock.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			for _, rdb := range c.clients {
+				_ = rdb.Close()
+			}
+			if got := c.holdersAny("k"); len(got) != 0 {
+				t.Fatalf("key left on nodes %v after Release returned and the clients were closed", got)
+			}
+		})
+	}
+}
+
+// delayHook holds every command or pipeline of its client for by before
+// sending it, as a slow link would.
+type delayHook struct{ by atomic.Int64 }
+
+func (h *delayHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		time.Sleep(time.Duration(h.by.Load()))
+		return next(ctx, cmd)
+	}
+}
+
+func (h *delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		time.Sleep(time.Duration(h.by.Load()))
+		return next(ctx, cmds)
+	}
+}
+
 func TestLock_Extend_badInput(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
