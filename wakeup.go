@@ -19,24 +19,42 @@ import (
 // releaseWatch is one Acquire's subscription to a key's release channel.
 // A nil *releaseWatch watches nothing.
 type releaseWatch struct {
-	ps *redis.PubSub
-	ch <-chan *redis.Message
+	ps   *redis.PubSub
+	ch   <-chan *redis.Message
+	node int
 }
 
 // watchRelease subscribes to a lock's release channels on node, and waits
 // for the subscriptions to be confirmed, so that a release announced after
 // it returns is heard. It returns nil when the node does not answer in time.
+//
+// A go-redis client without ContextTimeoutEnabled ignores ctx's deadline
+// while it dials and greets a new connection (HELLO), and a frozen node
+// would then hold the Acquire for the client's ReadTimeout; so the
+// subscription is made in a goroutine of its own, and one that comes too
+// late is closed when it comes.
 func (c *Client) watchRelease(ctx context.Context, channels []string, node int, timeout time.Duration) *releaseWatch {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	ps := c.nodes[node].rdb.Subscribe(ctx, channels...)
-	for range channels {
-		if _, err := ps.ReceiveTimeout(ctx, timeout); err != nil {
-			_ = ps.Close()
-			return nil
+	made := make(chan *releaseWatch, 1)
+	go func() {
+		defer cancel()
+		ps := c.nodes[node].rdb.Subscribe(ctx, channels...)
+		for range channels {
+			if _, err := ps.ReceiveTimeout(ctx, timeout); err != nil {
+				_ = ps.Close()
+				made <- nil
+				return
+			}
 		}
+		made <- &releaseWatch{ps: ps, ch: ps.Channel(), node: node}
+	}()
+	select {
+	case w := <-made:
+		return w
+	case <-ctx.Done():
+		go func() { (<-made).close() }()
+		return nil
 	}
-	return &releaseWatch{ps: ps, ch: ps.Channel()}
 }
 
 // released returns a channel that receives when a release is announced; nil

@@ -1,0 +1,64 @@
+package redlock
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestWatchRelease_frozenNode: subscribing on a node that accepts the
+// connection but never answers (SIGSTOP) gives up after the timeout, even
+// in a client that ignores context deadlines while it greets a new
+// connection; a waiter first in line of a fair lock was held up for the
+// client's ReadTimeout by it.
+func TestWatchRelease_frozenNode(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn) // never read, never answered
+			mu.Unlock()
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		_ = rdb.Close()
+	})
+	c, err := New([]*redis.Client{rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 100 * time.Millisecond
+	start := time.Now()
+	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, 0, timeout)
+	took := time.Since(start)
+	if w != nil {
+		w.close()
+		t.Fatal("watchRelease on a node that never answers returned a watch")
+	}
+	// Wide: without the goroutine it takes the client's minute.
+	if took > 10*time.Second {
+		t.Fatalf("watchRelease took %v with a %v timeout", took, timeout)
+	}
+}
