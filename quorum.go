@@ -96,9 +96,10 @@ type tally struct {
 }
 
 type nodeReply struct {
-	node  int
-	value int64
-	err   error
+	node    int
+	value   int64
+	err     error
+	skipped bool // not contacted: tells nothing about the node
 }
 
 // settlement tells when each node's call of one operation has returned, or
@@ -123,6 +124,20 @@ func (s settlement) waitNode(i int) {
 	select {
 	case <-s.done[i]:
 	case <-t.C:
+	}
+}
+
+// overdue reports whether node i's call is still out after the deadline:
+// the node is down, frozen or cut off.
+func (s settlement) overdue(i int) bool {
+	if s.done == nil {
+		return false
+	}
+	select {
+	case <-s.done[i]:
+		return false
+	default:
+		return time.Now().After(s.deadline)
 	}
 }
 
@@ -175,6 +190,13 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 	var running atomic.Int32
 	running.Store(int32(n))
 	reply := func(r nodeReply) {
+		if h := &c.failing[r.node]; !r.skipped {
+			if r.err != nil {
+				h.Store(&r.err)
+			} else if h.Load() != nil {
+				h.Store(nil)
+			}
+		}
 		replies <- r
 		close(settled.done[r.node])
 		if running.Add(-1) == 0 {
@@ -184,7 +206,7 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 	for i, nd := range c.nodes {
 		settled.done[i] = make(chan struct{})
 		if skip != nil && skip[i] {
-			reply(nodeReply{node: i})
+			reply(nodeReply{node: i, skipped: true})
 			continue
 		}
 		if nd.inline && n == 1 {
@@ -234,6 +256,21 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 	}
 	for received := 0; received < n; {
 		if stop != nil && stop(&t) {
+			// A node that is failing and was not waited for counts as
+			// failed, with the error of its last call.
+			for i, a := range t.answers {
+				if a != unanswered {
+					continue
+				}
+				if last := c.failing[i].Load(); last != nil {
+					if t.took != nil {
+						t.took[i] = time.Since(begun)
+					}
+					t.answers[i] = failed
+					t.notYes++
+					t.errs = append(t.errs, c.nodeError(i, fmt.Errorf("not waited for, failing since its last call: %w", *last)))
+				}
+			}
 			return t, settled
 		}
 		select {
@@ -249,12 +286,16 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 				default:
 					for i, a := range t.answers {
 						if a == unanswered {
+							err := noReply(timeout, ctx.Err())
+							if errors.Is(err, context.DeadlineExceeded) {
+								c.failing[i].Store(&err)
+							}
 							if t.took != nil {
 								t.took[i] = timeout
 							}
 							t.answers[i] = failed
 							t.notYes++
-							t.errs = append(t.errs, c.nodeError(i, noReply(timeout, ctx.Err())))
+							t.errs = append(t.errs, c.nodeError(i, err))
 						}
 					}
 					return t, settled

@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -330,6 +331,11 @@ type Client struct {
 	quorum int
 	cfg    config
 	queues localQueues // see localqueue.go
+	// failing[i] holds node i's error when its last call failed or went
+	// unanswered, and nil once it answers again (see fanOut). A failed
+	// attempt, and a Release past its quorum, do not wait for a node that
+	// is failing.
+	failing []atomic.Pointer[error]
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -347,8 +353,9 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		return nil, invalid("no nodes")
 	}
 	c := &Client{
-		nodes:  make([]node, len(nodes)),
-		quorum: quorumOf(len(nodes)),
+		nodes:   make([]node, len(nodes)),
+		failing: make([]atomic.Pointer[error], len(nodes)),
+		quorum:  quorumOf(len(nodes)),
 		cfg: config{
 			driftFactor: defaultDriftFactor,
 			retry:       ExponentialBackoff(defaultRetryBase, defaultRetryMax),
@@ -472,7 +479,11 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 			return nil, qe
 		}
 		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "lock", k.describe(), "attempt", failed, "err", qe)
-		if failed == 1 && qe.heldOn >= 0 {
+		// Listen on a node that named a holder, and move to another when
+		// the one listened to is failing (down or frozen: its releases
+		// would never be heard).
+		if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && c.failing[watch.node].Load() != nil) {
+			watch.close()
 			watch = c.watchRelease(ctx, k.channels(), qe.heldOn, c.nodeTimeout(ttl))
 		}
 		watch.drain() // releases from before this attempt are old news
@@ -643,10 +654,11 @@ func (c *Client) attempt(ctx context.Context, k kind, token string, ttl time.Dur
 	// the cleanup sees which nodes took the key: returning as soon as the
 	// quorum was out of reach left slow nodes holding keys of attempts that
 	// had moved on, and with one slow node the suite's workload ran at a
-	// quarter of its speed.
+	// quarter of its speed. It does not wait for nodes known to be failing
+	// (down or frozen): each attempt would lose their whole timeout.
 	q := k.quorum(len(c.nodes))
 	wall := time.Now()
-	stop := wonAt(q)
+	stop := c.settledOrFailing(q)
 	if eager {
 		stop = decidedAt(len(c.nodes), q)
 	}
@@ -973,8 +985,9 @@ func (l *Lock) over() error {
 // once; a key that holds another token is left alone. It runs even if ctx
 // has ended (it keeps ctx's values, not its cancellation), bounded by the
 // per-node timeout, so `defer lock.Release(ctx)` is always right. It
-// returns once every node has answered or its timeout has passed, so a
-// program may close its Redis clients and exit right after it. After
+// waits for every node to answer, except a node whose last call failed or
+// timed out once a quorum has confirmed, so a program may close its Redis
+// clients and exit right after it. After
 // Release, Validity is zero and Extend fails; calling Release again does
 // nothing and returns nil.
 //
@@ -1026,22 +1039,64 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 			// the nodes the hand-off did not hear from.
 			defer c.queues.giveTurn(q, w)
 			skipped := yes + no // the nodes the hand-off heard from
-			t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), nil, invert(unknown), l.settled, l.kind.release(l.token))
+			t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.releasedAt(l.quorum, yes, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
 			l.settled = settled
 			l.finish()
 			yes, no = yes+t.yes, no+t.no-skipped
 			return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, ttl, t.errs)
 		}
 	}
-	// Release waits for every node (or its timeout), not only a quorum: a
-	// program that closes its clients or exits right after Release must
-	// not leave keys behind on the nodes that answered last. Waiters are
-	// woken by each node's delete, so this costs the next holder nothing.
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), nil, nil, l.settled, l.kind.release(l.token))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.releasedAt(l.quorum, 0, l.settled), nil, l.settled, l.kind.release(l.token))
 	l.settled = settled
 	c.observeNodes(ctx, OpRelease, l.kind, wall, t)
 	l.finish()
 	return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, ttl, t.errs)
+}
+
+// settledOrFailing is an attempt's stop condition: q nodes hold, or only
+// nodes that are failing (down, frozen, cut off) have yet to answer. A
+// failed attempt does not wait out their timeout: its cleanup's delete
+// follows each one's SET there (see fanOut).
+func (c *Client) settledOrFailing(q int) func(*tally) bool {
+	return func(t *tally) bool {
+		if t.yes >= q {
+			return true
+		}
+		waiting := false
+		for i, a := range t.answers {
+			if a == unanswered {
+				if c.failing[i].Load() == nil {
+					return false
+				}
+				waiting = true
+			}
+		}
+		return waiting && t.yes+t.notYes > 0
+	}
+}
+
+// releasedAt is Release's stop condition: every node has answered, or q
+// nodes (counting base confirmed before) deleted the token and the nodes
+// yet to answer are failing: their last call failed or went unanswered, or
+// the lock's previous operation there (before) is still out past its
+// deadline. Release waits for the nodes that answer, not
+// only a quorum, so that a program that closes its clients or exits right
+// after Release leaves no key behind on the node that answered last; it
+// does not wait out the timeout of a node that is down or frozen, whose key
+// expires with the ttl anyway. Waiters are woken by each node's delete, so
+// the wait costs the next holder nothing.
+func (c *Client) releasedAt(q, base int, before settlement) func(*tally) bool {
+	return func(t *tally) bool {
+		if base+t.yes < q {
+			return false
+		}
+		for i, a := range t.answers {
+			if a == unanswered && c.failing[i].Load() == nil && !before.overdue(i) {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 // releaseResult is Release's result, given what the nodes answered: yes nodes

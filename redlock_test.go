@@ -465,6 +465,39 @@ func TestClient_TryAcquire_hungNode(t *testing.T) {
 	})
 }
 
+// TestClient_TryAcquire_knownFailingNodes: once nodes are known to be
+// failing (their last calls went unanswered), a failed attempt does not wait
+// out their timeout again; it still releases what it took.
+func TestClient_TryAcquire_knownFailingNodes(t *testing.T) {
+	c := newCluster(t, 3)
+	nodes := slices.Clone(c.clients)
+	for range 2 {
+		hung := newHungNode(t)
+		stuck := redis.NewClient(&redis.Options{Addr: hung.Addr(), ReadTimeout: time.Minute, MaxRetries: -1})
+		t.Cleanup(func() { _ = stuck.Close() })
+		nodes = append(nodes, stuck)
+	}
+	const nodeTimeout = 3 * time.Second
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(nodeTimeout))
+	ctx := context.Background()
+	_ = c.servers[0].Set("k", "someone-else")
+	for i, want := range []time.Duration{nodeTimeout, 0} {
+		start := time.Now()
+		_, err := rc.TryAcquire(ctx, "k", time.Minute)
+		took := time.Since(start)
+		mustNotAcquire(t, err)
+		switch {
+		case want > 0 && took < want:
+			t.Fatalf("attempt %d took %v: it did not wait for nodes not yet known to fail", i, took)
+		case want == 0 && took > nodeTimeout/2: // wide: typically a millisecond
+			t.Fatalf("attempt %d took %v: it waited out the timeout of nodes known to fail", i, took)
+		}
+		if c.servers[1].Exists("k") || c.servers[2].Exists("k") {
+			t.Fatalf("attempt %d left its key behind", i)
+		}
+	}
+}
+
 // TestClient_singleNodeInline: a lone node whose client cuts calls at their
 // deadline runs them in the calling goroutine, and still keeps the
 // per-node timeout.
@@ -694,6 +727,63 @@ func TestLock_Release_waitsForEveryNode(t *testing.T) {
 				t.Fatalf("key left on nodes %v after Release returned and the clients were closed", got)
 			}
 		})
+	}
+}
+
+// TestLock_Release_doesNotWaitForAFailingNode: once a quorum has deleted
+// the token, Release does not wait out the timeout of a node whose last
+// call went unanswered; its key expires with the ttl.
+func TestLock_Release_doesNotWaitForAFailingNode(t *testing.T) {
+	c := newCluster(t, 4)
+	hung := newHungNode(t)
+	stuck := redis.NewClient(&redis.Options{Addr: hung.Addr(), ReadTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { _ = stuck.Close() })
+	const nodeTimeout = 3 * time.Second
+	rc := mustNew(t, append(slices.Clone(c.clients), stuck), redlock.WithNodeTimeout(nodeTimeout))
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+	redlock.WaitSettled(lock) // the hung node's call has timed out
+	start := time.Now()
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// Wide: a Release that waited for the hung node takes the whole 3 s.
+	if took := time.Since(start); took > nodeTimeout/2 {
+		t.Fatalf("Release took %v: it waited for a node known to be failing", took)
+	}
+	if got := c.holdersAny("k"); len(got) != 0 {
+		t.Fatalf("key left on nodes %v", got)
+	}
+}
+
+// TestLock_Release_waitsForARecoveredNode: a node that failed and answers
+// again is waited for again.
+func TestLock_Release_waitsForARecoveredNode(t *testing.T) {
+	c := newCluster(t, 5)
+	rc := c.client(t)
+	ctx := context.Background()
+	c.servers[4].Close()
+	lock := mustTryAcquire(t, rc, ctx, "a", time.Minute) // node 4 fails
+	mustRelease(t, lock)
+	if err := c.servers[4].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	lock = mustTryAcquire(t, rc, ctx, "b", time.Minute)
+	redlock.WaitSettled(lock)
+	if !c.servers[4].Exists("b") {
+		t.Fatal("the restarted node did not take the key")
+	}
+	slow := &delayHook{}
+	c.clients[4].AddHook(slow)
+	slow.by.Store(int64(100 * time.Millisecond))
+	if err := lock.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	for _, rdb := range c.clients {
+		_ = rdb.Close()
+	}
+	if got := c.holdersAny("b"); len(got) != 0 {
+		t.Fatalf("key left on nodes %v: Release did not wait for the recovered node", got)
 	}
 }
 
