@@ -272,7 +272,11 @@ type result struct {
 	Share    float64 `json:"share_max_min,omitempty"` // C: the busiest goroutine's sections over the idlest's
 	Attempts float64 `json:"attempts_per_op,omitempty"`
 	Failures int64   `json:"failures"`
+	// FirstError is the first failure's error, so that a failure count
+	// comes with its reason.
+	FirstError string `json:"first_error,omitempty"`
 
+	firstErr atomic.Pointer[string]
 	hist     *hdrhistogram.Histogram
 	perG     []int64
 	attempts int64
@@ -285,7 +289,19 @@ func (r *result) record(d time.Duration) {
 	_ = r.hist.RecordValue(max(1, d.Microseconds()))
 }
 
+// failed keeps err if it is the case's first failure. Safe for concurrent use.
+func (r *result) failed(err error) {
+	if err == nil {
+		err = errors.New("unknown error")
+	}
+	msg := err.Error()
+	r.firstErr.CompareAndSwap(nil, &msg)
+}
+
 func (r *result) finish() {
+	if e := r.firstErr.Load(); e != nil {
+		r.FirstError = *e
+	}
 	if r.Seconds > 0 {
 		r.OpsPerS = float64(r.Ops) / r.Seconds
 	}
@@ -343,10 +359,12 @@ func runU(ctx context.Context, l locker, r *result) error {
 				return nil
 			}
 			r.Failures++
+			r.failed(err)
 			continue
 		}
 		if err := unlock(); err != nil {
 			r.Failures++
+			r.failed(err)
 		}
 		r.record(time.Since(t0))
 		r.Ops++
@@ -368,11 +386,13 @@ func runK(ctx context.Context, l locker, r *result) error {
 				if err != nil {
 					if ctx.Err() == nil {
 						fails.Add(1)
+						r.failed(err)
 					}
 					continue
 				}
 				if err := unlock(); err != nil {
 					fails.Add(1)
+					r.failed(err)
 				}
 				ops.Add(1)
 				attempts.Add(int64(a))
@@ -412,6 +432,7 @@ func runC(ctx context.Context, e *benchEnv, lockers []locker, r *result) error {
 				if err != nil {
 					if ctx.Err() == nil {
 						fails.Add(1)
+						r.failed(err)
 					}
 					continue
 				}
@@ -420,6 +441,7 @@ func runC(ctx context.Context, e *benchEnv, lockers []locker, r *result) error {
 				err = store.Set(context.Background(), counter, v+1, 0).Err()
 				if uerr := unlock(); err != nil || uerr != nil {
 					fails.Add(1)
+					r.failed(errors.Join(err, uerr))
 				}
 				perG[g]++
 				attempts[g] += int64(a)
@@ -655,4 +677,9 @@ func writeTable(w io.Writer, results []*result) {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%s\t%.2f\t%d\t\n", r.Case, r.OpsPerS, r.P50Ms, r.P99Ms, share, r.Attempts, r.Failures)
 	}
 	_ = tw.Flush()
+	for _, r := range results {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "%s: %d failures, the first: %s\n", r.Case, r.Failures, r.FirstError)
+		}
+	}
 }
