@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 )
@@ -128,7 +129,7 @@ func (s settlement) waitNode(i int) {
 }
 
 // overdue reports whether node i's call is still out after the deadline:
-// the node is down, frozen or cut off.
+// the node is frozen, cut off or down.
 func (s settlement) overdue(i int) bool {
 	if s.done == nil {
 		return false
@@ -191,7 +192,10 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 	running.Store(int32(n))
 	reply := func(r nodeReply) {
 		if h := &c.failing[r.node]; !r.skipped {
-			if r.err != nil {
+			// Only a node that does not answer is worth not waiting for;
+			// one that fails at once (refused, reset) costs nothing, and
+			// is soon back after a restart.
+			if timedOut(r.err) {
 				h.Store(&r.err)
 			} else if h.Load() != nil {
 				h.Store(nil)
@@ -304,6 +308,20 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 		}
 	}
 	return t, settled
+}
+
+// timedOut reports whether err is a call that got no reply in time: a
+// context deadline, or a socket timeout in a client with its own
+// ReadTimeout.
+func timedOut(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func noReply(timeout time.Duration, err error) error {

@@ -331,8 +331,8 @@ type Client struct {
 	quorum int
 	cfg    config
 	queues localQueues // see localqueue.go
-	// failing[i] holds node i's error when its last call failed or went
-	// unanswered, and nil once it answers again (see fanOut). A failed
+	// failing[i] holds node i's error when its last call went unanswered
+	// (timed out), and nil once it answers again (see fanOut). A failed
 	// attempt, and a Release past its quorum, do not wait for a node that
 	// is failing.
 	failing []atomic.Pointer[error]
@@ -480,7 +480,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		}
 		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "lock", k.describe(), "attempt", failed, "err", qe)
 		// Listen on a node that named a holder, and move to another when
-		// the one listened to is failing (down or frozen: its releases
+		// the one listened to is failing (frozen or cut off: its releases
 		// would never be heard).
 		if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && c.failing[watch.node].Load() != nil) {
 			watch.close()
@@ -655,7 +655,7 @@ func (c *Client) attempt(ctx context.Context, k kind, token string, ttl time.Dur
 	// quorum was out of reach left slow nodes holding keys of attempts that
 	// had moved on, and with one slow node the suite's workload ran at a
 	// quarter of its speed. It does not wait for nodes known to be failing
-	// (down or frozen): each attempt would lose their whole timeout.
+	// (frozen or cut off): each attempt would lose their whole timeout.
 	q := k.quorum(len(c.nodes))
 	wall := time.Now()
 	stop := c.settledOrFailing(q)
@@ -985,11 +985,11 @@ func (l *Lock) over() error {
 // once; a key that holds another token is left alone. It runs even if ctx
 // has ended (it keeps ctx's values, not its cancellation), bounded by the
 // per-node timeout, so `defer lock.Release(ctx)` is always right. It
-// waits for every node to answer, except a node whose last call failed or
-// timed out once a quorum has confirmed, so a program may close its Redis
-// clients and exit right after it. After
-// Release, Validity is zero and Extend fails; calling Release again does
-// nothing and returns nil.
+// waits for every node to answer, so a program may close its Redis clients
+// and exit right after it; once a quorum has confirmed, it does not wait
+// for a node whose last call timed out (its key expires with the
+// ttl). After Release, Validity is zero and Extend fails; calling Release
+// again does nothing and returns nil.
 //
 // It returns nil when a quorum of nodes is free of the token afterwards
 // and the lock held until the release: a quorum still had the token, or the
@@ -1054,7 +1054,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 }
 
 // settledOrFailing is an attempt's stop condition: q nodes hold, or only
-// nodes that are failing (down, frozen, cut off) have yet to answer. A
+// nodes that are failing (frozen or cut off) have yet to answer. A
 // failed attempt does not wait out their timeout: its cleanup's delete
 // follows each one's SET there (see fanOut).
 func (c *Client) settledOrFailing(q int) func(*tally) bool {
@@ -1077,12 +1077,12 @@ func (c *Client) settledOrFailing(q int) func(*tally) bool {
 
 // releasedAt is Release's stop condition: every node has answered, or q
 // nodes (counting base confirmed before) deleted the token and the nodes
-// yet to answer are failing: their last call failed or went unanswered, or
+// yet to answer are failing: their last call went unanswered, or
 // the lock's previous operation there (before) is still out past its
 // deadline. Release waits for the nodes that answer, not
 // only a quorum, so that a program that closes its clients or exits right
 // after Release leaves no key behind on the node that answered last; it
-// does not wait out the timeout of a node that is down or frozen, whose key
+// does not wait out the timeout of a node that is frozen or cut off, whose key
 // expires with the ttl anyway. Waiters are woken by each node's delete, so
 // the wait costs the next holder nothing.
 func (c *Client) releasedAt(q, base int, before settlement) func(*tally) bool {
