@@ -196,7 +196,8 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 			// one that fails at once (refused, reset) costs nothing, and
 			// is soon back after a restart.
 			if timedOut(r.err) {
-				h.Store(&r.err)
+				err := r.err // allocated only here, not for every reply
+				h.Store(&err)
 			} else if h.Load() != nil {
 				h.Store(nil)
 			}
