@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/embedded"
 )
 
 // embeddedEnv names the variable that turns a process into an embedded node:
@@ -34,12 +35,8 @@ func ServeEmbeddedFromEnv() {
 		fmt.Fprintf(os.Stderr, "embedded node: %v\n", err)
 		os.Exit(1)
 	}
-	last := time.Now()
-	for range time.Tick(2 * time.Millisecond) {
-		now := time.Now()
-		m.FastForward(now.Sub(last))
-		last = now
-	}
+	embedded.Expire(m)
+	select {} // until the process is killed
 }
 
 // evalOn runs a Lua script on the node at addr over a connection of its own.

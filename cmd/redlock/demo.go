@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/embedded"
 )
 
 const saleKey = "flash-sale:stock"
@@ -115,7 +115,7 @@ func (c demoConfig) check() error {
 // demoNodes are the lock nodes: embedded ones started here, or real servers.
 type demoNodes struct {
 	addrs    []string
-	embedded []*miniredis.Miniredis // nil for real servers
+	embedded []*embedded.Node // nil for real servers
 }
 
 func startNodes(cfg demoConfig) (*demoNodes, error) {
@@ -124,7 +124,7 @@ func startNodes(cfg demoConfig) (*demoNodes, error) {
 	}
 	d := &demoNodes{}
 	for range cfg.nodes {
-		s, err := miniredis.Run()
+		s, err := embedded.Start()
 		if err != nil {
 			d.stop()
 			return nil, fmt.Errorf("starting an embedded node: %w", err)

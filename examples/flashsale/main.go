@@ -31,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/embedded"
 )
 
 type config struct {
@@ -195,7 +196,7 @@ func run(ctx context.Context, cfg config) (report, error) {
 				_ = admin.Do(ctx, "CLIENT", "PAUSE", 10000, "ALL").Err()
 			})
 		} else {
-			s, err := miniredis.Run()
+			s, err := embedded.Start()
 			if err != nil {
 				return report{}, err
 			}

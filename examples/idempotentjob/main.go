@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/embedded"
 )
 
 // outcome of one submission.
@@ -78,9 +79,9 @@ type result struct {
 }
 
 func run(ctx context.Context, jobs, copies, processes int) (result, error) {
-	var lockNodes []*miniredis.Miniredis
+	var lockNodes []*embedded.Node
 	for range 5 {
-		s, err := miniredis.Run()
+		s, err := embedded.Start()
 		if err != nil {
 			return result{}, err
 		}

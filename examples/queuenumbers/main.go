@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/embedded"
 )
 
 // issue is one number given to an applicant.
@@ -54,9 +55,9 @@ func main() {
 }
 
 func run(ctx context.Context, applicants, processes int) ([]issue, error) {
-	var lockNodes []*miniredis.Miniredis
+	var lockNodes []*embedded.Node
 	for range 5 {
-		s, err := miniredis.Run()
+		s, err := embedded.Start()
 		if err != nil {
 			return nil, err
 		}
