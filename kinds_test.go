@@ -354,6 +354,40 @@ func TestKinds_fairWaiterDisappears(t *testing.T) {
 	mustRelease(t, l)
 }
 
+// TestKinds_fairTicketRetried: an Acquire whose ticket misses its quorum
+// (a majority down) draws it again until the nodes are back, as a failed
+// attempt is tried again, rather than giving up.
+func TestKinds_fairTicketRetried(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
+	c.servers[0].Close()
+	c.servers[1].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "turn", time.Minute, redlock.Fair())
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // a few draws fail
+	select {
+	case err := <-got:
+		t.Fatalf("Acquire returned while a majority was down: %v", err)
+	default:
+	}
+	for _, s := range c.servers[:2] {
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire once the nodes were back: %v", err)
+	}
+}
+
 func TestKinds_fairGivingUpLeavesTheQueue(t *testing.T) {
 	c := newCluster(t, 3)
 	rc := c.client(t)

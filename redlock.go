@@ -448,8 +448,22 @@ func (c *Client) observed(ctx context.Context, k kind, acquire func(attempts *in
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
 func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac acquireConfig, attempts *int) (*Lock, error) {
 	if f, ok := k.(*fair); ok {
-		if qe := c.drawTicket(ctx, f, ttl); qe != nil {
-			return nil, qe
+		// A ticket that misses its quorum (nodes down or slow) is drawn
+		// again after the retry delay, as a failed attempt is tried again.
+		for failed := 1; ; failed++ {
+			qe := c.drawTicket(ctx, f, ttl)
+			if qe == nil {
+				break
+			}
+			if qe.cause != nil {
+				return nil, qe
+			}
+			select {
+			case <-c.cfg.clock.After(ac.retry.Delay(failed)):
+			case <-ctx.Done():
+				qe.cause = ctx.Err()
+				return nil, qe
+			}
 		}
 	}
 	var watch *releaseWatch // subscribed after the first failure

@@ -645,7 +645,14 @@ func TestClient_Acquire_wokenByRelease(t *testing.T) {
 		}
 		done <- err
 	}()
-	waiters(t, clock, 1) // subscribed, and waiting an hour
+	waiters(t, clock, 1) // waiting an hour
+	// and subscribed (on a loaded machine the subscription may be
+	// confirmed after the wait began)
+	for deadline := time.Now().Add(10 * time.Second); c.servers[0].PubSubNumSub("{k}:released")["{k}:released"] == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not subscribe to the release channel")
+		}
+	}
 	mustRelease(t, holder)
 	select {
 	case err := <-done:

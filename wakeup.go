@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	mrand "math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,45 +17,73 @@ import (
 // the release came before the subscription) costs nothing but the retry
 // delay, which still runs. The subscription lives as long as the Acquire.
 
-// releaseWatch is one Acquire's subscription to a key's release channel.
-// A nil *releaseWatch watches nothing.
+// releaseWatch is one Acquire's subscription to a key's release channels
+// on one node. A nil *releaseWatch watches nothing.
 type releaseWatch struct {
-	ps   *redis.PubSub
-	ch   <-chan *redis.Message
-	node int
+	node  int
+	ch    chan *redis.Message // announcements, once subscribed
+	ready chan struct{}       // closed once every channel is subscribed
+	quit  chan struct{}       // closed by close
+	stop  func()
 }
 
 // watchRelease subscribes to a lock's release channels on node, and waits
-// for the subscriptions to be confirmed, so that a release announced after
-// it returns is heard. It returns nil when the node does not answer in time.
+// up to timeout for the subscriptions to be confirmed, so that a release
+// announced after it returns is heard. A subscription that takes longer
+// (a loaded or frozen node) is not given up: it goes on in the background,
+// and announcements count from when it is confirmed; until then the retry
+// delay runs as always.
 //
-// A go-redis client without ContextTimeoutEnabled ignores ctx's deadline
-// while it dials and greets a new connection (HELLO), and a frozen node
-// would then hold the Acquire for the client's ReadTimeout; so the
-// subscription is made in a goroutine of its own, and one that comes too
-// late is closed when it comes.
+// The subscription runs in a goroutine of its own: a go-redis client
+// without ContextTimeoutEnabled ignores context deadlines while it dials
+// and greets a new connection (HELLO), and a frozen node would otherwise
+// hold the Acquire for the client's ReadTimeout. After close, that
+// goroutine ends once the node answers or the client gives up.
 func (c *Client) watchRelease(ctx context.Context, channels []string, node int, timeout time.Duration) *releaseWatch {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	made := make(chan *releaseWatch, 1)
+	w := &releaseWatch{
+		node:  node,
+		ch:    make(chan *redis.Message, 1),
+		ready: make(chan struct{}),
+		quit:  make(chan struct{}),
+	}
+	w.stop = sync.OnceFunc(func() { close(w.quit) })
+	sub, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		defer cancel()
-		ps := c.nodes[node].rdb.Subscribe(ctx, channels...)
+		ps := c.nodes[node].rdb.Subscribe(sub, channels...)
+		ended := make(chan struct{})
+		defer close(ended)
+		go func() {
+			// Closing the subscription ends a read that waits for the
+			// node, whatever the client's deadlines.
+			select {
+			case <-w.quit:
+			case <-ended:
+			}
+			_ = ps.Close()
+		}()
 		for range channels {
-			if _, err := ps.ReceiveTimeout(ctx, timeout); err != nil {
-				_ = ps.Close()
-				made <- nil
-				return
+			if _, err := ps.Receive(sub); err != nil {
+				return // closed, or the node failed: the retry delay remains
 			}
 		}
-		made <- &releaseWatch{ps: ps, ch: ps.Channel(), node: node}
+		close(w.ready)
+		for m := range ps.Channel() { // until ps is closed
+			select {
+			case w.ch <- m:
+			default: // one pending announcement is enough to wake up
+			}
+		}
 	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
 	select {
-	case w := <-made:
-		return w
+	case <-w.ready:
+	case <-sub.Done(): // the subscription failed
+	case <-t.C:
 	case <-ctx.Done():
-		go func() { (<-made).close() }()
-		return nil
 	}
+	return w
 }
 
 // released returns a channel that receives when a release is announced; nil
@@ -82,7 +111,7 @@ func (w *releaseWatch) drain() {
 
 func (w *releaseWatch) close() {
 	if w != nil {
-		_ = w.ps.Close()
+		w.stop()
 	}
 }
 

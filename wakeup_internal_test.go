@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -53,12 +54,41 @@ func TestWatchRelease_frozenNode(t *testing.T) {
 	start := time.Now()
 	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, 0, timeout)
 	took := time.Since(start)
-	if w != nil {
-		w.close()
-		t.Fatal("watchRelease on a node that never answers returned a watch")
-	}
+	defer w.close()
 	// Wide: without the goroutine it takes the client's minute.
 	if took > 10*time.Second {
 		t.Fatalf("watchRelease took %v with a %v timeout", took, timeout)
+	}
+	select {
+	case <-w.ready:
+		t.Fatal("a subscription to a node that never answers was confirmed")
+	case <-w.released():
+		t.Fatal("an announcement from a node that never answers")
+	default:
+	}
+}
+
+// TestWatchRelease_lateSubscription: a subscription confirmed after the
+// timeout still delivers the announcements that come after it.
+func TestWatchRelease_lateSubscription(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := New([]*redis.Client{rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, 0, 0) // no wait at all
+	defer w.close()
+	select {
+	case <-w.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription was not confirmed in the background")
+	}
+	m.Publish("redlock:released:k", "")
+	select {
+	case <-w.released():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the announcement did not arrive")
 	}
 }
