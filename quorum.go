@@ -292,7 +292,7 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 					for i, a := range t.answers {
 						if a == unanswered {
 							err := noReply(timeout, ctx.Err())
-							if errors.Is(err, context.DeadlineExceeded) {
+							if timedOut(err) {
 								c.failing[i].Store(&err)
 							}
 							if t.took != nil {

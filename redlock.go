@@ -1073,44 +1073,35 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 // follows each one's SET there (see fanOut).
 func (c *Client) settledOrFailing(q int) func(*tally) bool {
 	return func(t *tally) bool {
-		if t.yes >= q {
-			return true
-		}
-		waiting := false
-		for i, a := range t.answers {
-			if a == unanswered {
-				if c.failing[i].Load() == nil {
-					return false
-				}
-				waiting = true
-			}
-		}
-		return waiting && t.yes+t.notYes > 0
+		return t.yes >= q || t.yes+t.notYes > 0 && !c.awaits(t, settlement{})
 	}
 }
 
 // releasedAt is Release's stop condition: every node has answered, or q
 // nodes (counting base confirmed before) deleted the token and the nodes
-// yet to answer are failing: their last call went unanswered, or
-// the lock's previous operation there (before) is still out past its
-// deadline. Release waits for the nodes that answer, not
-// only a quorum, so that a program that closes its clients or exits right
-// after Release leaves no key behind on the node that answered last; it
-// does not wait out the timeout of a node that is frozen or cut off, whose key
-// expires with the ttl anyway. Waiters are woken by each node's delete, so
-// the wait costs the next holder nothing.
+// yet to answer are failing, or still out past the deadline of the lock's
+// previous operation there (before). Release waits for the nodes that
+// answer, not only a quorum, so that a program that closes its clients or
+// exits right after Release leaves no key behind on the node that answered
+// last; it does not wait out the timeout of a node that is frozen or cut
+// off, whose key expires with the ttl anyway. Waiters are woken by each
+// node's delete, so the wait costs the next holder nothing.
 func (c *Client) releasedAt(q, base int, before settlement) func(*tally) bool {
 	return func(t *tally) bool {
-		if base+t.yes < q {
-			return false
-		}
-		for i, a := range t.answers {
-			if a == unanswered && c.failing[i].Load() == nil && !before.overdue(i) {
-				return false
-			}
-		}
-		return true
+		return base+t.yes >= q && !c.awaits(t, before)
 	}
+}
+
+// awaits reports whether a node yet to answer in t is worth waiting for:
+// it is not failing, and its call of the operation before (if any) is not
+// still out past its deadline.
+func (c *Client) awaits(t *tally, before settlement) bool {
+	for i, a := range t.answers {
+		if a == unanswered && c.failing[i].Load() == nil && !before.overdue(i) {
+			return true
+		}
+	}
+	return false
 }
 
 // releaseResult is Release's result, given what the nodes answered: yes nodes
