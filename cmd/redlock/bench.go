@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,12 +26,7 @@ Flags:
 `
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("bench", benchHelp, stderr)
 	dir := fs.String("dir", "", "the bench module's directory (default: bench/ in this directory or the nearest one above that has it)")
 	if exit, ok := parseArgs(fs, args); !ok {
 		return exit

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,11 +11,8 @@ import (
 	"github.com/quorumlock/redlock/chaos"
 )
 
-func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: redlock chaos [flags]
+// chaosHelp is the help of redlock chaos; %s is the list of scenarios.
+const chaosHelp = `Usage: redlock chaos [flags]
 
 Runs the fault-injection scenarios: Redis nodes as separate processes on
 loopback, killed, frozen, restarted, partitioned, slowed and with clocks
@@ -27,9 +23,10 @@ The exit status is 0 when every scenario showed what it must.
 Scenarios: %s
 
 Flags:
-`, strings.Join(scenarioNames(), ", "))
-		fs.PrintDefaults()
-	}
+`
+
+func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("chaos", fmt.Sprintf(chaosHelp, strings.Join(scenarioNames(), ", ")), stderr)
 	var (
 		cfg      chaos.Config
 		server   = fs.String("server", string(chaos.DefaultServerKind()), "node program: redis (redis-server) or embedded")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -32,11 +31,7 @@ type demoConfig struct {
 	noLock    bool
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: redlock demo [flags]
+const demoHelp = `Usage: redlock demo [flags]
 
 A flash sale: buyers, each its own lock client as separate processes would
 be, take the lock, read the stock, pause, and write it back one lower. A
@@ -46,9 +41,10 @@ twice shows as "oversold". Partway through, --fail nodes stop answering
 --fail-for). The exit status is 0 when every item was sold exactly once.
 
 Flags:
-`)
-		fs.PrintDefaults()
-	}
+`
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("demo", demoHelp, stderr)
 	addrs := addrsFlag(fs)
 	cfg := demoConfig{}
 	fs.IntVar(&cfg.nodes, "nodes", 5, "number of embedded nodes (ignored with --addrs)")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -52,12 +51,7 @@ Flags:
 
 func parseExec(args []string, stderr io.Writer) (execConfig, int, bool) {
 	var cfg execConfig
-	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), execHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("exec", execHelp, stderr)
 	fs.StringVar(&cfg.addrs, "addrs", os.Getenv("REDLOCK_ADDRS"),
 		"comma-separated host:port of independent Redis masters (default $REDLOCK_ADDRS; required)")
 	fs.StringVar(&cfg.key, "key", "", "the lock key (required)")

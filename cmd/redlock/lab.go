@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"html/template"
 	"io"
@@ -79,12 +78,7 @@ Flags:
 `
 
 func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), labHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("lab", labHelp, stderr)
 	var (
 		cfg       chaos.Config
 		server    = fs.String("server", string(chaos.DefaultServerKind()), "node program: redis (redis-server) or embedded")

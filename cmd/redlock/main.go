@@ -84,6 +84,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// newFlags returns the flag set of subcommand name: errors and --help go
+// to stderr, the help being usage followed by the flags' defaults.
+func newFlags(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
 // parseFlags parses args into fs and reports the exit status to return when
 // parsing ends the command (help asked for, or bad flags).
 func parseFlags(fs *flag.FlagSet, args []string) (exit int, ok bool) {
