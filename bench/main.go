@@ -276,6 +276,7 @@ type result struct {
 	// comes with its reason.
 	FirstError string `json:"first_error,omitempty"`
 
+	failures atomic.Int64
 	firstErr atomic.Pointer[string]
 	hist     *hdrhistogram.Histogram
 	perG     []int64
@@ -289,8 +290,10 @@ func (r *result) record(d time.Duration) {
 	_ = r.hist.RecordValue(max(1, d.Microseconds()))
 }
 
-// failed keeps err if it is the case's first failure. Safe for concurrent use.
+// failed counts a failure and keeps err if it is the case's first. Safe
+// for concurrent use.
 func (r *result) failed(err error) {
+	r.failures.Add(1)
 	if err == nil {
 		err = errors.New("unknown error")
 	}
@@ -299,6 +302,7 @@ func (r *result) failed(err error) {
 }
 
 func (r *result) finish() {
+	r.Failures = r.failures.Load()
 	if e := r.firstErr.Load(); e != nil {
 		r.FirstError = *e
 	}
@@ -358,12 +362,10 @@ func runU(ctx context.Context, l locker, r *result) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			r.Failures++
 			r.failed(err)
 			continue
 		}
 		if err := unlock(); err != nil {
-			r.Failures++
 			r.failed(err)
 		}
 		r.record(time.Since(t0))
@@ -374,7 +376,7 @@ func runU(ctx context.Context, l locker, r *result) error {
 }
 
 func runK(ctx context.Context, l locker, r *result) error {
-	var ops, fails, attempts atomic.Int64
+	var ops, attempts atomic.Int64
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Add(1)
@@ -385,13 +387,11 @@ func runK(ctx context.Context, l locker, r *result) error {
 				a, unlock, err := l.lock(ctx, key)
 				if err != nil {
 					if ctx.Err() == nil {
-						fails.Add(1)
 						r.failed(err)
 					}
 					continue
 				}
 				if err := unlock(); err != nil {
-					fails.Add(1)
 					r.failed(err)
 				}
 				ops.Add(1)
@@ -401,7 +401,6 @@ func runK(ctx context.Context, l locker, r *result) error {
 	}
 	wg.Wait()
 	r.Ops += ops.Load()
-	r.Failures += fails.Load()
 	r.attempts += attempts.Load()
 	return nil
 }
@@ -415,9 +414,8 @@ func runC(ctx context.Context, e *benchEnv, lockers []locker, r *result) error {
 		r.perG = make([]int64, goroutines)
 	}
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		fails atomic.Int64
+		wg sync.WaitGroup
+		mu sync.Mutex
 	)
 	perG := make([]int64, goroutines)
 	attempts := make([]int64, goroutines)
@@ -431,7 +429,6 @@ func runC(ctx context.Context, e *benchEnv, lockers []locker, r *result) error {
 				a, unlock, err := l.lock(ctx, key)
 				if err != nil {
 					if ctx.Err() == nil {
-						fails.Add(1)
 						r.failed(err)
 					}
 					continue
@@ -440,7 +437,6 @@ func runC(ctx context.Context, e *benchEnv, lockers []locker, r *result) error {
 				v, _ := store.Get(context.Background(), counter).Int64()
 				err = store.Set(context.Background(), counter, v+1, 0).Err()
 				if uerr := unlock(); err != nil || uerr != nil {
-					fails.Add(1)
 					r.failed(errors.Join(err, uerr))
 				}
 				perG[g]++
@@ -463,7 +459,6 @@ func runC(ctx context.Context, e *benchEnv, lockers []locker, r *result) error {
 		return fmt.Errorf("counter %d after %d sections: the lock let %d updates be lost", final, sections, sections-final)
 	}
 	r.Ops += sections
-	r.Failures += fails.Load()
 	return nil
 }
 
