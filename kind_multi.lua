@@ -7,8 +7,11 @@
 -- ARGV[5]: 1 to increment the fencing counters on acquire, else 0
 -- ARGV[6]: m, the number of lock keys
 -- Acquire returns 0 when another holder has any of the keys, else the
--- highest fencing counter (1 when not fenced); extend returns 1 if every key
--- held our token; release and drop return 1 if any key held it.
+-- fencing counter (1 when not fenced): every key's counter is incremented and
+-- then set to the highest of them, so that the answer is a token that no key
+-- on this node has reached before and that every key's counter now stores.
+-- Extend returns 1 if every key held our token; release and drop return 1 if
+-- any key held it.
 local op, token, px, m = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[6])
 if op == 'acquire' then
   for i = 1, m do
@@ -17,12 +20,18 @@ if op == 'acquire' then
       return 0
     end
   end
-  local c = 1
   for i = 1, m do
     redis.call('SET', KEYS[i], token, 'PX', px)
-    if ARGV[5] == '1' then
-      c = math.max(c, redis.call('INCR', KEYS[m + i]))
-    end
+  end
+  if ARGV[5] ~= '1' then
+    return 1
+  end
+  local c = 0
+  for i = 1, m do
+    c = math.max(c, redis.call('INCR', KEYS[m + i]))
+  end
+  for i = 1, m do
+    redis.call('SET', KEYS[m + i], c)
   end
   return c
 elseif op == 'extend' then

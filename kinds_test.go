@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
 )
@@ -581,5 +582,46 @@ func TestKinds_leases(t *testing.T) {
 			}
 			mustRelease(t, second)
 		})
+	}
+}
+
+// TestKinds_multiKeyFencing_everyKeyRises: a fenced lock on several keys
+// leaves every key's counter at or above its token on the nodes, so the next
+// holder of any one of the keys gets a higher token, and the multi-key
+// holder's late write is refused by the resource.
+func TestKinds_multiKeyFencing_everyKeyRises(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	fenced := redlock.WithFencing()
+	for range 5 { // a's counter runs ahead of b's
+		mustRelease(t, mustTryAcquire(t, rc, ctx, "a", time.Minute, fenced))
+	}
+	ab, err := rc.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute, fenced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(ab)
+	for i, s := range c.servers {
+		for _, k := range []string{"a", "b"} {
+			if got := fenceOf(t, s, k); got < int64(ab.FencingToken()) {
+				t.Errorf("node %d: %s's counter %d, below the multi-key token %d", i, k, got, ab.FencingToken())
+			}
+		}
+	}
+	mustRelease(t, ab)
+
+	b := mustTryAcquire(t, rc, ctx, "b", time.Minute, fenced)
+	defer mustRelease(t, b)
+	if b.FencingToken() <= ab.FencingToken() {
+		t.Fatalf("b's next holder got token %d, not above the multi-key holder's %d", b.FencingToken(), ab.FencingToken())
+	}
+	resource := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { _ = resource.Close() })
+	if err := redlock.FencedSet(ctx, resource, "b", "current", b.FencingToken()); err != nil {
+		t.Fatal(err)
+	}
+	if err := redlock.FencedSet(ctx, resource, "b", "stale", ab.FencingToken()); !errors.Is(err, redlock.ErrStaleToken) {
+		t.Fatalf("the multi-key holder's late write: err = %v, want ErrStaleToken", err)
 	}
 }
