@@ -1,7 +1,8 @@
--- Takes the lock on this node if it is free, or renews it if it already
+-- Takes the lock on this node if it is free, or keeps it if it already
 -- holds our token (a command that go-redis sent again after a network error
--- must not report a lock we hold as taken by someone else). For a fenced
--- lock it then increments the key's fencing counter.
+-- must not report a lock we hold as taken by someone else; its time to live
+-- is lengthened to ttl, never shortened). For a fenced lock it then
+-- increments the key's fencing counter.
 -- KEYS[1]: the lock key
 -- KEYS[2]: the key's fencing counter, given only for a fenced lock (no TTL:
 --          it must outlive locks)
@@ -15,7 +16,9 @@ local v = redis.call('GET', KEYS[1])
 if v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 elseif v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
 else
   local n = 0
   for i = 1, math.min(8, #v) do

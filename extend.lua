@@ -1,9 +1,16 @@
--- Sets a new ttl on the lock if this node still holds our token.
+-- Lengthens the lock's time to live to ttl if this node still holds our
+-- token. A key is never shortened: a call that lands late (one of an Extend
+-- that failed, or that arrives after a later Extend) must not end the key
+-- before the validity its holder still reports.
 -- KEYS[1]: the lock key
 -- ARGV[1]: our token
 -- ARGV[2]: ttl in milliseconds
--- Returns 1 if the ttl was set, 0 if the key is gone or holds another token.
+-- Returns 1 if the key holds our token, 0 if it is gone or holds another
+-- token.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  return 1
 end
 return 0

@@ -1,6 +1,7 @@
 -- Hands a lock from its holder in one process to the next goroutine of the
 -- same process waiting for it: takes the key if it holds the holder's token
--- or is free, or renews it if it already holds ours (a resend).
+-- or is free, or keeps it if it already holds ours (a resend; its time to
+-- live is lengthened, never shortened).
 -- KEYS[1]: the lock key
 -- KEYS[2]: the key's fencing counter, given only for a fenced lock
 -- ARGV[1]: our token
@@ -19,7 +20,9 @@ if v == ARGV[3] then
 elseif v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 elseif v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
 else
   return 0
 end

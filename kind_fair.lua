@@ -26,6 +26,12 @@ if op == 'ticket' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- a lock's time to live is lengthened, never shortened (see extend.lua)
+local function lengthen(k)
+  if redis.call('PTTL', k) < px then
+    redis.call('PEXPIRE', k, px)
+  end
+end
 local function unqueue(who)
   redis.call('ZREM', q, who)
   redis.call('ZREM', dl, who)
@@ -36,7 +42,7 @@ if op == 'acquire' then
   end
   local v = redis.call('GET', key)
   if v == token then
-    redis.call('PEXPIRE', key, px)
+    lengthen(key)
   else
     local patience = tonumber(ARGV[7])
     redis.call('ZADD', q, ARGV[6], waiter)
@@ -58,7 +64,8 @@ elseif op == 'dequeue' then
   return 1
 elseif op == 'extend' then
   if redis.call('GET', key) == token then
-    return redis.call('PEXPIRE', key, px)
+    lengthen(key)
+    return 1
   end
   return 0
 end

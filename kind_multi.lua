@@ -12,7 +12,13 @@
 -- on this node has reached before and that every key's counter now stores.
 -- Extend returns 1 if every key held our token; release and drop return 1 if
 -- any key held it.
-local op, token, px, m = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[6])
+local op, token, px, m = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
+-- a lock's time to live is lengthened, never shortened (see extend.lua)
+local function lengthen(k)
+  if redis.call('PTTL', k) < px then
+    redis.call('PEXPIRE', k, px)
+  end
+end
 if op == 'acquire' then
   for i = 1, m do
     local v = redis.call('GET', KEYS[i])
@@ -21,7 +27,11 @@ if op == 'acquire' then
     end
   end
   for i = 1, m do
-    redis.call('SET', KEYS[i], token, 'PX', px)
+    if redis.call('GET', KEYS[i]) == token then
+      lengthen(KEYS[i])
+    else
+      redis.call('SET', KEYS[i], token, 'PX', px)
+    end
   end
   if ARGV[5] ~= '1' then
     return 1
@@ -41,7 +51,7 @@ elseif op == 'extend' then
     end
   end
   for i = 1, m do
-    redis.call('PEXPIRE', KEYS[i], px)
+    lengthen(KEYS[i])
   end
   return 1
 end

@@ -24,6 +24,20 @@ local function fence()
   end
   return 1
 end
+-- A hold's end and the keys' time to live are lengthened, never shortened
+-- (see extend.lua).
+local function lengthen(k)
+  if redis.call('PTTL', k) < px then
+    redis.call('PEXPIRE', k, px)
+  end
+end
+local function read()
+  local ends = tonumber(redis.call('ZSCORE', r, token))
+  if not ends or ends < now + px then
+    redis.call('ZADD', r, now + px, token)
+  end
+  lengthen(r)
+end
 local function announce()
   if ARGV[4] ~= '' then
     redis.call('PUBLISH', ARGV[4], '')
@@ -38,19 +52,13 @@ if role == 'r' then
         return 0
       end
     end
-    redis.call('ZADD', r, now + px, token)
-    if redis.call('PTTL', r) < px then
-      redis.call('PEXPIRE', r, px)
-    end
+    read()
     return fence()
   elseif op == 'extend' then
     if not redis.call('ZSCORE', r, token) then
       return 0
     end
-    redis.call('ZADD', r, now + px, token)
-    if redis.call('PTTL', r) < px then
-      redis.call('PEXPIRE', r, px)
-    end
+    read()
     return 1
   end
   if redis.call('ZREM', r, token) == 0 then
@@ -64,7 +72,7 @@ end
 if op == 'acquire' then
   local v = redis.call('GET', w)
   if v == token then
-    redis.call('PEXPIRE', w, px)
+    lengthen(w)
     return fence()
   end
   if v then
@@ -86,7 +94,8 @@ if op == 'acquire' then
   return fence()
 elseif op == 'extend' then
   if redis.call('GET', w) == token then
-    return redis.call('PEXPIRE', w, px)
+    lengthen(w)
+    return 1
   end
   return 0
 end

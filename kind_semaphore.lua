@@ -14,9 +14,17 @@ local z, lim = KEYS[1], KEYS[2]
 local op, token, px, k = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A permit's end and the keys' time to live are lengthened, never
+-- shortened (see extend.lua).
 local function stretch(key)
   if redis.call('PTTL', key) < px then
     redis.call('PEXPIRE', key, px)
+  end
+end
+local function hold()
+  local ends = tonumber(redis.call('ZSCORE', z, token))
+  if not ends or ends < now + px then
+    redis.call('ZADD', z, now + px, token)
   end
 end
 if op == 'acquire' then
@@ -28,8 +36,10 @@ if op == 'acquire' then
   if not redis.call('ZSCORE', z, token) and redis.call('ZCARD', z) >= k then
     return 0
   end
-  redis.call('ZADD', z, now + px, token)
-  redis.call('SET', lim, k)
+  hold()
+  if not had then
+    redis.call('SET', lim, k)
+  end
   stretch(z)
   stretch(lim)
   if ARGV[5] == '1' then
@@ -40,7 +50,7 @@ elseif op == 'extend' then
   if not redis.call('ZSCORE', z, token) then
     return 0
   end
-  redis.call('ZADD', z, now + px, token)
+  hold()
   stretch(z)
   stretch(lim)
   return 1

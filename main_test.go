@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,4 +222,111 @@ func mustTryAcquire(t *testing.T, rc *redlock.Client, ctx context.Context, key s
 		t.Fatalf("TryAcquire(%q): %v", key, err)
 	}
 	return lock
+}
+
+// lateLink is a TCP proxy to a node that holds every command for a delay
+// before passing it on, in order: a call that times out still lands on the
+// node, later, as over a slow network. Replies pass at once.
+type lateLink struct {
+	ln       net.Listener
+	upstream string
+	delay    atomic.Int64 // nanoseconds, for the bytes read from now on
+	pending  atomic.Int64 // chunks read and not yet passed on
+	mu       sync.Mutex
+	conns    []net.Conn
+	wg       sync.WaitGroup
+}
+
+// newLateLink proxies to upstream until the test ends.
+func newLateLink(t *testing.T, upstream string) *lateLink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lateLink{ln: ln, upstream: upstream}
+	accepting := make(chan struct{})
+	go func() {
+		defer close(accepting)
+		l.accept()
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-accepting // no connection is added after this
+		l.mu.Lock()
+		for _, c := range l.conns {
+			_ = c.Close()
+		}
+		l.mu.Unlock()
+		l.wg.Wait()
+	})
+	return l
+}
+
+func (l *lateLink) Addr() string { return l.ln.Addr().String() }
+
+// setDelay holds the commands read from now on for d.
+func (l *lateLink) setDelay(d time.Duration) { l.delay.Store(int64(d)) }
+
+// delivered waits until every command read so far has been passed on.
+func (l *lateLink) delivered(t *testing.T) {
+	t.Helper()
+	waitFor(t, "the delayed commands to reach the node", func() bool { return l.pending.Load() == 0 })
+}
+
+func (l *lateLink) track(c net.Conn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.conns = append(l.conns, c)
+}
+
+func (l *lateLink) accept() {
+	for {
+		down, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", l.upstream)
+		if err != nil {
+			_ = down.Close()
+			continue
+		}
+		l.track(down)
+		l.track(up)
+		type chunk struct {
+			b   []byte
+			due time.Time
+		}
+		chunks := make(chan chunk, 1024)
+		l.wg.Add(3)
+		go func() { // replies
+			defer l.wg.Done()
+			_, _ = io.Copy(down, up)
+			_ = down.Close()
+		}()
+		go func() { // commands, read as they come
+			defer l.wg.Done()
+			defer close(chunks)
+			for {
+				buf := make([]byte, 64<<10)
+				n, err := down.Read(buf)
+				if n > 0 {
+					l.pending.Add(1)
+					chunks <- chunk{buf[:n], time.Now().Add(time.Duration(l.delay.Load()))}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		go func() { // commands, passed on when due
+			defer l.wg.Done()
+			for c := range chunks {
+				time.Sleep(time.Until(c.due))
+				_, _ = up.Write(c.b)
+				l.pending.Add(-1)
+			}
+			_ = up.Close()
+		}()
+	}
 }

@@ -916,9 +916,17 @@ func (l *Lock) Validity() time.Duration {
 	return max(0, until.Sub(l.client.cfg.clock.Now()))
 }
 
-// Extend sets the lock's ttl anew on every node that still holds its token,
-// all at once. It succeeds when a quorum did so within the new validity; the
-// validity is then counted from the start of this call (see Until).
+// Extend makes the lock valid for ttl from the start of this call: every
+// node that still holds its token, asked all at once, keeps the key for at
+// least ttl. It succeeds when a quorum did so within the new validity;
+// Until is then the start of the call plus ttl less the drift allowance,
+// earlier than before when ttl is shorter than what was left.
+//
+// A node never shortens a key: it keeps the longer of what the key has left
+// and ttl. A call that lands late (one of an Extend that failed, or one that
+// arrives after a later Extend) can then never end a key before the validity
+// that the lock reports, and a failed Extend leaves the lock valid until its
+// old Until. To give a lock up early, Release it.
 //
 // It returns an error matching ErrLockLost, joined with each failed node's
 // *NodeError, when fewer than a quorum still held the token or the new

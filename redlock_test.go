@@ -318,6 +318,114 @@ func TestLock_Extend_setsTTLOnEveryNode(t *testing.T) {
 	}
 }
 
+// lateCluster is a cluster whose nodes 1 and 2 (a majority of 3) are
+// reached through lateLinks, and a Client over it with a 50 ms node timeout.
+func lateCluster(t *testing.T, opts ...redlock.Option) (*cluster, []*lateLink, *redlock.Client) {
+	t.Helper()
+	c := newCluster(t, 3)
+	links := []*lateLink{nil, newLateLink(t, c.addrs[1]), newLateLink(t, c.addrs[2])}
+	nodes := []redis.UniversalClient{c.clients[0]}
+	for _, l := range links[1:] {
+		rdb := redis.NewClient(&redis.Options{Addr: l.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	return c, links, mustNew(t, nodes, append([]redlock.Option{redlock.WithNodeTimeout(50 * time.Millisecond)}, opts...)...)
+}
+
+// TestLock_Extend_failedShorterKeepsTheKeys: an Extend to a shorter ttl that
+// fails because a majority is slow leaves the lock valid until its old
+// Until, so its calls that land late must not shorten the keys: no one else
+// may take the lock within the validity the holder still reports.
+func TestLock_Extend_failedShorterKeepsTheKeys(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batching %v", batching), func(t *testing.T) {
+			c, links, rc := lateCluster(t, redlock.WithBatching(batching))
+			ctx := context.Background()
+			lock := mustTryAcquire(t, rc, ctx, "k", 10*time.Second)
+			if err := lock.Extend(ctx, 10*time.Second); err != nil { // the nodes know the script
+				t.Fatal(err)
+			}
+			redlock.WaitSettled(lock)
+			until := lock.Until()
+			links[1].setDelay(300 * time.Millisecond)
+			links[2].setDelay(300 * time.Millisecond)
+			if err := lock.Extend(ctx, 400*time.Millisecond); err == nil {
+				t.Fatal("Extend with a slow majority succeeded; the test needs it to fail")
+			}
+			if !lock.Until().Equal(until) {
+				t.Fatalf("Until moved from %v to %v after a failed Extend", until, lock.Until())
+			}
+			for _, l := range links[1:] {
+				l.delivered(t)
+				l.setDelay(0)
+			}
+			for _, s := range c.servers {
+				s.FastForward(time.Second) // past the shorter ttl
+			}
+			if _, err := mustNew(t, c.connect(t)).TryAcquire(ctx, "k", time.Second); err == nil {
+				t.Fatalf("another client took the lock while its holder reports %v of validity", lock.Validity())
+			}
+			mustRelease(t, lock)
+		})
+	}
+}
+
+// TestLock_Extend_lateShorterAfterLonger: the calls of a failed shorter
+// Extend that land after a later, successful Extend do not cut the keys
+// short of the validity that Extend gave.
+func TestLock_Extend_lateShorterAfterLonger(t *testing.T) {
+	c, links, rc := lateCluster(t)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", 2*time.Second)
+	if err := lock.Extend(ctx, 2*time.Second); err != nil { // the nodes know the script
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(lock)
+	links[1].setDelay(300 * time.Millisecond)
+	links[2].setDelay(300 * time.Millisecond)
+	if err := lock.Extend(ctx, 400*time.Millisecond); err == nil {
+		t.Fatal("Extend with a slow majority succeeded; the test needs it to fail")
+	}
+	links[1].setDelay(0)
+	links[2].setDelay(0)
+	if err := lock.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatalf("Extend with every node fast again: %v", err)
+	}
+	for _, l := range links[1:] {
+		l.delivered(t)
+	}
+	for _, s := range c.servers {
+		s.FastForward(time.Second)
+	}
+	if _, err := mustNew(t, c.connect(t)).TryAcquire(ctx, "k", time.Second); err == nil {
+		t.Fatalf("another client took the lock while its holder reports %v of validity", lock.Validity())
+	}
+	mustRelease(t, lock)
+}
+
+// TestLock_Extend_shorter: a successful Extend to a shorter ttl shortens the
+// validity the lock reports, and never the keys' time to live on the nodes.
+func TestLock_Extend_shorter(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	ctx := context.Background()
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), ctx, "k", time.Minute)
+	if err := lock.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if want := clock.Now().Add(time.Second - 12*time.Millisecond); !lock.Until().Equal(want) {
+		t.Fatalf("Until = %v after a shorter Extend, want %v", lock.Until(), want)
+	}
+	redlock.WaitSettled(lock)
+	for i, s := range c.servers {
+		if ttl := s.TTL("k"); ttl != time.Minute {
+			t.Errorf("node %d: TTL = %v after a shorter Extend, want the minute it had", i, ttl)
+		}
+	}
+	mustRelease(t, lock)
+}
+
 // TestLock_validity checks Until and Validity against a fake clock: the lock
 // is valid for ttl less the drift from the start of the acquire, and from
 // the start of each extend.
