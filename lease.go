@@ -26,13 +26,23 @@ func WithFencing() AcquireOption {
 	})
 }
 
-// WithAutoRenew keeps the lock alive until Release: every third of its ttl
-// the lock is extended by its ttl. A renewal that fails is tried again
-// every tenth of the ttl; when a majority of the nodes no longer holds the
-// lock, or too little validity is left for another try, the lock is lost:
-// Done is closed before the validity ends, Validity drops to zero, and the
-// renewal stops. The renewal runs in one goroutine, which ends with the
-// lock. Default: off.
+// WithAutoRenew keeps the lock alive until Release: it is extended by its
+// ttl whenever two thirds of the validity a renewal gives (ttl less the
+// drift allowance) are left, so a third of the ttl after each renewal, and
+// at once after an acquire that took more than a third of it. A renewal
+// that fails is tried again every tenth of the ttl.
+//
+// When a majority of the nodes answers that it no longer holds the lock,
+// or when the renewals have not succeeded by the renewal margin before
+// Until, the lock is lost: Done is closed, Validity drops to zero, and the
+// renewal stops. The renewal margin is the per-node timeout plus the drift
+// allowance, but at most a quarter of the ttl less the drift; so Done
+// closes at the latest that long before the validity ends, whether the
+// nodes are down, slow or frozen, and each renewal's wait for the nodes is
+// cut short so as not to run past it. An acquire with this option succeeds
+// only with more validity left than the margin.
+//
+// The renewal runs in one goroutine, which ends with the lock. Default: off.
 func WithAutoRenew() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.autoRenew = true
@@ -64,12 +74,13 @@ var closedDone = func() chan struct{} {
 }()
 
 // Done returns a channel that is closed when the lock ends: when it is
-// released, when it is lost (see WithAutoRenew), or when its validity runs
-// out without a renewal. The holder can select on it to stop its work the
-// moment it is no longer protected. For a nil Lock the channel is closed.
+// released, when it is lost, or when its validity runs out (for a lock
+// acquired WithAutoRenew, the renewal margin before that: see
+// WithAutoRenew). The holder can select on it to stop its work the moment
+// it is no longer protected. For a nil Lock the channel is closed.
 //
 // The first call starts one goroutine that waits on the Client's Clock for
-// the end of the validity; it ends with the lock.
+// the end; it ends with the lock.
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedDone
@@ -84,18 +95,39 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.done
 }
 
-// watchValidity closes done once the validity runs out. An extend moves the
-// end; the wait then starts again.
+// lease returns the ttl of the lock's last acquire or extend and its Until.
+func (l *Lock) lease() (ttl time.Duration, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl, l.until
+}
+
+// deadline is when the lock ends for its holder unless it is extended:
+// Until, or the renewal margin before Until for a renewed lock.
+func (l *Lock) deadline() time.Time {
+	ttl, until := l.lease()
+	if !l.renewed {
+		return until
+	}
+	return until.Add(-l.client.renewMargin(ttl))
+}
+
+// watchValidity closes done at the lock's deadline. An extend moves it; the
+// wait then starts again.
 func (l *Lock) watchValidity() {
 	clock := l.client.cfg.clock
 	for {
-		v := l.Validity()
-		if v <= 0 {
-			l.lose(errors.New("its validity ran out"))
+		left := l.deadline().Sub(clock.Now())
+		if left <= 0 {
+			why := errors.New("its validity ran out")
+			if l.renewed {
+				why = errors.New("not renewed by the renewal margin before the end of its validity")
+			}
+			l.lose(why)
 			return
 		}
 		select {
-		case <-clock.After(v):
+		case <-clock.After(left):
 		case <-l.done:
 			return
 		}
@@ -130,20 +162,30 @@ func (l *Lock) startRenewal() {
 	go l.renew(ctx)
 }
 
-// renew extends the lock every third of its ttl until ctx is cancelled
-// (Release) or the lock is lost.
+// renew extends the lock when it is due (see renewDue) until ctx is
+// cancelled (Release) or the lock is lost. Every wait, for the Clock or for
+// the nodes, ends by the lock's deadline (see renewMargin), where the loss
+// is declared if no renewal succeeded.
 func (l *Lock) renew(ctx context.Context) {
 	c := l.client
-	n := len(c.nodes)
+	clock := c.cfg.clock
 	for {
-		l.mu.Lock()
-		ttl := l.ttl
-		l.mu.Unlock()
-		if !l.sleep(ctx, ttl/3) {
+		ttl, until := l.lease()
+		if !l.sleepUntil(ctx, renewDue(until, ttl, driftFor(ttl, c.cfg.driftFactor))) {
 			return
 		}
+		if _, now := l.lease(); !now.Equal(until) {
+			continue // extended meanwhile: due later
+		}
+		margin := c.renewMargin(ttl)
+		deadline := until.Add(-margin)
 		for {
-			t, err := l.extend(ctx, ttl)
+			left := deadline.Sub(clock.Now())
+			if left <= 0 {
+				l.lose(fmt.Errorf("not renewed by %v before the end of its validity", margin))
+				return
+			}
+			t, err := l.extend(ctx, ttl, min(c.nodeTimeout(ttl), left))
 			c.observe(ctx, Event{Op: OpRenew, Kind: kindName(l.kind), Key: l.key, Start: time.Now(), Err: err})
 			if err == nil {
 				break
@@ -152,22 +194,30 @@ func (l *Lock) renew(ctx context.Context) {
 				return
 			}
 			// A majority that no longer holds the token will not hold it
-			// again; too little validity for another try is as bad.
-			if t.no > n-l.quorum || l.Validity() <= ttl/10 {
+			// again.
+			if t.no > len(c.nodes)-l.quorum {
 				l.lose(err)
 				return
 			}
 			c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "err", err)
-			if !l.sleep(ctx, ttl/10) {
+			next := clock.Now().Add(ttl / 10)
+			if next.After(deadline) {
+				next = deadline
+			}
+			if !l.sleepUntil(ctx, next) {
 				return
 			}
 		}
 	}
 }
 
-// sleep waits d on the Client's Clock; it reports false if the lock ended
-// or ctx was cancelled first.
-func (l *Lock) sleep(ctx context.Context, d time.Duration) bool {
+// sleepUntil waits until t on the Client's Clock; it reports false if the
+// lock ended or ctx was cancelled first.
+func (l *Lock) sleepUntil(ctx context.Context, t time.Time) bool {
+	d := t.Sub(l.client.cfg.clock.Now())
+	if d <= 0 {
+		return ctx.Err() == nil && isOpen(l.done)
+	}
 	select {
 	case <-l.client.cfg.clock.After(d):
 		return true
@@ -178,11 +228,27 @@ func (l *Lock) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// isOpen reports whether ch is not closed.
+func isOpen(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
+}
+
+// renewMargin is renewMargin for a lock of ttl on c's nodes.
+func (c *Client) renewMargin(ttl time.Duration) time.Duration {
+	return renewMargin(ttl, c.nodeTimeout(ttl), driftFor(ttl, c.cfg.driftFactor))
+}
+
 // Do runs fn while holding the lock on key: it acquires the lock (retrying
 // until ctx ends, as Acquire does), renews it while fn runs (WithAutoRenew),
 // and releases it when fn returns or panics. fn's context is cancelled as
-// soon as the lock is lost, before its validity ends, so that fn can stop
-// while it is still protected.
+// soon as the lock is lost, at the latest the renewal margin before its
+// validity ends (see WithAutoRenew), so that fn can stop while it is still
+// protected.
 //
 // Do returns the acquire's error if the lock was not acquired (fn did not
 // run); otherwise fn's error, joined with an error matching ErrLockLost if

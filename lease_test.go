@@ -3,9 +3,11 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -422,5 +424,169 @@ func TestLock_afterRelease(t *testing.T) {
 			t.Fatalf("a lock goroutine outlived the release:\n%s", stacks)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// renewMargin is how long before Until a renewed lock is declared lost at
+// the latest, as WithAutoRenew documents: the node timeout plus the drift
+// allowance, but at most a quarter of the ttl less the drift.
+func renewMargin(ttl, nodeTimeout time.Duration) time.Duration {
+	drift := time.Duration(float64(ttl)*0.01) + 2*time.Millisecond
+	return min(nodeTimeout+drift, (ttl-drift)/4)
+}
+
+// onceHook advances a fake clock by `by` at the first command its clients
+// run: an acquire that took that long.
+type onceHook struct {
+	clock *clockwork.FakeClock
+	by    time.Duration
+	once  *sync.Once
+}
+
+func (h onceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h onceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.once.Do(func() { h.clock.Advance(h.by) })
+		return next(ctx, cmd)
+	}
+}
+
+func (h onceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLock_autoRenew_lateAcquire: an acquire that took most of the ttl is
+// renewed at once, from the validity actually left, not a third of the ttl
+// after it.
+func TestLock_autoRenew_lateAcquire(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	hook := onceHook{clock: clock, by: 700 * time.Millisecond, once: new(sync.Once)}
+	for _, rdb := range c.clients {
+		rdb.AddHook(hook)
+	}
+	const ttl = time.Second
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", ttl, redlock.WithAutoRenew())
+	defer mustRelease(t, lock)
+	first := lock.Until()
+	if left := lock.Validity(); left > 300*time.Millisecond {
+		t.Fatalf("the acquire left %v of validity; the test needs less than a third of the ttl", left)
+	}
+	waitFor(t, "the renewal of a lock acquired late", func() bool { return lock.Until().After(first) })
+	if want := clock.Now().Add(ttl - 12*time.Millisecond); !lock.Until().Equal(want) {
+		t.Fatalf("Until = %v after the renewal, want %v", lock.Until(), want)
+	}
+}
+
+// TestLock_autoRenew_lostBeforeTheMargin: while renewals keep failing, Done
+// closes once the renewal margin before Until is reached, and not later.
+func TestLock_autoRenew_lostBeforeTheMargin(t *testing.T) {
+	const ttl = time.Second
+	nodeTimeout := 100 * time.Millisecond // a tenth of the ttl
+	for _, do := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Do %v", do), func(t *testing.T) {
+			c := newCluster(t, 3)
+			clock := fakeClock()
+			rc := c.client(t, redlock.WithClock(clock))
+			held := make(chan *redlock.Lock, 1)
+			var stopped <-chan struct{} // Done, or Do's fn context
+			if do {
+				ctxs := make(chan context.Context, 1)
+				finished := make(chan error, 1)
+				go func() {
+					finished <- rc.Do(context.Background(), "k", ttl, func(ctx context.Context) error {
+						ctxs <- ctx
+						<-ctx.Done()
+						return nil
+					})
+				}()
+				defer func() {
+					for { // on failure, move on until the lock ends anyway
+						select {
+						case err := <-finished:
+							if !errors.Is(err, redlock.ErrLockLost) {
+								t.Errorf("Do: err = %v, want ErrLockLost", err)
+							}
+							return
+						case <-time.After(10 * time.Millisecond):
+							clock.Advance(100 * time.Millisecond)
+						}
+					}
+				}()
+				stopped = (<-ctxs).Done()
+				close(held)
+			} else {
+				lock := mustTryAcquire(t, rc, context.Background(), "k", ttl, redlock.WithAutoRenew())
+				defer lock.Release(context.Background())
+				stopped = lock.Done()
+				held <- lock
+				close(held)
+			}
+			_ = <-held
+			start := clock.Now()
+			until := start.Add(ttl - 12*time.Millisecond)
+			lossAt := until.Add(-renewMargin(ttl, nodeTimeout))
+			c.servers[1].Close()
+			c.servers[2].Close()
+			// Step to just before the margin: every renewal fails, the lock is
+			// still valid.
+			for clock.Now().Before(lossAt.Add(-10 * time.Millisecond)) {
+				waiters(t, clock, 2)
+				clock.Advance(10 * time.Millisecond)
+			}
+			waiters(t, clock, 2)
+			clock.Advance(lossAt.Sub(clock.Now()))
+			if !closed(stopped) {
+				t.Fatal("still open at the renewal margin before Until")
+			}
+		})
+	}
+}
+
+// TestLock_autoRenew_slowMajorityLostBeforeUntil: renewals that each cost a
+// node timeout (a slow majority) still declare the loss before the
+// validity ends, on the real clock.
+func TestLock_autoRenew_slowMajorityLostBeforeUntil(t *testing.T) {
+	_, links, rc := lateCluster(t, redlock.WithNodeTimeout(100*time.Millisecond))
+	lock := mustTryAcquire(t, rc, context.Background(), "k", time.Second, redlock.WithAutoRenew())
+	defer lock.Release(context.Background())
+	links[1].setDelay(time.Hour)
+	links[2].setDelay(time.Hour)
+	if !closed(lock.Done()) {
+		t.Fatal("Done never closed")
+	}
+	if now, until := time.Now(), lock.Until(); !now.Before(until) {
+		t.Fatalf("the loss was declared %v after the validity ended", now.Sub(until))
+	}
+}
+
+// TestLock_autoRenew_needsMoreThanTheMargin: a renewed lock is declared lost
+// the renewal margin before Until at the latest, so an acquire that leaves
+// less validity than that does not count; without renewal it does.
+func TestLock_autoRenew_needsMoreThanTheMargin(t *testing.T) {
+	const ttl = time.Second
+	for _, renewed := range []bool{false, true} {
+		c := newCluster(t, 3)
+		clock := fakeClock()
+		hook := onceHook{clock: clock, by: 900 * time.Millisecond, once: new(sync.Once)} // leaves 88ms
+		for _, rdb := range c.clients {
+			rdb.AddHook(hook)
+		}
+		var opts []redlock.AcquireOption
+		if renewed {
+			opts = append(opts, redlock.WithAutoRenew())
+		}
+		lock, err := c.client(t, redlock.WithClock(clock)).TryAcquire(context.Background(), "k", ttl, opts...)
+		if renewed {
+			if !errors.Is(err, redlock.ErrNotAcquired) || !strings.Contains(err.Error(), "renewal margin") {
+				t.Fatalf("renewed, 88ms left: err = %v, want ErrNotAcquired naming the renewal margin", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("not renewed, 88ms left: %v", err)
+		}
+		mustRelease(t, lock)
 	}
 }

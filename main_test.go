@@ -230,8 +230,9 @@ func mustTryAcquire(t *testing.T, rc *redlock.Client, ctx context.Context, key s
 type lateLink struct {
 	ln       net.Listener
 	upstream string
-	delay    atomic.Int64 // nanoseconds, for the bytes read from now on
-	pending  atomic.Int64 // chunks read and not yet passed on
+	delay    atomic.Int64  // nanoseconds, for the bytes read from now on
+	pending  atomic.Int64  // chunks read and not yet passed on
+	closing  chan struct{} // closed when the test ends: held commands are dropped
 	mu       sync.Mutex
 	conns    []net.Conn
 	wg       sync.WaitGroup
@@ -244,13 +245,14 @@ func newLateLink(t *testing.T, upstream string) *lateLink {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lateLink{ln: ln, upstream: upstream}
+	l := &lateLink{ln: ln, upstream: upstream, closing: make(chan struct{})}
 	accepting := make(chan struct{})
 	go func() {
 		defer close(accepting)
 		l.accept()
 	}()
 	t.Cleanup(func() {
+		close(l.closing)
 		_ = ln.Close()
 		<-accepting // no connection is added after this
 		l.mu.Lock()
@@ -322,8 +324,11 @@ func (l *lateLink) accept() {
 		go func() { // commands, passed on when due
 			defer l.wg.Done()
 			for c := range chunks {
-				time.Sleep(time.Until(c.due))
-				_, _ = up.Write(c.b)
+				select {
+				case <-time.After(time.Until(c.due)):
+					_, _ = up.Write(c.b)
+				case <-l.closing:
+				}
 				l.pending.Add(-1)
 			}
 			_ = up.Close()

@@ -69,6 +69,25 @@ func judgeRelease(n, quorum, yes, no int, expired bool) releaseOutcome {
 	}
 }
 
+// renewDue is when a renewed lock valid until until for ttl is renewed next:
+// once two thirds of the validity that a renewal gives (ttl less the drift)
+// are left, i.e. a third of it after an acquire or a renewal that took no
+// time. Counting from the validity actually left, a lock whose acquire
+// took long is renewed at once.
+func renewDue(until time.Time, ttl, drift time.Duration) time.Time {
+	return until.Add(-(ttl - drift) * 2 / 3)
+}
+
+// renewMargin is how long before its Until a renewed lock is declared lost
+// at the latest when its renewals keep failing: the time one more renewal
+// may take (the node timeout) and the drift allowance, so that the holder
+// learns of the loss while it is still protected; but no more than a
+// quarter of the validity a renewal gives, so that the renewals are tried
+// for most of the rest.
+func renewMargin(ttl, nodeTimeout, drift time.Duration) time.Duration {
+	return min(nodeTimeout+drift, (ttl-drift)/4)
+}
+
 // pxMillis converts ttl to the whole milliseconds given to Redis, rounding
 // up: a key may outlive the lock's validity, never the other way round.
 func pxMillis(ttl time.Duration) int64 {

@@ -48,6 +48,45 @@ func TestValidity(t *testing.T) {
 	}
 }
 
+func TestRenewDue(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name       string
+		until      time.Time
+		ttl, drift time.Duration
+		want       time.Time
+	}{
+		{"fresh: a third of the validity on", t0.Add(988 * time.Millisecond), time.Second, 12 * time.Millisecond, t0.Add(988*time.Millisecond - 658666666*time.Nanosecond)},
+		{"acquired late: due at once", t0.Add(286 * time.Millisecond), time.Second, 12 * time.Millisecond, t0.Add(286*time.Millisecond - 658666666*time.Nanosecond)},
+		{"large drift: still a third of what a renewal gives", t0.Add(498 * time.Millisecond), time.Second, 502 * time.Millisecond, t0.Add(498*time.Millisecond - 332*time.Millisecond)},
+	} {
+		if got := renewDue(tt.until, tt.ttl, tt.drift); !got.Equal(tt.want) {
+			t.Errorf("%s: renewDue = %v, want %v", tt.name, got.Sub(t0), tt.want.Sub(t0))
+		}
+	}
+}
+
+func TestRenewMargin(t *testing.T) {
+	for _, tt := range []struct {
+		ttl, nodeTimeout, drift, want time.Duration
+	}{
+		{time.Second, 100 * time.Millisecond, 12 * time.Millisecond, 112 * time.Millisecond},
+		{30 * time.Second, time.Second, 302 * time.Millisecond, 1302 * time.Millisecond},
+		// the node timeout's floor is large for a short ttl: a quarter of
+		// the validity caps it
+		{100 * time.Millisecond, 50 * time.Millisecond, 3 * time.Millisecond, 24250 * time.Microsecond},
+		// a node timeout longer than the ttl (WithNodeTimeout)
+		{time.Second, 2 * time.Second, 12 * time.Millisecond, 247 * time.Millisecond},
+	} {
+		if got := renewMargin(tt.ttl, tt.nodeTimeout, tt.drift); got != tt.want {
+			t.Errorf("renewMargin(%v, %v, %v) = %v, want %v", tt.ttl, tt.nodeTimeout, tt.drift, got, tt.want)
+		}
+		if due := tt.ttl - tt.drift - (tt.ttl-tt.drift)*2/3; tt.ttl-tt.drift-renewMargin(tt.ttl, tt.nodeTimeout, tt.drift) <= due {
+			t.Errorf("ttl %v: the margin leaves no time to renew", tt.ttl)
+		}
+	}
+}
+
 func TestDecide(t *testing.T) {
 	for _, tt := range []struct {
 		n, quorum, yes, notYes int

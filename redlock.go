@@ -697,7 +697,13 @@ func (c *Client) conclude(ctx context.Context, k kind, token string, ttl time.Du
 	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	v := validity(ttl, elapsed, drift)
-	if t.yes >= q && fenceStored && v > 0 {
+	// A renewed lock must start with more validity than its renewal margin
+	// (see renewMargin): it is declared lost by then at the latest.
+	var need time.Duration
+	if ac.autoRenew {
+		need = c.renewMargin(ttl)
+	}
+	if t.yes >= q && fenceStored && v > need {
 		if len(t.errs) > 0 {
 			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "lock", k.describe(), "err", errors.Join(t.errs...))
 		}
@@ -713,7 +719,7 @@ func (c *Client) conclude(ctx context.Context, k kind, token string, ttl time.Du
 			_, settled = c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), now, skip, settled, f.dequeue())
 		}
 		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: token, fence: fence, ttl: ttl, until: start.Add(ttl - drift),
-			settled: settled, done: make(chan struct{})}
+			settled: settled, done: make(chan struct{}), renewed: ac.autoRenew}
 		if ac.autoRenew {
 			l.startRenewal()
 		}
@@ -731,6 +737,8 @@ func (c *Client) conclude(ctx context.Context, k kind, token string, ttl time.Du
 		detail = fmt.Sprintf("%s: taken on %d of %d nodes, quorum %d", k.describe(), t.yes, len(c.nodes), q)
 	case !fenceStored:
 		detail = fmt.Sprintf("%s: the fencing token could not be stored on a quorum", k.describe())
+	case v > 0:
+		detail = fmt.Sprintf("%s: quorum reached with %v of validity left, not more than the renewal margin %v (%v elapsed of ttl %v)", k.describe(), v, need, elapsed, ttl)
 	default:
 		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
 	}
@@ -845,7 +853,8 @@ type Lock struct {
 	op      sync.Mutex
 	settled settlement
 
-	fence int64 // 0 unless acquired WithFencing
+	fence   int64 // 0 unless acquired WithFencing
+	renewed bool  // acquired WithAutoRenew: it ends the renewal margin before Until
 
 	mu        sync.Mutex
 	ttl       time.Duration // of the last acquire or extend
@@ -936,7 +945,10 @@ func (l *Lock) Validity() time.Duration {
 // ErrInvalidArgument, and an ended ctx its error, before any node is
 // contacted. On a nil Lock it returns ErrNotAcquired.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	_, err := l.extend(ctx, ttl)
+	if l == nil {
+		return ErrNotAcquired
+	}
+	_, err := l.extend(ctx, ttl, l.client.nodeTimeout(ttl))
 	return err
 }
 
@@ -948,8 +960,9 @@ func (l *Lock) observeOp(ctx context.Context, op Op, start time.Time, err error)
 	l.client.observe(ctx, Event{Op: op, Kind: kindName(l.kind), Key: l.key, Start: start, Duration: time.Since(start), Err: err})
 }
 
-// extend is Extend, also returning what the nodes answered.
-func (l *Lock) extend(ctx context.Context, ttl time.Duration) (_ tally, err error) {
+// extend is Extend with the given per-node timeout, also returning what the
+// nodes answered.
+func (l *Lock) extend(ctx context.Context, ttl, timeout time.Duration) (_ tally, err error) {
 	if l == nil {
 		return tally{}, ErrNotAcquired
 	}
@@ -968,7 +981,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration) (_ tally, err erro
 
 	start := c.cfg.clock.Now()
 	wall := time.Now()
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, ttl))
+	t, settled := c.fanOut(ctx, timeout, decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, ttl))
 	l.settled = settled
 	c.observeNodes(ctx, OpExtend, l.kind, wall, t)
 	defer func() { l.observeOp(ctx, OpExtend, wall, err) }()
