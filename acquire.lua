@@ -11,9 +11,12 @@
 -- Returns, when the key now holds our token, the fencing counter after its
 -- increment (1 when not fenced); if someone else holds it, a negative
 -- number naming the holder (from its token's first 8 bytes), so that the
--- client can tell one holder on many nodes from a split vote.
-local v = redis.call('GET', KEYS[1])
-if v == false then
+-- client can tell one holder on many nodes from a split vote; -1 when a
+-- lock of another kind holds it (the key is not a string: GET fails).
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return -1
+elseif v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 elseif v == ARGV[1] then
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then

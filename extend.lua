@@ -5,9 +5,9 @@
 -- KEYS[1]: the lock key
 -- ARGV[1]: our token
 -- ARGV[2]: ttl in milliseconds
--- Returns 1 if the key holds our token, 0 if it is gone or holds another
--- token.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- Returns 1 if the key holds our token, 0 if it is gone, holds another
+-- token or is held by a lock of another kind.
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end

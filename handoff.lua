@@ -8,11 +8,15 @@
 -- ARGV[2]: ttl in milliseconds
 -- ARGV[3]: the holder's token
 -- ARGV[4]: the key's release channel
--- Returns 0 if someone else holds the key. Otherwise 4*c + 2*w + r: c is
+-- Returns 0 if someone else holds the key (or a lock of another kind).
+-- Otherwise 4*c + 2*w + r: c is
 -- the fencing counter after its increment (1 when not fenced), w is 1 if
 -- another process waits for the key's release here (it subscribed to the
 -- channel), r is 1 if the holder's token was there and 0 if not.
-local v = redis.call('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return 0
+end
 local r = 0
 if v == ARGV[3] then
   r = 1

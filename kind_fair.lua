@@ -16,6 +16,8 @@
 -- A release (on every node, whether it held the key there or not) and a
 -- leave by the first in line publish the ID of the waiter now first in line
 -- (or '' for none) on the release channel.
+-- A key held by a lock of another kind (not a string: GET fails, and pcall
+-- returns the error as a table) counts as held by someone else.
 -- Acquire queues us (if we are not) and returns 0 unless the key is free and
 -- we are first in the queue; then it takes the key, leaves the queue and
 -- returns the fencing counter (1 when not fenced).
@@ -40,7 +42,7 @@ if op == 'acquire' then
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', dl, '-inf', now)) do
     unqueue(gone)
   end
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
   if v == token then
     lengthen(key)
   else
@@ -63,7 +65,7 @@ elseif op == 'dequeue' then
   unqueue(waiter)
   return 1
 elseif op == 'extend' then
-  if redis.call('GET', key) == token then
+  if redis.pcall('GET', key) == token then
     lengthen(key)
     return 1
   end
@@ -84,7 +86,7 @@ if op == 'leave' then
     announce()
   end
 end
-if redis.call('GET', key) == token then
+if redis.pcall('GET', key) == token then
   redis.call('DEL', key)
   n = 1
 end

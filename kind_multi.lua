@@ -6,6 +6,8 @@
 -- on each key's channel {key}:released, '' not to
 -- ARGV[5]: 1 to increment the fencing counters on acquire, else 0
 -- ARGV[6]: m, the number of lock keys
+-- A key held by a lock of another kind (not a string: GET fails, and pcall
+-- returns the error as a table) counts as held by another holder.
 -- Acquire returns 0 when another holder has any of the keys, else the
 -- fencing counter (1 when not fenced): every key's counter is incremented and
 -- then set to the highest of them, so that the answer is a token that no key
@@ -21,13 +23,13 @@ local function lengthen(k)
 end
 if op == 'acquire' then
   for i = 1, m do
-    local v = redis.call('GET', KEYS[i])
+    local v = redis.pcall('GET', KEYS[i])
     if v and v ~= token then
       return 0
     end
   end
   for i = 1, m do
-    if redis.call('GET', KEYS[i]) == token then
+    if redis.pcall('GET', KEYS[i]) == token then
       lengthen(KEYS[i])
     else
       redis.call('SET', KEYS[i], token, 'PX', px)
@@ -46,7 +48,7 @@ if op == 'acquire' then
   return c
 elseif op == 'extend' then
   for i = 1, m do
-    if redis.call('GET', KEYS[i]) ~= token then
+    if redis.pcall('GET', KEYS[i]) ~= token then
       return 0
     end
   end
@@ -57,7 +59,7 @@ elseif op == 'extend' then
 end
 local n = 0
 for i = 1, m do
-  if redis.call('GET', KEYS[i]) == token then
+  if redis.pcall('GET', KEYS[i]) == token then
     redis.call('DEL', KEYS[i])
     n = n + 1
     if ARGV[4] ~= '' then

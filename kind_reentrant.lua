@@ -11,9 +11,14 @@
 -- Acquire returns 0 when another owner holds the lock, else the fencing
 -- counter (1 when not fenced). The others return 1 if the hold was there.
 -- A ttl only ever lengthens the keys' time to live: another hold of the
--- same owner may need it.
+-- same owner may need it. A key held by a lock of another kind (not a hash)
+-- counts as held against us: every operation returns 0.
 local h, g = KEYS[1], KEYS[2]
 local op, token, px, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6]
+local kind = redis.call('TYPE', h).ok
+if kind ~= 'none' and kind ~= 'hash' then
+  return 0 -- a lock of another kind holds the key
+end
 local function stretch(k)
   if redis.call('PTTL', k) < px then
     redis.call('PEXPIRE', k, px)

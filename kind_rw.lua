@@ -1,10 +1,12 @@
 -- A read-write lock: many readers or one writer. A writer that finds readers
 -- leaves a mark that keeps new readers out until it gets the lock (or its
 -- mark expires), so that a stream of readers cannot starve it.
--- KEYS[1]: the lock key, a string holding the writer's token
--- KEYS[2]: {key}:readers, a sorted set: reader token -> expiry (node time, ms)
--- KEYS[3]: {key}:writer-waiting, a string holding a waiting writer's ID
--- KEYS[4]: the key's fencing counter, when ARGV[5] is 1
+-- KEYS[1]: the lock key: while a writer holds it, a string holding the
+--          writer's token; while readers hold it, a sorted set of reader
+--          token -> the node time (ms) its hold ends, marked as the readers'
+--          by the member 'readers' at +inf (a semaphore's set has no mark)
+-- KEYS[2]: {key}:writer-waiting, a string holding a waiting writer's ID
+-- KEYS[3]: the key's fencing counter, when ARGV[5] is 1
 -- ARGV[1]: acquire, extend, release, drop (after a failed attempt: keeps the
 --          writer's mark) or leave (a writer gives up: removes it)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
@@ -12,96 +14,114 @@
 -- ARGV[6]: r for a reader, w for a writer
 -- ARGV[7]: the writer's waiter ID, the same for all the attempts of one
 --          Acquire (each attempt has its own token)
+-- A key held by a lock of another kind (a hash, a semaphore's set, another
+-- holder's string) counts as held against us.
 -- Acquire returns 0 when the lock is held against us, else the fencing
 -- counter (1 when not fenced). The others return 1 if our hold was there.
-local w, r, ww = KEYS[1], KEYS[2], KEYS[3]
+local k, ww = KEYS[1], KEYS[2]
 local op, token, px, role, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6], ARGV[7]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local kind = redis.call('TYPE', k).ok
+local readers = kind == 'zset' and redis.call('ZSCORE', k, 'readers') ~= false
 local function fence()
   if ARGV[5] == '1' then
-    return redis.call('INCR', KEYS[4])
+    return redis.call('INCR', KEYS[3])
   end
   return 1
-end
--- A hold's end and the keys' time to live are lengthened, never shortened
--- (see extend.lua).
-local function lengthen(k)
-  if redis.call('PTTL', k) < px then
-    redis.call('PEXPIRE', k, px)
-  end
-end
-local function read()
-  local ends = tonumber(redis.call('ZSCORE', r, token))
-  if not ends or ends < now + px then
-    redis.call('ZADD', r, now + px, token)
-  end
-  lengthen(r)
 end
 local function announce()
   if ARGV[4] ~= '' then
     redis.call('PUBLISH', ARGV[4], '')
   end
 end
+-- A hold's end and the key's time to live are lengthened, never shortened
+-- (see extend.lua).
+local function lengthen()
+  if redis.call('PTTL', k) < px then
+    redis.call('PEXPIRE', k, px)
+  end
+end
+-- Drops the readers whose hold has ended; deletes the set when none is
+-- left, and reports whether it did.
+local function purge()
+  redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+  if redis.call('ZCARD', k) <= 1 then
+    redis.call('DEL', k)
+    return true
+  end
+  return false
+end
 
 if role == 'r' then
   if op == 'acquire' then
-    redis.call('ZREMRANGEBYSCORE', r, '-inf', now)
-    if not redis.call('ZSCORE', r, token) then
-      if redis.call('EXISTS', w) == 1 or redis.call('EXISTS', ww) == 1 then
-        return 0
-      end
+    if kind ~= 'none' and not readers then
+      return 0 -- a writer, or a lock of another kind
     end
-    read()
-    return fence()
-  elseif op == 'extend' then
-    if not redis.call('ZSCORE', r, token) then
+    if readers then
+      purge()
+    end
+    if not redis.call('ZSCORE', k, token) and redis.call('EXISTS', ww) == 1 then
       return 0
     end
-    read()
+    redis.call('ZADD', k, 'inf', 'readers')
+  elseif op == 'extend' then
+    if not readers or not redis.call('ZSCORE', k, token) then
+      return 0
+    end
+  else
+    if not readers or redis.call('ZREM', k, token) == 0 then
+      return 0
+    end
+    if purge() then
+      announce()
+    end
     return 1
   end
-  if redis.call('ZREM', r, token) == 0 then
-    return 0
+  local ends = tonumber(redis.call('ZSCORE', k, token))
+  if not ends or ends < now + px then
+    redis.call('ZADD', k, now + px, token)
   end
-  announce()
+  lengthen()
+  if op == 'acquire' then
+    return fence()
+  end
   return 1
 end
 
 -- the writer
+local ours = kind == 'string' and redis.call('GET', k) == token
 if op == 'acquire' then
-  local v = redis.call('GET', w)
-  if v == token then
-    lengthen(w)
+  if ours then
+    lengthen()
     return fence()
   end
-  if v then
-    return 0
+  if kind ~= 'none' and not readers then
+    return 0 -- another writer, or a lock of another kind
   end
   local mark = redis.call('GET', ww)
   if mark and mark ~= waiter then
     return 0 -- another writer waits first
   end
-  redis.call('ZREMRANGEBYSCORE', r, '-inf', now)
-  if redis.call('ZCARD', r) > 0 then
+  if readers and not purge() then
     redis.call('SET', ww, waiter, 'PX', px)
     return 0
   end
-  redis.call('SET', w, token, 'PX', px)
+  redis.call('SET', k, token, 'PX', px)
   if mark then
     redis.call('DEL', ww)
   end
   return fence()
 elseif op == 'extend' then
-  if redis.call('GET', w) == token then
-    lengthen(w)
+  if ours then
+    lengthen()
     return 1
   end
   return 0
 end
 local n = 0
-if redis.call('GET', w) == token then
-  redis.call('DEL', w)
+if ours then
+  redis.call('DEL', k)
   n = 1
   announce()
 end

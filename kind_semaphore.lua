@@ -9,9 +9,16 @@
 -- ARGV[6]: K
 -- Acquire returns 0 when K permits are held, else the fencing counter (1 when
 -- not fenced); an error when the resource was created with another K. The
--- others return 1 if the permit was there.
+-- others return 1 if the permit was there. A key held by a lock of another
+-- kind (not a sorted set, or the readers' set of a read-write lock, which
+-- has the member 'readers') counts as held against us: every operation
+-- returns 0.
 local z, lim = KEYS[1], KEYS[2]
 local op, token, px, k = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
+local kind = redis.call('TYPE', z).ok
+if kind ~= 'none' and (kind ~= 'zset' or redis.call('ZSCORE', z, 'readers')) then
+  return 0
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A permit's end and the keys' time to live are lengthened, never

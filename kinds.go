@@ -225,7 +225,7 @@ func newReadWrite(key string, writer bool) readWrite {
 	waiter := rand.Text() // the writer's mark, across its attempts
 	return readWrite{key: key, writer: writer, scripted: scripted{
 		script: rwScript,
-		lock:   []string{key, "{" + key + "}:readers", "{" + key + "}:writer-waiting"},
+		lock:   []string{key, "{" + key + "}:writer-waiting"},
 		fences: []string{fenceKey(key)},
 		chans:  []string{releaseChannel(key)},
 		extra:  []any{role, waiter},

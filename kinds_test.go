@@ -625,3 +625,81 @@ func TestKinds_multiKeyFencing_everyKeyRises(t *testing.T) {
 		t.Fatalf("the multi-key holder's late write: err = %v, want ErrStaleToken", err)
 	}
 }
+
+// kindHold is one way to hold key "k", for the matrix of kinds.
+type kindHold struct {
+	name    string
+	acquire func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error)
+	// shares is the set of holds that may hold "k" at the same time as this
+	// one: readers with readers, permits with permits, an owner with itself.
+	shares string
+}
+
+func kindHolds() []kindHold {
+	one := func(opts ...redlock.AcquireOption) func(context.Context, *redlock.Client) (*redlock.Lock, error) {
+		return func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquire(ctx, "k", time.Minute, opts...)
+		}
+	}
+	return []kindHold{
+		{"plain", one(), ""},
+		{"plain fenced", one(redlock.WithFencing()), ""},
+		{"reentrant owner a", one(redlock.WithOwner("a")), "owner a"},
+		{"reentrant owner b", one(redlock.WithOwner("b")), "owner b"},
+		{"reader", one(redlock.ForRead()), "readers"},
+		{"reader fenced", one(redlock.ForRead(), redlock.WithFencing()), "readers"},
+		{"writer", one(redlock.ForWrite()), ""},
+		{"semaphore", one(redlock.WithPermits(3)), "permits"},
+		{"multi-key", func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquireAll(ctx, []string{"j", "k"}, time.Minute)
+		}, ""},
+		{"fair", one(redlock.Fair()), ""},
+	}
+}
+
+// TestKinds_matrix: while a lock of one kind holds a key, a lock of another
+// kind on it is refused, as held by another; only readers with readers,
+// permits with permits and an owner with itself share it. The refused
+// attempt leaves the holder as it was, and once the holder is released the
+// other kind gets the key.
+func TestKinds_matrix(t *testing.T) {
+	ctx := context.Background()
+	for _, first := range kindHolds() {
+		for _, second := range kindHolds() {
+			t.Run(first.name+" then "+second.name, func(t *testing.T) {
+				c := newCluster(t, 3)
+				rc := c.client(t)
+				held, err := first.acquire(ctx, rc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				redlock.WaitSettled(held)
+				other, err := second.acquire(ctx, mustNew(t, c.connect(t)))
+				if shared := first.shares != "" && first.shares == second.shares; shared {
+					if err != nil {
+						t.Fatalf("refused while it may share the key: %v", err)
+					}
+					mustRelease(t, other)
+				} else {
+					if err == nil {
+						t.Fatalf("granted while %s holds the key", first.name)
+					}
+					mustNotAcquire(t, err)
+					var ne *redlock.NodeError
+					if errors.As(err, &ne) {
+						t.Fatalf("refused with a node error, not as held: %v", err)
+					}
+				}
+				if err := held.Extend(ctx, time.Minute); err != nil {
+					t.Fatalf("the first holder lost its lock: %v", err)
+				}
+				mustRelease(t, held)
+				again, err := second.acquire(ctx, mustNew(t, c.connect(t)))
+				if err != nil {
+					t.Fatalf("refused once the key is free: %v", err)
+				}
+				mustRelease(t, again)
+			})
+		}
+	}
+}
