@@ -24,7 +24,8 @@ var (
 // lock node) only if token is not lower than the highest token it has
 // applied to key, and records token as the highest. The check and the write
 // are one Lua script, so no write with a lower token can land after a
-// higher one. The highest token is kept under "{key}:fenced-by".
+// higher one. The highest token is kept under "{key}:fenced-by" (for a key
+// with a Redis Cluster hash tag, "key::fenced-by", in the key's slot).
 //
 // It returns an error matching ErrStaleToken, naming both tokens, when the
 // write was refused, and rdb's error when the script could not run. Pass
@@ -36,7 +37,7 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token
 	if token == 0 {
 		return invalid("fencing token 0: acquire the lock WithFencing")
 	}
-	res, err := fencedSetScript.Run(ctx, rdb, []string{key, "{" + key + "}:fenced-by"}, value, token).Int64Slice()
+	res, err := fencedSetScript.Run(ctx, rdb, []string{key, companion(key, "fenced-by")}, value, token).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("redlock: fenced set %q: %w", key, err)
 	}

@@ -3,9 +3,10 @@
 -- KEYS[m+1..2m]: their fencing counters, when ARGV[5] is 1
 -- ARGV[1]: acquire, extend, release or drop
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: '1' to announce a release
--- on each key's channel {key}:released, '' not to
+-- on each key's channel, '' not to
 -- ARGV[5]: 1 to increment the fencing counters on acquire, else 0
 -- ARGV[6]: m, the number of lock keys
+-- ARGV[7..6+m]: the keys' release channels
 -- A key held by a lock of another kind (not a string: GET fails, and pcall
 -- returns the error as a table) counts as held by another holder.
 -- Acquire returns 0 when another holder has any of the keys, else the
@@ -63,7 +64,7 @@ for i = 1, m do
     redis.call('DEL', KEYS[i])
     n = n + 1
     if ARGV[4] ~= '' then
-      redis.call('PUBLISH', '{' .. KEYS[i] .. '}:released', '')
+      redis.call('PUBLISH', ARGV[6 + i], '')
     end
   end
 end

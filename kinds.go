@@ -135,7 +135,7 @@ type reentrant struct {
 func newReentrant(key, owner string) reentrant {
 	return reentrant{key: key, owner: owner, scripted: scripted{
 		script: reentrantScript,
-		lock:   []string{key, "{" + key + "}:grants"},
+		lock:   []string{key, companion(key, "grants")},
 		fences: []string{fenceKey(key)},
 		chans:  []string{releaseChannel(key)},
 		extra:  []any{owner},
@@ -155,11 +155,13 @@ type multi struct {
 func newMulti(keys []string) multi {
 	fences := make([]string, len(keys))
 	chans := make([]string, len(keys))
+	extra := []any{len(keys)}
 	for i, k := range keys {
 		fences[i] = fenceKey(k)
 		chans[i] = releaseChannel(k)
+		extra = append(extra, chans[i])
 	}
-	return multi{ks: keys, scripted: scripted{script: multiScript, lock: keys, fences: fences, chans: chans, extra: []any{len(keys)}}}
+	return multi{ks: keys, scripted: scripted{script: multiScript, lock: keys, fences: fences, chans: chans, extra: extra}}
 }
 
 func (k multi) keys() []string   { return k.ks }
@@ -184,7 +186,7 @@ type semaphore struct {
 func newSemaphore(key string, permits int) semaphore {
 	return semaphore{key: key, permits: permits, scripted: scripted{
 		script: semaphoreScript,
-		lock:   []string{key, "{" + key + "}:permits"},
+		lock:   []string{key, companion(key, "permits")},
 		fences: []string{fenceKey(key)},
 		chans:  []string{releaseChannel(key)},
 		extra:  []any{permits},
@@ -225,7 +227,7 @@ func newReadWrite(key string, writer bool) readWrite {
 	waiter := rand.Text() // the writer's mark, across its attempts
 	return readWrite{key: key, writer: writer, scripted: scripted{
 		script: rwScript,
-		lock:   []string{key, "{" + key + "}:writer-waiting"},
+		lock:   []string{key, companion(key, "writer-waiting")},
 		fences: []string{fenceKey(key)},
 		chans:  []string{releaseChannel(key)},
 		extra:  []any{role, waiter},
@@ -264,7 +266,7 @@ type fair struct {
 func newFair(key string) *fair {
 	return &fair{key: key, waiter: rand.Text(), scripted: scripted{
 		script: fairScript,
-		lock:   []string{key, "{" + key + "}:queue", "{" + key + "}:queue-deadlines", "{" + key + "}:tickets"},
+		lock:   []string{key, companion(key, "queue"), companion(key, "queue-deadlines"), companion(key, "tickets")},
 		fences: []string{fenceKey(key)},
 		chans:  []string{releaseChannel(key)},
 	}}

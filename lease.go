@@ -17,7 +17,8 @@ func (f acquireOption) applyAcquire(c *acquireConfig) error { return f(c) }
 
 // WithFencing makes the acquire also take a fencing token (see
 // Lock.FencingToken). Each node keeps a counter per lock key under
-// "{key}:fence", without TTL: it must outlive the locks, so it stays on the
+// "{key}:fence" (for a key with a Redis Cluster hash tag, "key::fence", in
+// the key's slot), without TTL: it must outlive the locks, so it stays on the
 // node for good, one small key per lock key ever fenced. Default: off.
 func WithFencing() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {

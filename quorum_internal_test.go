@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -236,5 +238,46 @@ func TestTakenByOne(t *testing.T) {
 		if got := takenByOne(tally{answers: tt.answers, values: tt.values}, tt.q); got != tt.want {
 			t.Errorf("takenByOne(%v, %v, q=%d) = %v, want %v", tt.answers, tt.values, tt.q, got, tt.want)
 		}
+	}
+}
+
+// hashed is the part of a key that a Redis Cluster node hashes to choose
+// its slot, as the cluster specification says: the part between the first
+// "{" and the first "}" after it, when that is not empty; else the key.
+func hashed(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return key
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return key
+	}
+	return key[open+1 : open+1+end]
+}
+
+func TestCompanion(t *testing.T) {
+	// A key with no tag that contains "}" (such as "{}") cannot share a
+	// slot with any other key: companion documents it.
+	keys := []string{"order:1", "{order}:1", "{order}", "x", "{x}", "a{b", "user:{42}:cart", "{a}{b}", "{{order}:1}"}
+	suffixes := []string{"fence", "released", "grants", "permits", "writer-waiting", "queue", "queue-deadlines", "tickets", "fenced-by"}
+	seen := map[string]string{}
+	for _, key := range keys {
+		for _, suffix := range suffixes {
+			c := companion(key, suffix)
+			if hashed(c) != hashed(key) {
+				t.Errorf("companion(%q, %q) = %q hashes %q, the key hashes %q: another slot", key, suffix, c, hashed(c), hashed(key))
+			}
+			if other, ok := seen[c]; ok {
+				t.Errorf("companion(%q, %q) = %q, as for %s", key, suffix, c, other)
+			}
+			seen[c] = fmt.Sprintf("(%q, %q)", key, suffix)
+			if _, isKey := seen[key]; isKey {
+				t.Errorf("lock key %q is another key's companion", key)
+			}
+		}
+	}
+	if got := companion("order:1", "fence"); got != "{order:1}:fence" {
+		t.Errorf("a key without a tag: %q, want the name it has always had, {order:1}:fence", got)
 	}
 }

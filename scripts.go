@@ -2,6 +2,7 @@ package redlock
 
 import (
 	_ "embed"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,10 +34,35 @@ var (
 	releaseScript = redis.NewScript(releaseLua)
 )
 
-// fenceKey is where a node keeps the fencing counter of a lock key. The
-// braces make it a hash tag, so that a Redis Cluster node keeps it in the
-// same slot as the lock key.
-func fenceKey(key string) string { return "{" + key + "}:fence" }
+// companion names a key or channel that belongs to the lock key key (its
+// fencing counter, a kind's own keys, its release channel), in key's Redis
+// Cluster hash slot, so that one script may use both on a cluster node. A
+// key that has a hash tag keeps it: "{order}:1" gives "{order}:1::fence".
+// Any other key becomes the tag: "order:1" gives "{order:1}:fence". The two
+// forms never give the same name: in one the suffix follows "::", in the
+// other "}:".
+//
+// A key without a hash tag that contains "}" cannot share a slot with any
+// other key; on a Redis Cluster, give such a key a tag.
+func companion(key, suffix string) string {
+	if hasHashTag(key) {
+		return key + "::" + suffix
+	}
+	return "{" + key + "}:" + suffix
+}
+
+// hasHashTag reports whether a Redis Cluster node hashes only part of key:
+// a "{" followed, after at least one character, by a "}".
+func hasHashTag(key string) bool {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return false
+	}
+	return strings.IndexByte(key[open+1:], '}') > 0
+}
+
+// fenceKey is where a node keeps the fencing counter of a lock key.
+func fenceKey(key string) string { return companion(key, "fence") }
 
 func acquireOn(key, token string, ttl time.Duration, fenced bool) nodeOp {
 	px := pxMillis(ttl)
@@ -80,4 +106,4 @@ func dropOn(key, token string) nodeOp {
 }
 
 // releaseChannel is where the nodes announce that key was released.
-func releaseChannel(key string) string { return "{" + key + "}:released" }
+func releaseChannel(key string) string { return companion(key, "released") }

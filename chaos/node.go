@@ -40,14 +40,16 @@ type nodeSpec struct {
 	kind    ServerKind
 	persist bool   // redis only: appendonly yes, appendfsync always
 	replica string // redis only: the host:port to replicate from
+	cluster bool   // redis only: cluster mode (the node owns no slot until given some)
 }
 
 // Node is one Redis server process on a loopback port that stays the same
 // across restarts.
 type Node struct {
-	spec nodeSpec
-	port int
-	dir  string
+	spec    nodeSpec
+	port    int
+	busPort int // the cluster bus, in cluster mode
+	dir     string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -66,8 +68,8 @@ func (n *Node) Stop() { n.stop() }
 
 // startNode starts a node in a data directory of its own under dir.
 func startNode(dir string, spec nodeSpec) (*Node, error) {
-	if spec.kind == Embedded && (spec.persist || spec.replica != "") {
-		return nil, errors.New("chaos: the embedded server has no persistence and no replication")
+	if spec.kind == Embedded && (spec.persist || spec.replica != "" || spec.cluster) {
+		return nil, errors.New("chaos: the embedded server has no persistence, no replication and no cluster mode")
 	}
 	var lastErr error
 	for range 3 { // a port found free can be taken before the node binds it
@@ -76,6 +78,11 @@ func startNode(dir string, spec nodeSpec) (*Node, error) {
 			return nil, err
 		}
 		n := &Node{spec: spec, port: port, dir: filepath.Join(dir, strconv.Itoa(port))}
+		if spec.cluster {
+			if n.busPort, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return nil, err
 		}
@@ -123,6 +130,10 @@ func (n *Node) command() (*exec.Cmd, error) {
 		if n.spec.replica != "" {
 			host, port, _ := net.SplitHostPort(n.spec.replica)
 			args = append(args, "--replicaof", host, port)
+		}
+		if n.spec.cluster {
+			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+				"--cluster-port", strconv.Itoa(n.busPort))
 		}
 		return exec.Command("redis-server", args...), nil
 	case Embedded:
