@@ -149,6 +149,24 @@ func ExampleClient_Do() {
 	// <nil>
 }
 
+func ExampleLockFrom() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	locker, _ := redlock.New(nodes)
+	store, _, stopStore := embeddedNodes(1)
+	defer stopStore()
+
+	// Inside Do, the job finds its lock in its context: here for the
+	// fencing token that the resource checks.
+	err := locker.Do(context.Background(), "stock", 10*time.Second, func(ctx context.Context) error {
+		token := redlock.LockFrom(ctx).FencingToken()
+		return redlock.FencedSet(ctx, store[0], "stock:count", "99", token)
+	}, redlock.WithFencing())
+	fmt.Println(err)
+	// Output:
+	// <nil>
+}
+
 func ExampleLock_Done() {
 	nodes, _, stop := embeddedNodes(3)
 	defer stop()

@@ -67,6 +67,17 @@ func (l *Lock) FencingToken() uint64 {
 	return uint64(l.fence)
 }
 
+// lockKey is the context key under which Do passes its lock to fn.
+type lockKey struct{}
+
+// LockFrom returns the lock that Client.Do holds while its fn runs, given
+// fn's context (or a context derived from it), for its fencing token,
+// Until or Validity. It returns nil for any other context.
+func LockFrom(ctx context.Context) *Lock {
+	l, _ := ctx.Value(lockKey{}).(*Lock)
+	return l
+}
+
 // closedDone is what Done returns for a nil Lock.
 var closedDone = func() chan struct{} {
 	c := make(chan struct{})
@@ -251,6 +262,9 @@ func (c *Client) renewMargin(ttl time.Duration) time.Duration {
 // validity ends (see WithAutoRenew), so that fn can stop while it is still
 // protected.
 //
+// fn may get the lock itself from its context with LockFrom, for its
+// fencing token or its validity.
+//
 // Do returns the acquire's error if the lock was not acquired (fn did not
 // run); otherwise fn's error, joined with an error matching ErrLockLost if
 // the lock was lost while fn ran, and with the release's error, if any. A
@@ -264,7 +278,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancel(ctx)
+	fnCtx, cancel := context.WithCancel(context.WithValue(ctx, lockKey{}, lock))
 	fnDone := make(chan struct{})
 	go func() {
 		select {

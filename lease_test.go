@@ -590,3 +590,28 @@ func TestLock_autoRenew_needsMoreThanTheMargin(t *testing.T) {
 		mustRelease(t, lock)
 	}
 }
+
+// TestLockFrom: fn finds Do's lock in its context, with its fencing token;
+// any other context has none.
+func TestLockFrom(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	var token uint64
+	err := rc.Do(context.Background(), "job", time.Second, func(ctx context.Context) error {
+		lock := redlock.LockFrom(ctx)
+		if lock == nil || lock.Key() != "job" || lock.Validity() <= 0 {
+			t.Fatalf("LockFrom(fn's context) = %v", lock)
+		}
+		token = lock.FencingToken()
+		return nil
+	}, redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token == 0 {
+		t.Fatal("no fencing token from a fenced Do")
+	}
+	if redlock.LockFrom(context.Background()) != nil {
+		t.Fatal("a lock from a context that Do did not give")
+	}
+}
