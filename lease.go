@@ -107,17 +107,32 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.done
 }
 
-// lease returns the ttl of the lock's last acquire or extend and its Until.
-func (l *Lock) lease() (ttl time.Duration, until time.Time) {
+// lease returns the ttl of the lock's last acquire or extend, its Until,
+// and a channel that is closed if Until moves earlier than that (an Extend
+// to a shorter ttl): a goroutine that waits for a time computed from Until
+// must wake up then. A later Until needs no wake-up: the waiter finds time
+// left when it wakes, and waits again.
+func (l *Lock) lease() (ttl time.Duration, until time.Time, sooner <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ttl, l.until
+	return l.ttl, l.until, l.sooner
 }
 
-// deadline is when the lock ends for its holder unless it is extended:
-// Until, or the renewal margin before Until for a renewed lock.
-func (l *Lock) deadline() time.Time {
-	ttl, until := l.lease()
+// setLease records the lease of a successful extend.
+func (l *Lock) setLease(ttl time.Duration, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until.Before(l.until) {
+		close(l.sooner)
+		l.sooner = make(chan struct{})
+	}
+	l.ttl, l.until = ttl, until
+}
+
+// deadline is when a lock of ttl valid until until ends for its holder
+// unless it is extended: Until, or the renewal margin before Until for a
+// renewed lock.
+func (l *Lock) deadline(ttl time.Duration, until time.Time) time.Time {
 	if !l.renewed {
 		return until
 	}
@@ -129,7 +144,8 @@ func (l *Lock) deadline() time.Time {
 func (l *Lock) watchValidity() {
 	clock := l.client.cfg.clock
 	for {
-		left := l.deadline().Sub(clock.Now())
+		ttl, until, sooner := l.lease()
+		left := l.deadline(ttl, until).Sub(clock.Now())
 		if left <= 0 {
 			why := errors.New("its validity ran out")
 			if l.renewed {
@@ -140,6 +156,7 @@ func (l *Lock) watchValidity() {
 		}
 		select {
 		case <-clock.After(left):
+		case <-sooner:
 		case <-l.done:
 			return
 		}
@@ -174,69 +191,63 @@ func (l *Lock) startRenewal() {
 	go l.renew(ctx)
 }
 
-// renew extends the lock when it is due (see renewDue) until ctx is
-// cancelled (Release) or the lock is lost. Every wait, for the Clock or for
-// the nodes, ends by the lock's deadline (see renewMargin), where the loss
-// is declared if no renewal succeeded.
+// renew extends the lock when it is due (see renewDue), and after a failed
+// renewal every tenth of the ttl, until ctx is cancelled (Release) or the
+// lock is lost. Every wait, for the Clock or for the nodes, ends by the
+// lock's deadline (see renewMargin), where the loss is declared if no
+// renewal succeeded. Each round starts from the lease as it is then, so an
+// Extend made meanwhile is followed, and one that brings Until nearer wakes
+// the renewal at once.
 func (l *Lock) renew(ctx context.Context) {
 	c := l.client
 	clock := c.cfg.clock
+	var retryAt time.Time // after a failed renewal: when to try again
 	for {
-		ttl, until := l.lease()
-		if !l.sleepUntil(ctx, renewDue(until, ttl, driftFor(ttl, c.cfg.driftFactor))) {
+		ttl, until, sooner := l.lease()
+		deadline := l.deadline(ttl, until)
+		due := renewDue(until, ttl, driftFor(ttl, c.cfg.driftFactor))
+		if !retryAt.IsZero() {
+			due = retryAt
+		}
+		if due.After(deadline) {
+			due = deadline
+		}
+		if wait := due.Sub(clock.Now()); wait > 0 {
+			select {
+			case <-clock.After(wait):
+			case <-sooner:
+				continue
+			case <-ctx.Done():
+				return
+			case <-l.done:
+				return
+			}
+		}
+		if _, now, _ := l.lease(); !now.Equal(until) {
+			retryAt = time.Time{} // extended meanwhile: start again from there
+			continue
+		}
+		left := deadline.Sub(clock.Now())
+		if left <= 0 {
+			l.lose(fmt.Errorf("not renewed by %v before the end of its validity", c.renewMargin(ttl)))
 			return
 		}
-		if _, now := l.lease(); !now.Equal(until) {
-			continue // extended meanwhile: due later
+		t, err := l.extend(ctx, ttl, min(c.nodeTimeout(ttl), left))
+		c.observe(ctx, Event{Op: OpRenew, Kind: kindName(l.kind), Key: l.key, Start: time.Now(), Err: err})
+		if err == nil {
+			retryAt = time.Time{}
+			continue
 		}
-		margin := c.renewMargin(ttl)
-		deadline := until.Add(-margin)
-		for {
-			left := deadline.Sub(clock.Now())
-			if left <= 0 {
-				l.lose(fmt.Errorf("not renewed by %v before the end of its validity", margin))
-				return
-			}
-			t, err := l.extend(ctx, ttl, min(c.nodeTimeout(ttl), left))
-			c.observe(ctx, Event{Op: OpRenew, Kind: kindName(l.kind), Key: l.key, Start: time.Now(), Err: err})
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			// A majority that no longer holds the token will not hold it
-			// again.
-			if t.no > len(c.nodes)-l.quorum {
-				l.lose(err)
-				return
-			}
-			c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "err", err)
-			next := clock.Now().Add(ttl / 10)
-			if next.After(deadline) {
-				next = deadline
-			}
-			if !l.sleepUntil(ctx, next) {
-				return
-			}
+		if ctx.Err() != nil || !isOpen(l.done) {
+			return
 		}
-	}
-}
-
-// sleepUntil waits until t on the Client's Clock; it reports false if the
-// lock ended or ctx was cancelled first.
-func (l *Lock) sleepUntil(ctx context.Context, t time.Time) bool {
-	d := t.Sub(l.client.cfg.clock.Now())
-	if d <= 0 {
-		return ctx.Err() == nil && isOpen(l.done)
-	}
-	select {
-	case <-l.client.cfg.clock.After(d):
-		return true
-	case <-ctx.Done():
-		return false
-	case <-l.done:
-		return false
+		// A majority that no longer holds the token will not hold it again.
+		if t.no > len(c.nodes)-l.quorum {
+			l.lose(err)
+			return
+		}
+		c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "err", err)
+		retryAt = clock.Now().Add(ttl / 10)
 	}
 }
 

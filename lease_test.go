@@ -615,3 +615,32 @@ func TestLockFrom(t *testing.T) {
 		t.Fatal("a lock from a context that Do did not give")
 	}
 }
+
+// TestLock_autoRenew_shorterExtend: an Extend to a shorter ttl brings a
+// renewed lock's end nearer; its renewal and Done follow at once, rather
+// than from the end it had before.
+func TestLock_autoRenew_shorterExtend(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	ctx := context.Background()
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), ctx, "k", time.Minute, redlock.WithAutoRenew())
+	defer lock.Release(ctx)
+	done := lock.Done()
+	waiters(t, clock, 2) // the renewal and the Done watcher, sleeping towards the minute
+	if err := lock.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(lock)
+	for _, s := range c.servers[1:] {
+		s.Close() // renewals fail from now on
+	}
+	until := lock.Until()
+	lossAt := until.Add(-renewMargin(time.Second, 100*time.Millisecond))
+	for clock.Now().Before(lossAt) {
+		waiters(t, clock, 2)
+		clock.Advance(min(50*time.Millisecond, lossAt.Sub(clock.Now())))
+	}
+	if !closed(done) {
+		t.Fatal("Done still open at the renewal margin before the Until of the shorter Extend")
+	}
+}

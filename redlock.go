@@ -719,7 +719,7 @@ func (c *Client) conclude(ctx context.Context, k kind, token string, ttl time.Du
 			_, settled = c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), now, skip, settled, f.dequeue())
 		}
 		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: token, fence: fence, ttl: ttl, until: start.Add(ttl - drift),
-			settled: settled, done: make(chan struct{}), renewed: ac.autoRenew}
+			settled: settled, done: make(chan struct{}), sooner: make(chan struct{}), renewed: ac.autoRenew}
 		if ac.autoRenew {
 			l.startRenewal()
 		}
@@ -859,6 +859,7 @@ type Lock struct {
 	mu        sync.Mutex
 	ttl       time.Duration // of the last acquire or extend
 	until     time.Time
+	sooner    chan struct{} // closed (and replaced) when until moves earlier: see lease
 	released  bool
 	lost      bool               // the lock ended otherwise: see lose
 	watching  bool               // a goroutine closes done when the validity ends
@@ -988,9 +989,7 @@ func (l *Lock) extend(ctx context.Context, ttl, timeout time.Duration) (_ tally,
 	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
-		l.mu.Lock()
-		l.ttl, l.until = ttl, start.Add(ttl-drift)
-		l.mu.Unlock()
+		l.setLease(ttl, start.Add(ttl-drift))
 		return t, nil
 	}
 	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), t.yes, len(c.nodes), l.quorum)
