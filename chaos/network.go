@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -71,3 +72,28 @@ func (l *Link) Retarget(upstream string) error {
 }
 
 func (l *Link) close() { l.proxy.Stop() }
+
+// slow delays the traffic through the link by latency ± jitter in each
+// direction, until unslow with the same name: requests land late on the
+// node, and replies reach the client late.
+func (l *Link) slow(name string, latency, jitter time.Duration) error {
+	attrs := fmt.Sprintf(`{"latency":%d,"jitter":%d}`, latency.Milliseconds(), jitter.Milliseconds())
+	if err := l.addToxic(name+"-up", "latency", "upstream", attrs); err != nil {
+		return err
+	}
+	return l.addToxic(name+"-down", "latency", "downstream", attrs)
+}
+
+// cut drops everything through the link in both directions, as a
+// partition does, until uncut with the same name.
+func (l *Link) cut(name string) error {
+	if err := l.addToxic(name+"-up", "timeout", "upstream", `{"timeout":0}`); err != nil {
+		return err
+	}
+	return l.addToxic(name+"-down", "timeout", "downstream", `{"timeout":0}`)
+}
+
+// undo removes the toxics that slow or cut added under name.
+func (l *Link) undo(ctx context.Context, name string) error {
+	return errors.Join(l.proxy.Toxics.RemoveToxic(ctx, name+"-up"), l.proxy.Toxics.RemoveToxic(ctx, name+"-down"))
+}

@@ -1,0 +1,218 @@
+package chaos
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// at0 is the start of a made-up history; ms(n) after it is tms(n).
+var at0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func tms(n int) time.Time { return at0.Add(time.Duration(n) * time.Millisecond) }
+
+// mkHold is a hold of key taken at from and released at to (ms), valid
+// until until.
+func mkHold(kind, key string, from, to, until int) *hold {
+	return &hold{
+		st:     Step{Kind: kind, Keys: []string{key}},
+		called: tms(from - 1), acquired: tms(from), released: tms(to), until: tms(until),
+	}
+}
+
+func fenced(h *hold, token uint64) *hold {
+	h.st.Fenced, h.token = true, token
+	return h
+}
+
+func checksOf(vs []Violation) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Check)
+	}
+	return out
+}
+
+func TestHistory_exclusion(t *testing.T) {
+	owner := func(h *hold, o string) *hold { h.st.Owner = o; return h }
+	for _, tt := range []struct {
+		name  string
+		holds []*hold
+		want  int
+	}{
+		{"one after the other", []*hold{mkHold(stepPlain, "a", 0, 10, 100), mkHold(stepPlain, "a", 10, 20, 100)}, 0},
+		{"two plain at once", []*hold{mkHold(stepPlain, "a", 0, 10, 100), mkHold(stepPlain, "a", 5, 20, 100)}, 1},
+		{"on other keys", []*hold{mkHold(stepPlain, "a", 0, 10, 100), mkHold(stepPlain, "b", 5, 20, 100)}, 0},
+		{"cut at Until", []*hold{mkHold(stepPlain, "a", 0, 50, 10), mkHold(stepPlain, "a", 10, 20, 100)}, 0},
+		{"two readers", []*hold{mkHold(stepRead, "a", 0, 10, 100), mkHold(stepRead, "a", 5, 20, 100)}, 0},
+		{"a reader and a plain lock", []*hold{mkHold(stepRead, "a", 0, 10, 100), mkHold(stepPlain, "a", 5, 20, 100)}, 1},
+		{"a reader and a writer", []*hold{mkHold(stepRead, "a", 0, 10, 100), mkHold(stepWrite, "a", 5, 20, 100)}, 1},
+		{"a reader and a permit", []*hold{mkHold(stepRead, "a", 0, 10, 100), mkHold(stepSemaphore, "a", 5, 20, 100)}, 1},
+		{"one owner twice", []*hold{owner(mkHold(stepReentrant, "a", 0, 10, 100), "o1"), owner(mkHold(stepReentrant, "a", 5, 20, 100), "o1")}, 0},
+		{"two owners", []*hold{owner(mkHold(stepReentrant, "a", 0, 10, 100), "o1"), owner(mkHold(stepReentrant, "a", 5, 20, 100), "o2")}, 1},
+		{"K permits", []*hold{mkHold(stepSemaphore, "a", 0, 10, 100), mkHold(stepSemaphore, "a", 5, 20, 100)}, 0},
+		{"K+1 permits", []*hold{mkHold(stepSemaphore, "a", 0, 10, 100), mkHold(stepSemaphore, "a", 5, 20, 100), mkHold(stepSemaphore, "a", 6, 20, 100)}, 1},
+		{"a multi-key lock and a plain one", []*hold{{st: Step{Kind: stepMulti, Keys: []string{"a", "b"}}, acquired: tms(0), released: tms(10), until: tms(100)},
+			mkHold(stepPlain, "b", 5, 20, 100)}, 1},
+	} {
+		h := &history{start: at0, holds: tt.holds}
+		if got := h.exclusion(); len(got) != tt.want {
+			t.Errorf("%s: %d violations %v, want %d", tt.name, len(got), got, tt.want)
+		}
+	}
+	lost := mkHold(stepPlain, "a", 0, 50, 100)
+	lost.lost = tms(10) // Done closed: the holder stopped
+	h := &history{start: at0, holds: []*hold{lost, mkHold(stepPlain, "a", 20, 30, 100)}}
+	if got := h.exclusion(); len(got) != 0 {
+		t.Errorf("a hold after the other's loss: %v", got)
+	}
+}
+
+func TestHistory_fencing(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		holds []*hold
+		want  []string
+	}{
+		{"rising", []*hold{fenced(mkHold(stepPlain, "a", 0, 10, 100), 1), fenced(mkHold(stepPlain, "a", 20, 30, 100), 2)}, nil},
+		{"falling", []*hold{fenced(mkHold(stepPlain, "a", 0, 10, 100), 6), fenced(mkHold(stepPlain, "a", 20, 30, 100), 2)}, []string{checkFencing}},
+		{"equal", []*hold{fenced(mkHold(stepPlain, "a", 0, 10, 100), 2), fenced(mkHold(stepPlain, "a", 20, 30, 100), 2)}, []string{checkFencing}},
+		{"across kinds", []*hold{fenced(mkHold(stepMulti, "a", 0, 10, 100), 6), fenced(mkHold(stepRead, "a", 20, 30, 100), 3)}, []string{checkFencing}},
+		// readers called before the other returned may get tokens in any order
+		{"concurrent readers", []*hold{fenced(mkHold(stepRead, "a", 0, 10, 100), 6), fenced(mkHold(stepRead, "a", 1, 30, 100), 5)}, nil},
+		{"unfenced", []*hold{mkHold(stepPlain, "a", 0, 10, 100), mkHold(stepPlain, "a", 20, 30, 100)}, nil},
+	} {
+		h := &history{start: at0, holds: tt.holds, schedule: Schedule{Nodes: 3}}
+		if got := checksOf(h.fencing()); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, h.fencing(), tt.want)
+		}
+	}
+
+	// a stale write accepted after a later holder's
+	a, b := fenced(mkHold(stepPlain, "a", 0, 10, 100), 6), fenced(mkHold(stepPlain, "a", 20, 30, 100), 2)
+	a.writes = []write{{key: "a", at: tms(40), accepted: true, stale: true}}
+	b.writes = []write{{key: "a", at: tms(25), accepted: true}}
+	h := &history{start: at0, holds: []*hold{a, b}, schedule: Schedule{Nodes: 3}}
+	if got := checksOf(h.fencing()); !reflect.DeepEqual(got, []string{checkFencing, checkStale}) {
+		t.Errorf("a stale write accepted: %v", h.fencing())
+	}
+	a.writes[0].accepted = false
+	if got := checksOf(h.fencing()); !reflect.DeepEqual(got, []string{checkFencing}) {
+		t.Errorf("a stale write refused: %v", h.fencing())
+	}
+
+	// A node lost its data between the two, and the nodes left with a's
+	// token were no longer a majority: the guarantee does not cover them.
+	h.losses = []dataLoss{{at: tms(15), counters: map[string][]int64{"a": {6, 1}}}}
+	if got := h.fencing(); len(got) != 0 {
+		t.Errorf("a pair the guarantee does not cover: %v", got)
+	}
+	h.losses[0].counters["a"] = []int64{6, 7}
+	if got := h.fencing(); len(got) == 0 {
+		t.Error("a pair the guarantee covers passed")
+	}
+}
+
+func TestHistory_signals(t *testing.T) {
+	x := mkHold(stepPlain, "a", 0, 50, 100)
+	h := &history{start: at0, holds: []*hold{x}}
+	if got := h.signals(); len(got) != 0 {
+		t.Fatalf("nothing to say: %v", got)
+	}
+	x.lost, x.lostTill = tms(90), tms(100)
+	if got := h.signals(); len(got) != 0 {
+		t.Fatalf("a loss before Until: %v", got)
+	}
+	x.lost = tms(100)
+	if got := checksOf(h.signals()); !reflect.DeepEqual(got, []string{checkSignal}) {
+		t.Fatalf("a loss at Until: %v", got)
+	}
+	x.lost = time.Time{}
+	x.unsignalled = []time.Time{tms(101)}
+	if got := checksOf(h.signals()); !reflect.DeepEqual(got, []string{checkSignal}) {
+		t.Fatalf("held past Until: %v", got)
+	}
+}
+
+func TestHistory_leftovers(t *testing.T) {
+	h := &history{maxTTL: 500 * time.Millisecond, left: []keyLeft{
+		{0, "{a}:fence", -1},
+		{0, "{t}:c::fence", -1},
+		{0, "{a}:tickets", -1},
+		{0, "a", 400 * time.Millisecond},
+		{1, "{a}:queue", 7 * time.Second},
+		{1, "b", -1},
+		{2, "{b}:grants", time.Minute},
+	}}
+	got := h.leftovers()
+	if len(got) != 2 || !strings.Contains(got[0].Detail, `"b" has no time to live`) || !strings.Contains(got[1].Detail, `"{b}:grants" has 1m0s left`) {
+		t.Fatalf("leftovers: %v", got)
+	}
+}
+
+func TestHistory_harness(t *testing.T) {
+	h := &history{errs: []error{errors.New("boom")}}
+	if got := checksOf(h.check()); !reflect.DeepEqual(got, []string{checkHarness}) {
+		t.Fatalf("%v", got)
+	}
+}
+
+func TestGenerate(t *testing.T) {
+	for seed := range uint64(300) {
+		s := Generate(seed, true)
+		if !reflect.DeepEqual(s, Generate(seed, true)) {
+			t.Fatalf("seed %d: two draws differ", seed)
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ReadSchedule(b)
+		if err != nil || !reflect.DeepEqual(back, s) {
+			t.Fatalf("seed %d: the JSON form reads back as %+v (%v)", seed, back, err)
+		}
+		if len(s.Clients) > maxExploreClients || s.Nodes > maxExploreNodes {
+			t.Fatalf("seed %d: %d clients, %d nodes", seed, len(s.Clients), s.Nodes)
+		}
+		// Within the safety assumptions: at every moment, at most a minority
+		// of the nodes is down for every client; a node loses its data only
+		// for longer than any ttl.
+		for _, f := range s.Faults {
+			if f.Kind == "kill" && !s.Persist && time.Duration(f.For) <= s.maxTTL() {
+				t.Fatalf("seed %d: %s restarts empty before the largest ttl %v", seed, f, s.maxTTL())
+			}
+			if f.Anchor != nil {
+				continue // its moment is not known; it counts at every other one
+			}
+			down := map[int]bool{}
+			for _, g := range s.Faults {
+				// an anchored fault may strike at any moment
+				if g.down() && (g.Anchor != nil || g.At <= f.At && f.At < g.At+g.For) {
+					for _, n := range g.Nodes {
+						down[n] = true
+					}
+				}
+			}
+			if len(down) > s.tolerated() {
+				t.Fatalf("seed %d: %d nodes down at %v:\n%s", seed, len(down), f.At, s)
+			}
+		}
+		for _, c := range s.Clients {
+			for _, steps := range c.Actors {
+				for _, st := range steps {
+					for _, a := range st.Actions {
+						if a.Op == "pause" && (!st.Fenced || st.Renew) {
+							t.Fatalf("seed %d: a pause in %s: only a fenced lock that nothing renews may write late", seed, st)
+						}
+					}
+				}
+			}
+		}
+	}
+	if !strings.Contains(Generate(7, true).String(), "client 0") {
+		t.Fatal("the printed schedule names no client")
+	}
+}
