@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quorumlock/redlock/chaos"
@@ -13,12 +15,21 @@ import (
 
 // chaosHelp is the help of redlock chaos; %s is the list of scenarios.
 const chaosHelp = `Usage: redlock chaos [flags]
+       redlock chaos --explore [--duration D | --schedules N] [flags]
 
 Runs the fault-injection scenarios: Redis nodes as separate processes on
 loopback, killed, frozen, restarted, partitioned, slowed and with clocks
 jumped while lock clients contend, and counts every violation. Safe
 scenarios must show none; unsafe ones must show the violation they cause.
 The exit status is 0 when every scenario showed what it must.
+
+With --explore, runs the randomized explorer instead: schedules drawn from
+the seed, each several lock clients mixing every kind of lock, fencing,
+renewal, Do, extends, hand-offs and cancellations over a few keys, while
+faults within the safety assumptions strike the nodes; every history is
+checked (exclusion, fencing tokens, stale writes, loss signals, keys left
+behind, goroutines). It stops at the first failing schedule, shrinks it,
+prints it with its seed and a JSON form for --replay, and exits 1; else 0.
 
 Scenarios: %s
 
@@ -37,8 +48,25 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.Size, "size", 1500, "critical sections in each count-bounded scenario")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the random choices (0: from the time; printed)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 2*time.Minute, "give up on a scenario after this long")
+	var (
+		explore   = fs.Bool("explore", false, "run the randomized explorer instead of the scenarios")
+		duration  = fs.Duration("duration", 0, "explore: start schedules for this long (default 1m when --schedules is not given)")
+		schedules = fs.Int("schedules", 0, "explore: run this many schedules")
+		lanes     = fs.Int("lanes", 4, "explore: schedules run at once, each on nodes of its own")
+		replay    = fs.String("replay", "", "explore: run the schedule in this JSON file (as a failure prints it)")
+		noShrink  = fs.Bool("no-shrink", false, "explore: report a failing schedule as drawn")
+	)
 	if exit, ok := parseFlags(fs, args); !ok {
 		return exit
+	}
+	if *explore {
+		ec := chaos.ExploreConfig{Server: chaos.ServerKind(*server), Seed: cfg.Seed, Schedules: *schedules,
+			Duration: *duration, Lanes: *lanes, NoShrink: *noShrink}
+		return runExplore(ctx, ec, *replay, *jsonPath, stdout, stderr)
+	}
+	if *replay != "" || *schedules != 0 || *duration != 0 {
+		fmt.Fprintln(stderr, "redlock chaos: --replay, --schedules and --duration go with --explore")
+		return 2
 	}
 	cfg.Server = chaos.ServerKind(*server)
 	cfg.Only = splitAddrs(*only)
@@ -84,19 +112,81 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-func writeJSON(path string, stdout io.Writer, results []chaos.Result) error {
-	if path == "-" {
-		return chaos.WriteJSON(stdout, results)
+func writeJSON(path string, stdout io.Writer, v any) error {
+	out := stdout
+	if path != "-" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
 	}
-	f, err := os.Create(path)
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// runExplore runs the explorer and reports it: progress on stderr, the
+// summary and any failure on stdout.
+func runExplore(ctx context.Context, cfg chaos.ExploreConfig, replay, jsonPath string, stdout, stderr io.Writer) int {
+	if replay != "" {
+		b, err := os.ReadFile(replay)
+		if err != nil {
+			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+			return 2
+		}
+		s, err := chaos.ReadSchedule(b)
+		if err != nil {
+			fmt.Fprintf(stderr, "redlock chaos: %s: %v\n", replay, err)
+			return 2
+		}
+		cfg.Replay = &s
+	}
+	if cfg.Schedules == 0 && cfg.Duration == 0 {
+		cfg.Duration = time.Minute
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	if cfg.Server == "" {
+		cfg.Server = chaos.DefaultServerKind()
+	}
+	fmt.Fprintf(stderr, "redlock chaos --explore: %s nodes, seed %d, %d lanes\n", cfg.Server, cfg.Seed, max(cfg.Lanes, 1))
+	var (
+		mu       sync.Mutex
+		done     int
+		lastNote = time.Now()
+	)
+	cfg.OnSchedule = func(r chaos.ScheduleResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		done++
+		if time.Since(lastNote) >= 10*time.Second || len(r.Violations) > 0 {
+			lastNote = time.Now()
+			fmt.Fprintf(stderr, "  %d schedules; schedule %d: %d steps, %d held, %d faults, %d violations\n",
+				done, r.Seed, r.Steps, r.Acquired, r.Faults, len(r.Violations))
+		}
+	}
+	res, err := chaos.Explore(ctx, cfg)
+	fmt.Fprintf(stdout, "schedules %d, locks held %d, operations %d, faults %d, in %v\n",
+		res.Schedules, res.Acquired, res.Operations, res.Faults, res.Elapsed.Round(time.Second))
+	if jsonPath != "" {
+		if err := writeJSON(jsonPath, stdout, res); err != nil {
+			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+			return 1
+		}
+	}
 	if err != nil {
-		return err
+		fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+		return 1
 	}
-	if err := chaos.WriteJSON(f, results); err != nil {
-		f.Close()
-		return err
+	if res.Failure != nil {
+		fmt.Fprint(stdout, chaos.FormatFailure(res.Failure))
+		return 1
 	}
-	return f.Close()
+	fmt.Fprintln(stdout, "violations 0")
+	return 0
 }
 
 func scenarioNames() []string {
