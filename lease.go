@@ -57,9 +57,10 @@ func WithAutoRenew() AcquireOption {
 // acquired WithFencing, and for a nil Lock.
 //
 // The token of a new holder is larger than every earlier holder's as long
-// as the nodes that stored the earlier token still make up a majority: any
-// number of node crashes that keep their data, and a minority of nodes
-// losing it, preserve it. See docs/safety.md.
+// as the nodes that hold the earlier token still make up a majority: any
+// number of node crashes that keep their data preserve it; a node that
+// loses its data may not, if another node had missed the token (it was cut
+// off when the token was issued). See docs/safety.md.
 func (l *Lock) FencingToken() uint64 {
 	if l == nil {
 		return 0
