@@ -62,7 +62,7 @@ func TestExplore_findsAnUnsafeSchedule(t *testing.T) {
 			{{At: ms(20), Call: "acquire", Kind: stepRead, Keys: []string{"b"}, TTL: ms(500), Wait: ms(300)}}, // unrelated: shrunk away
 		}},
 	}, Faults: []Fault{
-		{At: ms(100), For: ms(20), Kind: "kill", Nodes: []int{0, 1}}, // empty, at once: assumption 3 broken
+		{At: ms(100), For: ms(20), Kind: "kill", Nodes: []int{0, 1}},               // empty, at once: assumption 3 broken
 		{At: ms(400), For: ms(100), Kind: "slow", Nodes: []int{2}, Latency: ms(5)}, // unrelated
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -62,9 +62,9 @@ type Fault struct {
 	// Anchor, when set, strikes the fault when an actor is about to take
 	// an action, instead of At after the start; the actor goes on once the
 	// fault is in place.
-	Anchor *Anchor `json:"anchor,omitempty"`
-	Latency Dur   `json:"latency,omitempty"` // slow: each way
-	Jitter  Dur   `json:"jitter,omitempty"`
+	Anchor  *Anchor `json:"anchor,omitempty"`
+	Latency Dur     `json:"latency,omitempty"` // slow: each way
+	Jitter  Dur     `json:"jitter,omitempty"`
 }
 
 // Anchor is a point in an actor's steps: before the Action-th action of
