@@ -464,8 +464,7 @@ func runC(ctx context.Context, e *benchEnv, lockers []locker, r *result) error {
 
 // redlockLocker is this library.
 type redlockLocker struct {
-	c        *redlock.Client
-	attempts atomic.Int64
+	c *redlock.Client
 }
 
 func newRedlock(e *benchEnv, n int) (locker, func()) {
