@@ -61,6 +61,11 @@ type Section struct {
 	Shared   bool   // a reader's or a semaphore permit's: may overlap other shared ones
 	Ticket   uint64 // a fair lock's place in its queue; 0 for the other kinds
 	Started  time.Time
+	// A fair lock's: when the waiter was surely in the queue on a quorum
+	// (the answers of a quorum of nodes to its acquire attempts had come
+	// back), and the start of the earliest node call that granted it (its
+	// winning attempt ran on the nodes after this). Zero when unknown.
+	Queued, Won time.Time
 }
 
 // held returns the interval in which the worker was entitled to the lock:
@@ -100,7 +105,8 @@ func (v Verdict) Violations() int {
 type checkOptions struct {
 	fenced  bool          // the locks were to carry fencing tokens
 	permits int           // semaphore: at most this many holders at once (0: not a semaphore)
-	queued  time.Duration // fair lock: a waiter is in the queue this long after it asked
+	fair    bool          // fair lock: waiters queued on a quorum are granted in ticket order
+	resets  []time.Time   // fair lock: when nodes came back empty or thawed (queues lost or lapsed)
 }
 
 // check runs every checker over the sections and the register's final
@@ -123,8 +129,8 @@ func check(sections []Section, final map[string]int64, o checkOptions) Verdict {
 		if o.permits > 0 {
 			v.Excess += excess(ss, o.permits)
 		}
-		if o.queued > 0 {
-			v.OutOfOrder += outOfOrder(ss, o.queued)
+		if o.fair {
+			v.OutOfOrder += outOfOrder(ss, o.resets)
 		}
 		v.Regressions += regressions(ss, fenced)
 		writes := 0
@@ -182,13 +188,21 @@ func excess(ss []Section, permits int) int {
 }
 
 // outOfOrder counts the pairs in which a fair lock went to a waiter before
-// one with a lower ticket that had been in the queue (queued after it
-// asked) when the other was granted.
-func outOfOrder(ss []Section, queued time.Duration) int {
+// one with a lower ticket that was already in the queue on a quorum when
+// the other's winning attempt began. It decides on what the waiters saw,
+// not on how long drawing a ticket may take, so a loaded machine does not
+// make it cry wolf. A node that came back empty (or thawed, its waiters'
+// places lapsed) in between excuses the pair: the queue it lost is not on
+// a quorum any more.
+func outOfOrder(ss []Section, resets []time.Time) int {
 	n := 0
 	for _, a := range ss {
+		if a.Ticket == 0 || a.Queued.IsZero() {
+			continue
+		}
 		for _, b := range ss {
-			if a.Ticket != 0 && a.Ticket < b.Ticket && b.Acquired.Before(a.Acquired) && a.Started.Add(queued).Before(b.Acquired) {
+			if a.Ticket < b.Ticket && b.Acquired.Before(a.Acquired) && a.Queued.Before(b.Won) &&
+				!slices.ContainsFunc(resets, func(r time.Time) bool { return !r.Before(a.Queued) && !r.After(b.Won) }) {
 				n++
 			}
 		}

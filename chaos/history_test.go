@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -143,26 +144,40 @@ func TestCheck_permits(t *testing.T) {
 }
 
 func TestCheck_fairOrder(t *testing.T) {
-	// read: the sections run one after another, in the order of from.
-	fair := func(worker int, ticket uint64, asked, from, to int) Section {
+	// read: the sections run one after another, in the order of from. A
+	// waiter is in the queue on a quorum at queued; its winning attempt
+	// starts 5 ms before it holds the lock.
+	fair := func(worker int, ticket uint64, queued, from, to int) Section {
 		s := sec(worker, from, to, 1000, int64((from-100)/10))
-		s.Ticket, s.Started = ticket, at(asked)
+		s.Ticket, s.Started, s.Queued, s.Won = ticket, at(queued-30), at(queued), at(from-5)
 		return s
 	}
-	queued := 50 * time.Millisecond
-	// Tickets 1, 2, 3 asked at 0, 10, 20 and granted in that order.
+	o := checkOptions{fair: true}
+	// Tickets 1, 2, 3 queued at 0, 10, 20 and granted in that order.
 	inOrder := []Section{fair(0, 1, 0, 100, 110), fair(1, 2, 10, 110, 120), fair(2, 3, 20, 120, 130)}
-	if got := check(inOrder, map[string]int64{"k": 3}, checkOptions{queued: queued}); got.OutOfOrder != 0 {
+	if got := check(inOrder, map[string]int64{"k": 3}, o); got.OutOfOrder != 0 {
 		t.Fatalf("in order: %+v", got)
 	}
-	// Ticket 3 goes before ticket 2, which had been queued for long.
+	// Ticket 3 goes before ticket 2, which was in the queue.
 	swapped := []Section{fair(0, 1, 0, 100, 110), fair(1, 2, 10, 120, 130), fair(2, 3, 20, 110, 120)}
-	if got := check(swapped, map[string]int64{"k": 3}, checkOptions{queued: queued}); got.OutOfOrder != 1 || got.Violations() != 1 {
+	if got := check(swapped, map[string]int64{"k": 3}, o); got.OutOfOrder != 1 || got.Violations() != 1 {
 		t.Fatalf("ticket 3 before a queued ticket 2: %+v, want 1", got)
 	}
-	// Ticket 3 goes before ticket 2 while 2 may not have queued yet.
-	early := []Section{fair(0, 1, 0, 100, 110), fair(1, 2, 105, 120, 130), fair(2, 3, 20, 110, 120)}
-	if got := check(early, map[string]int64{"k": 3}, checkOptions{queued: queued}); got.OutOfOrder != 0 {
+	// Ticket 3 goes before ticket 2, which was not in the queue on a
+	// quorum yet when 3's winning attempt began, however long ago it asked.
+	late := []Section{fair(0, 1, 0, 100, 110), fair(1, 2, 106, 120, 130), fair(2, 3, 20, 110, 120)}
+	if got := check(late, map[string]int64{"k": 3}, o); got.OutOfOrder != 0 {
 		t.Fatalf("ticket 2 not queued yet: %+v", got)
+	}
+	// Ticket 2's answers did not come from a quorum: no claim.
+	unknown := slices.Clone(swapped)
+	unknown[1].Queued = time.Time{}
+	if got := check(unknown, map[string]int64{"k": 3}, o); got.OutOfOrder != 0 {
+		t.Fatalf("ticket 2 never queued on a quorum: %+v", got)
+	}
+	// A node came back empty between ticket 2's queueing and 3's win.
+	reset := checkOptions{fair: true, resets: []time.Time{at(50)}}
+	if got := check(swapped, map[string]int64{"k": 3}, reset); got.OutOfOrder != 0 {
+		t.Fatalf("a node lost its queue in between: %+v", got)
 	}
 }

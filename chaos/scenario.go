@@ -650,10 +650,10 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 	sections, final := wl.history()
 	opts := checkOptions{fenced: s.fenced, permits: s.permits}
 	if s.kind == kindFair {
-		// Drawing a ticket and the first attempt take at most a node
-		// timeout each (ttl/10, at least 50 ms); the rest is slack for a
-		// loaded machine.
-		opts.queued = 2*max(s.ttl/10, 50*time.Millisecond) + 100*time.Millisecond
+		opts.fair = true
+		for _, w := range e.windows {
+			opts.resets = append(opts.resets, w[1])
+		}
 	}
 	r.Verdict = check(sections, final, opts)
 	for _, w := range e.windows {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +79,8 @@ func (w *workload) run(ctx context.Context) error {
 			})
 		}
 		locker, err := redlock.New(clients,
-			redlock.WithRetry(redlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
+			redlock.WithRetry(redlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)),
+			redlock.WithObserver(redlock.ObserverFunc(traceAcquire)))
 		if err != nil {
 			return err
 		}
@@ -153,6 +156,8 @@ func (w *workload) lockFor(worker int, rng *rand.Rand) (keys []string, opts []re
 func (w *workload) section(ctx context.Context, locker *redlock.Client, worker int, rng *rand.Rand) error {
 	keys, opts, shared := w.lockFor(worker, rng)
 	started := time.Now()
+	tr := &acquireTrace{answered: map[int]time.Time{}}
+	ctx = context.WithValue(ctx, acquireTraceKey{}, tr)
 	var (
 		lock, inner *redlock.Lock
 		err         error
@@ -180,6 +185,7 @@ func (w *workload) section(ctx context.Context, locker *redlock.Client, worker i
 	}
 	s := Section{Worker: worker, Acquired: time.Now(), Until: until, Token: lock.FencingToken(),
 		Shared: shared, Ticket: lock.Ticket(), Started: started}
+	s.Queued, s.Won = tr.result(len(w.addrs)/2 + 1)
 	select {
 	case w.started <- struct{}{}:
 	default:
@@ -291,4 +297,42 @@ func (w *workload) sectionsBetween(from, to time.Time) int {
 		}
 	}
 	return n
+}
+
+// acquireTrace gathers what the nodes answered to one section's acquire
+// attempts, from the Client's Observer (see Section.Queued and Won).
+type acquireTrace struct {
+	mu       sync.Mutex
+	answered map[int]time.Time // node -> when its first answer came back
+	won      time.Time         // the start of the earliest call that granted
+}
+
+type acquireTraceKey struct{}
+
+// traceAcquire is the workload Clients' Observer.
+func traceAcquire(ctx context.Context, e redlock.Event) {
+	tr, ok := ctx.Value(acquireTraceKey{}).(*acquireTrace)
+	if !ok || e.Op != redlock.OpNode || e.NodeOp != redlock.OpAcquire || e.Err != nil {
+		return
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if at, seen := tr.answered[e.Node]; !seen || e.Start.Add(e.Duration).Before(at) {
+		tr.answered[e.Node] = e.Start.Add(e.Duration)
+	}
+	if e.Granted && (tr.won.IsZero() || e.Start.Before(tr.won)) {
+		tr.won = e.Start
+	}
+}
+
+// result returns when a quorum of nodes had answered (zero if fewer did)
+// and the start of the earliest granting call.
+func (tr *acquireTrace) result(quorum int) (queued, won time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	times := slices.SortedFunc(maps.Values(tr.answered), time.Time.Compare)
+	if len(times) >= quorum {
+		queued = times[quorum-1]
+	}
+	return queued, tr.won
 }
