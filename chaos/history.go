@@ -103,10 +103,10 @@ func (v Verdict) Violations() int {
 
 // checkOptions say what else a history must satisfy.
 type checkOptions struct {
-	fenced  bool          // the locks were to carry fencing tokens
-	permits int           // semaphore: at most this many holders at once (0: not a semaphore)
-	fair    bool          // fair lock: waiters queued on a quorum are granted in ticket order
-	resets  []time.Time   // fair lock: when nodes came back empty or thawed (queues lost or lapsed)
+	fenced  bool        // the locks were to carry fencing tokens
+	permits int         // semaphore: at most this many holders at once (0: not a semaphore)
+	fair    bool        // fair lock: waiters queued on a quorum are granted in ticket order
+	resets  []time.Time // fair lock: when nodes came back empty or thawed (queues lost or lapsed)
 }
 
 // check runs every checker over the sections and the register's final
