@@ -53,6 +53,9 @@ type ScheduleResult struct {
 	Acquired   int // locks held
 	Operations int // acquires, extends, writes and releases
 	Faults     int
+	// Stalled is how many late signals the process's own stalls explained
+	// (see the signal check in docs/chaos.md); they are not violations.
+	Stalled    int
 	Elapsed    time.Duration
 	Violations []Violation
 }
@@ -63,6 +66,7 @@ type ExploreResult struct {
 	Acquired   int           `json:"acquired"`
 	Operations int           `json:"operations"`
 	Faults     int           `json:"faults"`
+	Stalled    int           `json:"stalled"` // late signals explained by the process's stalls
 	Elapsed    time.Duration `json:"elapsed_ns"`
 	// Failure is the first schedule that showed a violation, if any.
 	Failure *ExploreFailure `json:"failure,omitempty"`
@@ -118,6 +122,8 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 		cfg.Dir = dir
 	}
 	before := goleak.IgnoreCurrent()
+	stalls := watchStalls()
+	defer stalls.close()
 
 	start := time.Now()
 	var (
@@ -144,6 +150,7 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 			}
 			return res, err
 		}
+		l.stalls = stalls
 		lanes[i] = l
 	}
 	for _, l := range lanes {
@@ -174,6 +181,7 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 				res.Acquired += sr.Acquired
 				res.Operations += sr.Operations
 				res.Faults += sr.Faults
+				res.Stalled += sr.Stalled
 				if len(sr.Violations) > 0 && failing == nil {
 					failing = &struct {
 						s     Schedule
@@ -201,6 +209,7 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 	for _, l := range lanes {
 		l.close()
 	}
+	stalls.close()
 	res.Elapsed = time.Since(start)
 	if len(laneErr) > 0 {
 		return res, errors.Join(laneErr...)
@@ -258,6 +267,7 @@ func runOne(parent context.Context, l *lane, s Schedule) (ScheduleResult, error)
 		}
 	}
 	sr.Violations = h.check()
+	sr.Stalled = h.stalled
 	return sr, nil
 }
 

@@ -16,6 +16,10 @@ type history struct {
 	left     []keyLeft
 	losses   []dataLoss
 	errs     []error
+	// stalls is when the process did not run (nil: not watched), and
+	// stalled how many late signals they explained.
+	stalls  *stallWatch
+	stalled int
 }
 
 // Violation is one thing a history shows that must never happen.
@@ -198,14 +202,24 @@ func (h *history) fencing() []Violation {
 
 // signals finds holders told by their lock that they could count on it at
 // or after its Until: Done still open, fn's context still alive, or a loss
-// declared only once the validity had ended.
+// declared only once the validity had ended. A signal late by no more than
+// the process stalled around Until is not the lock's doing (see
+// stallWatch); it counts in stalled instead.
 func (h *history) signals() []Violation {
 	var vs []Violation
 	for _, x := range h.holds {
 		for _, t := range x.unsignalled {
+			if h.stalls.explains(x.until, t) {
+				h.stalled++
+				continue
+			}
 			vs = append(vs, Violation{checkSignal, fmt.Sprintf("%s: its lock still said it was held at %s, at or after its Until %s", h.describe(x), h.at(t), h.at(x.until))})
 		}
 		if !x.lost.IsZero() && !x.lost.Before(x.lostTill) {
+			if h.stalls.explains(x.lostTill, x.lost) {
+				h.stalled++
+				continue
+			}
 			vs = append(vs, Violation{checkSignal, fmt.Sprintf("%s: the loss was signalled at %s, not before its Until %s", h.describe(x), h.at(x.lost), h.at(x.lostTill))})
 		}
 	}

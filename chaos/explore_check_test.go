@@ -3,6 +3,9 @@ package chaos
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -131,9 +134,47 @@ func TestHistory_signals(t *testing.T) {
 		t.Fatalf("a loss at Until: %v", got)
 	}
 	x.lost = time.Time{}
-	x.unsignalled = []time.Time{tms(101)}
+	x.unsignalled = []time.Time{tms(130)}
 	if got := checksOf(h.signals()); !reflect.DeepEqual(got, []string{checkSignal}) {
 		t.Fatalf("held past Until: %v", got)
+	}
+
+	// The process stalled from 80 to 115: a signal 20 late is its doing,
+	// one 40 late is not, nor one next to a stall long before.
+	h.stalls = &stallWatch{spans: [][2]time.Time{{tms(80), tms(115)}}}
+	x.unsignalled = []time.Time{tms(120)}
+	if got := h.signals(); len(got) != 0 || h.stalled != 1 {
+		t.Fatalf("a stall of 35 explains a signal 20 late: %v, stalled %d", got, h.stalled)
+	}
+	x.unsignalled = []time.Time{tms(140)}
+	if got := checksOf(h.signals()); !reflect.DeepEqual(got, []string{checkSignal}) {
+		t.Fatalf("a stall of 35 explains no signal 40 late: %v", got)
+	}
+	h.stalls = &stallWatch{spans: [][2]time.Time{{tms(-200), tms(-100)}}}
+	x.unsignalled = []time.Time{tms(101)}
+	if got := checksOf(h.signals()); !reflect.DeepEqual(got, []string{checkSignal}) {
+		t.Fatalf("a stall long before Until explains nothing: %v", got)
+	}
+}
+
+func TestStallWatch(t *testing.T) {
+	w := watchStalls()
+	defer w.close()
+	from := time.Now()
+	// Stop the world: every goroutine, the watcher's too, stops for it.
+	stopTheWorld(60 * time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for w.within(from, time.Now()) < 40*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("a 60 ms stop not seen: %v", w.within(from, time.Now()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.close()
+	w.close() // again: nothing
+	var none *stallWatch
+	if none.within(from, time.Now()) != 0 || none.explains(from, time.Now()) {
+		t.Fatal("a nil watcher saw a stall")
 	}
 }
 
@@ -215,4 +256,10 @@ func TestGenerate(t *testing.T) {
 	if !strings.Contains(Generate(7, true).String(), "client 0") {
 		t.Fatal("the printed schedule names no client")
 	}
+}
+
+// stopTheWorld has the process stopped (SIGSTOP) for d, and continued.
+func stopTheWorld(d time.Duration) {
+	pid := os.Getpid()
+	_ = exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep %.3f; kill -CONT %d", pid, d.Seconds(), pid)).Run()
 }

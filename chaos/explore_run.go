@@ -41,6 +41,7 @@ type lane struct {
 	// redlock.FencedSet, on a Redis of its own (in this process).
 	store    *miniredis.Miniredis
 	storeRdb *redis.Client
+	stalls   *stallWatch // the process's, shared by the lanes; may be nil
 }
 
 func newLane(server ServerKind, dir string, index int) (*lane, error) {
@@ -288,7 +289,7 @@ func (l *lane) run(ctx context.Context, s Schedule) (*history, error) {
 	if err := errors.Join(faultErr, l.settle(ctx, s.Nodes)); err != nil {
 		return nil, err
 	}
-	h := &history{schedule: s, start: start, maxTTL: r.maxTTL, errs: r.errs, losses: r.losses}
+	h := &history{schedule: s, start: start, maxTTL: r.maxTTL, errs: r.errs, losses: r.losses, stalls: l.stalls}
 	for _, hs := range holds {
 		h.holds = append(h.holds, hs...)
 	}

@@ -36,8 +36,8 @@ func TestExplore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("seeds %d to %d: %d schedules, %d locks held, %d operations, %d faults in %v",
-		seed, seed+uint64(schedules)-1, res.Schedules, res.Acquired, res.Operations, res.Faults, res.Elapsed.Round(time.Second))
+	t.Logf("seeds %d to %d: %d schedules, %d locks held, %d operations, %d faults in %v (%d late signals explained by stalls)",
+		seed, seed+uint64(schedules)-1, res.Schedules, res.Acquired, res.Operations, res.Faults, res.Elapsed.Round(time.Second), res.Stalled)
 	if f := res.Failure; f != nil {
 		t.Errorf("%s", FormatFailure(f))
 	}

@@ -171,6 +171,9 @@ func runExplore(ctx context.Context, cfg chaos.ExploreConfig, replay, jsonPath s
 	res, err := chaos.Explore(ctx, cfg)
 	fmt.Fprintf(stdout, "schedules %d, locks held %d, operations %d, faults %d, in %v\n",
 		res.Schedules, res.Acquired, res.Operations, res.Faults, res.Elapsed.Round(time.Second))
+	if res.Stalled > 0 {
+		fmt.Fprintf(stdout, "late signals explained by this process's own stalls (not violations): %d\n", res.Stalled)
+	}
 	if jsonPath != "" {
 		if err := writeJSON(jsonPath, stdout, res); err != nil {
 			fmt.Fprintf(stderr, "redlock chaos: %v\n", err)

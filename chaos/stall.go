@@ -1,0 +1,117 @@
+package chaos
+
+import (
+	"sync"
+	"time"
+)
+
+// stallTick is how often the stall watcher asks to wake, and stallMin the
+// lateness from which a wake-up counts as a stall.
+const (
+	stallTick = 2 * time.Millisecond
+	stallMin  = 5 * time.Millisecond
+)
+
+// stallWatch records when this process did not run: a goroutine sleeps a
+// tick at a time and notes every wake-up that came stallMin or more later
+// than asked. On a loaded machine the process stops for tens of
+// milliseconds at a time, and a lock's timer then fires late for reasons
+// no lock can help: the holder was paused, which the safety assumptions
+// rule out (docs/safety.md, assumption 4). The signal check uses the
+// record to tell such a pause from a late signal.
+type stallWatch struct {
+	mu    sync.Mutex
+	spans [][2]time.Time // from when the wake-up was due to when it came
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+// stallKeep is how long a stall is kept: longer than any schedule.
+const stallKeep = 2 * time.Minute
+
+func watchStalls() *stallWatch {
+	w := &stallWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		t := time.NewTimer(stallTick)
+		defer t.Stop()
+		for {
+			due := time.Now().Add(stallTick)
+			t.Reset(stallTick)
+			select {
+			case <-w.stop:
+				return
+			case <-t.C:
+			}
+			if now := time.Now(); now.Sub(due) >= stallMin {
+				w.note(due, now)
+			}
+		}
+	}()
+	return w
+}
+
+func (w *stallWatch) note(from, to time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := 0
+	for i < len(w.spans) && to.Sub(w.spans[i][1]) > stallKeep {
+		i++
+	}
+	w.spans = append(w.spans[i:], [2]time.Time{from, to})
+}
+
+// close stops the watcher; calling it again does nothing, nor does a nil
+// watcher.
+func (w *stallWatch) close() {
+	if w == nil {
+		return
+	}
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+// within returns how long the process stalled between from and to. A nil
+// watcher saw nothing.
+func (w *stallWatch) within(from, to time.Time) time.Duration {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var d time.Duration
+	for _, s := range w.spans {
+		if lo, hi := later(s[0], from), earlier(s[1], to); hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
+}
+
+// stallLead is how long before a lock's Until a stall can hold up the
+// signal of its loss: the renewal and the Done watcher act a renewal margin
+// (at most a node timeout plus the drift) before Until.
+const stallLead = 100 * time.Millisecond
+
+// explains tells whether stalls explain a signal that came at t, not before
+// until: the process stopped, from shortly before until on, for at least
+// as long as the signal was late.
+func (w *stallWatch) explains(until, t time.Time) bool {
+	d := w.within(until.Add(-stallLead), t)
+	return d > 0 && d >= t.Sub(until)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
