@@ -764,12 +764,16 @@ func takenByOne(t tally, q int) bool {
 
 // settleFence picks the fencing token of a fenced acquire that won its
 // quorum: the highest counter the nodes that took the lock answered. It
-// then makes sure a quorum stores at least that value, raising the nodes
-// that answered less (a node that restarted empty, or missed an earlier
-// acquire) and, in the background, those that did not take part, so that
-// the next holder's quorum, which shares a node with this one, counts from
-// it. In the usual case every node answered the same value and nothing is
-// sent.
+// then makes sure that a quorum of the nodes that took the lock store at
+// least that value, raising those that answered less (a node that
+// restarted empty, or missed an earlier acquire) and, in the background,
+// those that did not take part. Only a node that holds the lock counts: the
+// next holder's quorum shares one with ours, and takes the key there only
+// once our hold is gone, after the raise. A node where we lost may be where
+// a competing acquire has already drawn its token, below ours, and wins
+// once our lock has ended. The raises are answered before the validity is
+// reckoned, so each landed while the node still held our key. In the usual
+// case every node answered the same value and nothing is sent.
 func (c *Client) settleFence(ctx context.Context, k kind, ttl time.Duration, t tally, after settlement) (int64, settlement, bool) {
 	q := k.quorum(len(c.nodes))
 	var fence int64
@@ -789,7 +793,15 @@ func (c *Client) settleFence(ctx context.Context, k kind, ttl time.Duration, t t
 	if atFence == len(t.answers) {
 		return fence, after, true
 	}
-	stored := func(r *tally) bool { return atFence+r.yes >= q }
+	stored := func(r *tally) bool {
+		n := atFence
+		for i, a := range r.answers {
+			if a == holds && t.answers[i] == holds {
+				n++
+			}
+		}
+		return n >= q
+	}
 	r, settled := c.fanOut(ctx, c.nodeTimeout(ttl), stored, skip, after, raiseFenceOn(k.fenceKeys(), fence))
 	return fence, settled, stored(&r)
 }

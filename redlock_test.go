@@ -2,10 +2,12 @@ package redlock_test
 
 import (
 	"context"
+	"crypto/sha1"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -1102,5 +1104,120 @@ func TestLock_Release_outcomes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// scriptHook runs before on each run of the script whose body it was given
+// (EVALSHA by its hash, or EVAL of the body); an error from before is the
+// command's answer.
+type scriptHook struct {
+	sha, body string
+	before    func(ctx context.Context) error
+}
+
+func newScriptHook(t *testing.T, file string, before func(ctx context.Context) error) scriptHook {
+	t.Helper()
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scriptHook{sha: fmt.Sprintf("%x", sha1.Sum(body)), body: string(body), before: before}
+}
+
+func (h scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && (args[1] == h.sha || args[1] == h.body) {
+			if err := h.before(ctx); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestFencing_storedOnlyWhereHeld: a fenced acquire counts its token as
+// stored only on nodes where it holds the key. On the others a competing
+// acquire may already have drawn its token from the counter, below ours,
+// and then win once our lock has ended.
+//
+// Five nodes. j's fenced acquire has drawn 1 and 1 on nodes 3 and 4, and
+// waits for node 0. i then takes nodes 0, 1 and 2, answering 6, 6 and 10:
+// its token is 10. Its raise to 10 fails on nodes 0 and 1 (a minority) and
+// lands on 3 and 4, where j holds the key. Counting those, a quorum stores
+// 10; but once i's lock ends, j's call to node 0 draws 7 and j holds nodes
+// 0, 3 and 4 with token 7, after i's 10. i must not be granted.
+func TestFencing_storedOnlyWhereHeld(t *testing.T) {
+	c := newCluster(t, 5)
+	ctx := context.Background()
+	for i, v := range []string{"5", "5", "9"} {
+		if err := c.servers[i].Set("{f}:fence", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// j's clients: node 0 answers when let go on, nodes 1 and 2 fail.
+	jClients := c.connect(t)
+	goOn := make(chan struct{})
+	block := func(ch <-chan struct{}) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			select {
+			case <-ch:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	jClients[0].AddHook(newScriptHook(t, "acquire.lua", block(goOn)))
+	for _, i := range []int{1, 2} {
+		jClients[i].AddHook(newScriptHook(t, "acquire.lua", func(context.Context) error { return errors.New("node down") }))
+	}
+	j, err := redlock.New(jClients, redlock.WithNodeTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lock *redlock.Lock
+		err  error
+	}
+	jDone := make(chan result, 1)
+	go func() {
+		l, err := j.TryAcquire(ctx, "f", time.Minute, redlock.WithFencing())
+		jDone <- result{l, err}
+	}()
+	waitFor(t, "j's key on nodes 3 and 4", func() bool { return c.servers[3].Exists("f") && c.servers[4].Exists("f") })
+
+	// i's clients: the raise fails on nodes 0 and 1.
+	iClients := c.connect(t)
+	for _, i := range []int{0, 1} {
+		iClients[i].AddHook(newScriptHook(t, "raise_fence.lua", func(context.Context) error { return errors.New("node down") }))
+	}
+	i, err := redlock.New(iClients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iLock, iErr := i.TryAcquire(ctx, "f", time.Minute, redlock.WithFencing())
+	if iErr == nil {
+		mustRelease(t, iLock) // i's lock ends
+	} else if !errors.Is(iErr, redlock.ErrNotAcquired) {
+		t.Fatalf("i: %v, want ErrNotAcquired or a lock", iErr)
+	}
+	close(goOn)
+	jr := <-jDone
+	if jr.err != nil {
+		t.Fatalf("j: %v", jr.err)
+	}
+	defer mustRelease(t, jr.lock)
+	if iErr == nil && jr.lock.FencingToken() <= iLock.FencingToken() {
+		t.Fatalf("j holds the lock after i with token %d, not above i's %d", jr.lock.FencingToken(), iLock.FencingToken())
+	}
+	if iErr == nil {
+		t.Fatalf("i was granted token %d stored only where it did not hold the key", iLock.FencingToken())
 	}
 }
