@@ -162,7 +162,9 @@ func TestStallWatch(t *testing.T) {
 	defer w.close()
 	from := time.Now()
 	// Stop the world: every goroutine, the watcher's too, stops for it.
-	stopTheWorld(60 * time.Millisecond)
+	if err := stopTheWorld(60 * time.Millisecond); err != nil {
+		t.Fatalf("could not stop the process: %v", err)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for w.within(from, time.Now()) < 40*time.Millisecond {
 		if time.Now().After(deadline) {
@@ -259,7 +261,11 @@ func TestGenerate(t *testing.T) {
 }
 
 // stopTheWorld has the process stopped (SIGSTOP) for d, and continued.
-func stopTheWorld(d time.Duration) {
+func stopTheWorld(d time.Duration) error {
 	pid := os.Getpid()
-	_ = exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep %.3f; kill -CONT %d", pid, d.Seconds(), pid)).Run()
+	out, err := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d && sleep %.3f; kill -CONT %d", pid, d.Seconds(), pid)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, out)
+	}
+	return nil
 }
