@@ -89,6 +89,15 @@ end
 if redis.pcall('GET', key) == token then
   redis.call('DEL', key)
   n = 1
+  if op == 'drop' then
+    -- the attempt took the key here, which took us out of the queue, and
+    -- failed elsewhere: we stay first in line, as we were
+    local patience = tonumber(ARGV[7])
+    redis.call('ZADD', q, ARGV[6], waiter)
+    redis.call('ZADD', dl, now + patience, waiter)
+    redis.call('PEXPIRE', q, 2 * patience)
+    redis.call('PEXPIRE', dl, 2 * patience)
+  end
 end
 if op == 'release' then
   -- on every node, held or not: the waiter listens on one of them

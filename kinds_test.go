@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -701,5 +702,129 @@ func TestKinds_matrix(t *testing.T) {
 				mustRelease(t, again)
 			})
 		}
+	}
+}
+
+// failedAttempt makes the first attempt of a fair Acquire after it is
+// armed fail although it takes the key: it waits until start is closed,
+// then the answers of the nodes that lose are lost. The Acquire's later
+// attempts wait until gate is closed.
+type failedAttempt struct {
+	script scriptHook
+	state  *attemptState
+	lose   bool // this node's answer is lost
+}
+
+type attemptState struct {
+	armed atomic.Bool
+	mu    sync.Mutex
+	token string // the failing attempt's
+	start chan struct{}
+	gate  chan struct{}
+}
+
+func (h failedAttempt) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h failedAttempt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if !h.state.armed.Load() || len(args) < 5 || (args[1] != h.script.sha && args[1] != h.script.body) {
+			return next(ctx, cmd)
+		}
+		numKeys, _ := args[2].(int)
+		op, _ := args[3+numKeys].(string)
+		token, _ := args[4+numKeys].(string)
+		if op != "acquire" {
+			return next(ctx, cmd)
+		}
+		h.state.mu.Lock()
+		if h.state.token == "" {
+			h.state.token = token
+		}
+		failing := h.state.token == token
+		h.state.mu.Unlock()
+		if !failing {
+			select {
+			case <-h.state.gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return next(ctx, cmd)
+		}
+		select {
+		case <-h.state.start:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		err := next(ctx, cmd)
+		if took, _ := cmd.(*redis.Cmd).Int64(); err == nil && took != 0 && h.lose {
+			cmd.SetErr(errors.New("connection reset: the answer was lost"))
+			return cmd.Err()
+		}
+		return err
+	}
+}
+
+func (h failedAttempt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestKinds_fairFailedAttemptKeepsItsPlace: a fair waiter whose attempt
+// took the key on nodes but failed (their answers were lost) keeps its place
+// in the queue there: a waiter with a higher ticket does not get ahead of it
+// before it tries again.
+func TestKinds_fairFailedAttemptKeepsItsPlace(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	fair := redlock.Fair()
+	holder := mustTryAcquire(t, c.client(t), ctx, "turn", time.Minute, fair)
+
+	state := &attemptState{start: make(chan struct{}), gate: make(chan struct{})}
+	firstNodes := c.connect(t)
+	for i, rdb := range firstNodes {
+		rdb.AddHook(failedAttempt{script: newScriptHook(t, "kind_fair.lua", nil), state: state, lose: i < 2})
+	}
+	first := mustNew(t, firstNodes, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
+	second := mustNew(t, c.connect(t), redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
+
+	firstDone := make(chan error, 1)
+	go func() {
+		l, err := first.Acquire(ctx, "turn", time.Minute, fair)
+		if err == nil {
+			mustRelease(t, l)
+		}
+		firstDone <- err
+	}()
+	waitFor(t, "the first waiter to queue", func() bool { return slices.Equal(queueSizes(c, "turn"), []int{1, 1, 1}) })
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	secondDone := make(chan error, 1)
+	go func() {
+		l, err := second.Acquire(sctx, "turn", time.Minute, fair)
+		if err == nil {
+			mustRelease(t, l)
+		}
+		secondDone <- err
+	}()
+	waitFor(t, "the second waiter to queue", func() bool { return slices.Equal(queueSizes(c, "turn"), []int{2, 2, 2}) })
+
+	state.armed.Store(true)
+	mustRelease(t, holder)
+	close(state.start)
+	// The first waiter's attempt takes the key on every node and fails, and
+	// its next ones wait at the gate.
+	// The second, behind it in every queue, must not get the lock; give it
+	// time to try (it tries every 2 ms at most).
+	select {
+	case err := <-secondDone:
+		t.Fatalf("the second waiter returned (%v) while the first, ahead of it, was still trying", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(state.gate)
+	if err := <-firstDone; err != nil {
+		t.Fatalf("first waiter: %v", err)
+	}
+	if err := <-secondDone; err != nil {
+		t.Fatalf("second waiter: %v", err)
 	}
 }
