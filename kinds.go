@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	_ "embed"
@@ -251,9 +252,22 @@ func (k readWrite) leave(token string) *nodeOp {
 }
 
 // fairPatience is how long a fair lock's waiter keeps its place in the
-// queue on a node without trying again there; a fair Acquire tries at
-// least every fairPatience/4.
+// queue on a node without trying again there, unless its node timeout asks
+// for longer (see Client.fairPatience); a fair Acquire tries at least every
+// quarter of its patience.
 const fairPatience = 4 * time.Second
+
+// fairPatienceTimeouts is the patience in node timeouts, when that is
+// longer: between two of a waiter's calls to a node there can be an
+// attempt, the raise of its fencing token and its cleanup, each waiting up
+// to a node timeout, the wait before the next attempt (a quarter of the
+// patience), and that attempt's way to the node, up to a node timeout.
+const fairPatienceTimeouts = 8
+
+// fairPatience is how long a fair waiter of a lock of ttl keeps its place.
+func (c *Client) fairPatience(ttl time.Duration) time.Duration {
+	return max(fairPatience, fairPatienceTimeouts*c.nodeTimeout(ttl))
+}
 
 // fair is a lock granted in the order of its waiters' tickets.
 type fair struct {
@@ -261,6 +275,9 @@ type fair struct {
 	key    string
 	waiter string // the queue entry, across the Acquire's attempts
 	ticket int64  // set once the Acquire has drawn it
+	// patience is how long the waiter keeps its place on a node without
+	// trying again there (Client.fairPatience), set by the Acquire.
+	patience time.Duration
 }
 
 func newFair(key string) *fair {
@@ -273,7 +290,7 @@ func newFair(key string) *fair {
 }
 
 func (k *fair) withArgs(op nodeOp) nodeOp {
-	op.args = append(op.args, k.ticket, fairPatience.Milliseconds(), k.waiter)
+	op.args = append(op.args, k.ticket, cmp.Or(k.patience, fairPatience).Milliseconds(), k.waiter)
 	return op
 }
 
@@ -387,9 +404,12 @@ func WithPermits(permits int) AcquireOption {
 // Acquire draws a ticket from a quorum of the nodes, queues with it on
 // every node, and the lock goes to the waiter with the lowest ticket. A
 // waiter that stops trying (its process died) loses its place on a node
-// 4s after its last attempt there, so it holds the queue up for no longer.
-// A fair Acquire tries at least every second, whatever its retry policy, to
-// keep its place. TryAcquire with Fair draws a ticket and tries once, and
+// after its patience, 4s or 8 node timeouts if that is longer, from its
+// last attempt there, so it holds the queue up for no longer. A fair
+// Acquire tries at least every quarter of its patience (every second with
+// the default node timeouts), whatever its retry policy, to keep its
+// place. An attempt that took the key on some nodes and failed keeps the
+// waiter's place there. TryAcquire with Fair draws a ticket and tries once, and
 // leaves the queue when it fails. Default: not fair.
 func Fair() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -826,5 +827,140 @@ func TestKinds_fairFailedAttemptKeepsItsPlace(t *testing.T) {
 	}
 	if err := <-secondDone; err != nil {
 		t.Fatalf("second waiter: %v", err)
+	}
+}
+
+// TestKinds_fairPatienceOutlastsAnAttempt: a waiter's place on a node lasts
+// longer than its calls may take between two attempts, however long the
+// node timeout: 4 s, or 8 node timeouts when that is longer.
+func TestKinds_fairPatienceOutlastsAnAttempt(t *testing.T) {
+	for _, tt := range []struct {
+		nodeTimeout time.Duration
+		want        int64 // ms
+	}{
+		{100 * time.Millisecond, 4000},
+		{time.Second, 8000},
+		{5 * time.Second, 40000},
+	} {
+		c := newCluster(t, 3)
+		var (
+			mu       sync.Mutex
+			patience []int64
+		)
+		seen := newScriptHook(t, "kind_fair.lua", nil)
+		for _, rdb := range c.clients {
+			rdb.AddHook(argvHook{script: seen, argv: func(argv []any) {
+				if argv[0] == "acquire" {
+					p, _ := strconv.ParseInt(fmt.Sprint(argv[6]), 10, 64)
+					mu.Lock()
+					patience = append(patience, p)
+					mu.Unlock()
+				}
+			}})
+		}
+		rc := c.client(t, redlock.WithNodeTimeout(tt.nodeTimeout))
+		mustRelease(t, mustTryAcquire(t, rc, context.Background(), "turn", time.Minute, redlock.Fair()))
+		mu.Lock()
+		if len(patience) == 0 || slices.ContainsFunc(patience, func(p int64) bool { return p != tt.want }) {
+			t.Errorf("node timeout %v: the acquires gave a patience of %v ms, want %d", tt.nodeTimeout, patience, tt.want)
+		}
+		mu.Unlock()
+	}
+}
+
+// argvHook shows argv each ARGV of each run of its script.
+type argvHook struct {
+	script scriptHook
+	argv   func([]any)
+}
+
+func (h argvHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h argvHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 3 && (args[1] == h.script.sha || args[1] == h.script.body) {
+			numKeys, _ := args[2].(int)
+			h.argv(args[3+numKeys:])
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h argvHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// opHook runs each of its script's calls through do, given the ARGV[1]
+// (the operation) and the call.
+type opHook struct {
+	script scriptHook
+	do     func(ctx context.Context, op string, call func() error) error
+}
+
+func (h opHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h opHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 4 || (args[1] != h.script.sha && args[1] != h.script.body) {
+			return next(ctx, cmd)
+		}
+		numKeys, _ := args[2].(int)
+		op, _ := args[3+numKeys].(string)
+		return h.do(ctx, op, func() error { return next(ctx, cmd) })
+	}
+}
+
+func (h opHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestKinds_fairGivingUpAfterALateAttempt: a fair waiter that gives up
+// leaves the queue after its last attempt's cleanup, not before it. Node 0
+// takes the key for the attempt but answers too late; the cleanup there
+// (which puts the waiter back in line, as after any attempt that took the
+// key) is slow; the leave must land after it, or the waiter that gave up
+// would hold the queue there for its patience.
+func TestKinds_fairGivingUpAfterALateAttempt(t *testing.T) {
+	c := newCluster(t, 3)
+	for _, s := range c.servers[1:] {
+		s.Set("turn", "another holder") // nodes 1 and 2 are taken
+	}
+	nodes := c.connect(t)
+	landed := make(chan string, 4)
+	nodes[0].AddHook(opHook{script: newScriptHook(t, "kind_fair.lua", nil), do: func(ctx context.Context, op string, call func() error) error {
+		switch op {
+		case "acquire":
+			err := call()
+			time.Sleep(300 * time.Millisecond) // the answer comes after the node timeout
+			return err
+		case "drop":
+			time.Sleep(30 * time.Millisecond)
+		case "leave":
+		default:
+			return call()
+		}
+		err := call()
+		landed <- op
+		return err
+	}})
+	rc := mustNew(t, nodes, redlock.WithBatching(false), redlock.WithNodeTimeout(200*time.Millisecond))
+	if _, err := rc.TryAcquire(context.Background(), "turn", time.Minute, redlock.Fair()); !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire: %v, want ErrNotAcquired", err)
+	}
+	var order []string
+	for len(order) < 2 {
+		select {
+		case op := <-landed:
+			order = append(order, op)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("node 0 saw %v; want a drop and a leave", order)
+		}
+	}
+	if !slices.Equal(order, []string{"drop", "leave"}) {
+		t.Fatalf("node 0 ran %v, want the drop, then the leave", order)
+	}
+	if n := queueSizes(c, "turn"); n[0] != 0 || c.servers[0].Exists("turn") {
+		t.Fatalf("the waiter that gave up is still in node 0's queue (%d) or holds its key", n[0])
 	}
 }

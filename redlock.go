@@ -448,6 +448,7 @@ func (c *Client) observed(ctx context.Context, k kind, acquire func(attempts *in
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
 func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac acquireConfig, attempts *int) (*Lock, error) {
 	if f, ok := k.(*fair); ok {
+		f.patience = c.fairPatience(ttl)
 		// A ticket that misses its quorum (nodes down or slow) is drawn
 		// again after the retry delay, as a failed attempt is tried again.
 		for failed := 1; ; failed++ {
@@ -476,6 +477,11 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		token string
 		first bool // a fair lock's last announcement named this waiter first in line
 		woken bool // the last wait ended with a release announcement
+		// The calls of the attempts, their cleanups and the leave go to
+		// each node in order: a late cleanup must not land after a later
+		// attempt's calls (it would put a fair waiter back in a queue it
+		// had left).
+		settled settlement
 	)
 	for failed := 1; ; failed++ {
 		token = rand.Text()
@@ -484,12 +490,16 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		// (the release has not reached every node yet): it need not wait for
 		// a frozen node's timeout to learn that. Its keys on nodes that had
 		// not answered are deleted in order before its next attempt there.
-		lock, qe := c.attempt(ctx, k, token, ttl, ac, first)
+		var (
+			lock *Lock
+			qe   *quorumError
+		)
+		lock, settled, qe = c.attempt(ctx, k, token, ttl, ac, first, settled)
 		if qe == nil {
 			return lock, nil
 		}
 		if qe.cause != nil {
-			c.leave(ctx, k, token, ttl)
+			c.leave(ctx, k, token, ttl, settled)
 			return nil, qe
 		}
 		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "lock", k.describe(), "attempt", failed, "err", qe)
@@ -510,8 +520,8 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 			// rather than after the growing delay.
 			delay = min(delay, wakeSpread+mrand.N(4*wakeSpread))
 		}
-		if _, ok := k.(*fair); ok {
-			delay = min(delay, fairPatience/4) // keep our place in the queue
+		if f, ok := k.(*fair); ok {
+			delay = min(delay, f.patience/4) // keep our place in the queue
 			if first {
 				// First in line, and still refused: the release that named
 				// us has not reached every node yet. Nobody else will
@@ -522,7 +532,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		var ok bool
 		if ok, first, woken = c.waitRetry(ctx, k, watch, delay, failed); !ok {
 			qe.cause = ctx.Err()
-			c.leave(ctx, k, token, ttl)
+			c.leave(ctx, k, token, ttl, settled)
 			return nil, qe
 		}
 	}
@@ -564,13 +574,13 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 
 // leave drops what an Acquire that gives up left on the nodes between its
 // attempts (a writer's mark, a place in a fair queue), waiting at most the
-// node timeout.
-func (c *Client) leave(ctx context.Context, k kind, token string, ttl time.Duration) {
+// node timeout; on each node after the calls of after.
+func (c *Client) leave(ctx context.Context, k kind, token string, ttl time.Duration, after settlement) {
 	op := k.leave(token)
 	if op == nil {
 		return
 	}
-	c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), nil, nil, settlement{}, *op)
+	c.fanOut(context.WithoutCancel(ctx), c.nodeTimeout(ttl), nil, nil, after, *op)
 }
 
 // TryAcquire makes exactly one attempt to acquire the lock on key for ttl.
@@ -593,14 +603,15 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 // drawn first and its place in the queue left when the attempt fails.
 func (c *Client) tryOnce(ctx context.Context, k kind, ttl time.Duration, ac acquireConfig) (*Lock, error) {
 	if f, ok := k.(*fair); ok {
+		f.patience = c.fairPatience(ttl)
 		if qe := c.drawTicket(ctx, f, ttl); qe != nil {
 			return nil, qe
 		}
 	}
 	token := rand.Text()
-	lock, qe := c.attempt(ctx, k, token, ttl, ac, false)
+	lock, settled, qe := c.attempt(ctx, k, token, ttl, ac, false, settlement{})
 	if qe != nil {
-		c.leave(ctx, k, token, ttl)
+		c.leave(ctx, k, token, ttl, settled)
 		return nil, qe
 	}
 	return lock, nil
@@ -658,9 +669,9 @@ func (c *Client) checkLease(key string, ttl time.Duration) error {
 // ended by the time it returned. eager returns a failure as soon as the
 // quorum is out of reach, rather than after every node answered or timed
 // out.
-func (c *Client) attempt(ctx context.Context, k kind, token string, ttl time.Duration, ac acquireConfig, eager bool) (*Lock, *quorumError) {
+func (c *Client) attempt(ctx context.Context, k kind, token string, ttl time.Duration, ac acquireConfig, eager bool, after settlement) (*Lock, settlement, *quorumError) {
 	if err := ctx.Err(); err != nil {
-		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", k.describe()), cause: err, heldOn: -1}
+		return nil, after, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", k.describe()), cause: err, heldOn: -1}
 	}
 	start := c.cfg.clock.Now()
 	// Return as soon as a quorum holds, leaving slower nodes to the
@@ -676,10 +687,9 @@ func (c *Client) attempt(ctx context.Context, k kind, token string, ttl time.Dur
 	if eager {
 		stop = decidedAt(len(c.nodes), q)
 	}
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), stop, nil, settlement{}, k.acquire(token, ttl, ac.fenced))
+	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), stop, nil, after, k.acquire(token, ttl, ac.fenced))
 	c.observeNodes(ctx, OpAcquire, k, wall, t)
-	lock, _, qe := c.conclude(ctx, k, token, ttl, ac, start, t, settled)
-	return lock, qe
+	return c.conclude(ctx, k, token, ttl, ac, start, t, settled)
 }
 
 // conclude is steps 3 and 4 of an attempt that started at start and got t
