@@ -269,3 +269,13 @@ func stopTheWorld(d time.Duration) error {
 	}
 	return nil
 }
+
+func TestStallWatch_overlapsCountOnce(t *testing.T) {
+	w := &stallWatch{spans: [][2]time.Time{{tms(10), tms(30)}, {tms(20), tms(40)}, {tms(15), tms(25)}, {tms(50), tms(60)}}}
+	if got := w.within(tms(0), tms(100)); got != 40*time.Millisecond {
+		t.Fatalf("within = %v, want 40ms: 10 to 40 and 50 to 60", got)
+	}
+	if got := w.within(tms(35), tms(55)); got != 10*time.Millisecond {
+		t.Fatalf("within = %v, want 10ms: 35 to 40 and 50 to 55", got)
+	}
+}

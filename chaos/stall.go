@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"runtime"
+	"slices"
 	"sync"
 	"time"
 )
@@ -12,8 +14,8 @@ const (
 	stallMin  = 5 * time.Millisecond
 )
 
-// stallWatch records when this process did not run: a goroutine sleeps a
-// tick at a time and notes every wake-up that came stallMin or more later
+// stallWatch records when this process did not run: goroutines sleep a
+// tick at a time and note every wake-up that came stallMin or more later
 // than asked. On a loaded machine the process stops for tens of
 // milliseconds at a time, and a lock's timer then fires late for reasons
 // no lock can help: the holder was paused, which the safety assumptions
@@ -30,24 +32,38 @@ type stallWatch struct {
 // stallKeep is how long a stall is kept: longer than any schedule.
 const stallKeep = 2 * time.Minute
 
+// stallWatchers is how many goroutines watch, per P: a timer lives on the
+// P its goroutine last ran on, and when the operating system stops that
+// P's thread while another runs, only the goroutines whose timers are on
+// it wake late. Several watchers spread over the Ps see such a stall too.
+const stallWatchers = 2
+
 func watchStalls() *stallWatch {
 	w := &stallWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for range stallWatchers * runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTimer(stallTick)
+			defer t.Stop()
+			for {
+				due := time.Now().Add(stallTick)
+				t.Reset(stallTick)
+				select {
+				case <-w.stop:
+					return
+				case <-t.C:
+				}
+				if now := time.Now(); now.Sub(due) >= stallMin {
+					w.note(due, now)
+				}
+			}
+		}()
+	}
 	go func() {
-		defer close(w.done)
-		t := time.NewTimer(stallTick)
-		defer t.Stop()
-		for {
-			due := time.Now().Add(stallTick)
-			t.Reset(stallTick)
-			select {
-			case <-w.stop:
-				return
-			case <-t.C:
-			}
-			if now := time.Now(); now.Sub(due) >= stallMin {
-				w.note(due, now)
-			}
-		}
+		wg.Wait()
+		close(w.done)
 	}()
 	return w
 }
@@ -72,18 +88,26 @@ func (w *stallWatch) close() {
 	<-w.done
 }
 
-// within returns how long the process stalled between from and to. A nil
-// watcher saw nothing.
+// within returns how long the process (or one of its threads) stalled
+// between from and to: the length of the union of the stalls the watchers
+// saw. A nil watcher saw nothing.
 func (w *stallWatch) within(from, to time.Time) time.Duration {
 	if w == nil {
 		return 0
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	var d time.Duration
-	for _, s := range w.spans {
-		if lo, hi := later(s[0], from), earlier(s[1], to); hi.After(lo) {
+	spans := slices.Clone(w.spans)
+	w.mu.Unlock()
+	slices.SortFunc(spans, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
+	var (
+		d   time.Duration
+		end time.Time // of what is counted so far
+	)
+	for _, s := range spans {
+		lo, hi := later(later(s[0], from), end), earlier(s[1], to)
+		if hi.After(lo) {
 			d += hi.Sub(lo)
+			end = hi
 		}
 	}
 	return d
