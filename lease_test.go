@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
@@ -20,7 +19,7 @@ import (
 
 // waiters blocks until the fake clock has n waiters: the lock's goroutines
 // are then parked on it and an Advance reaches them.
-func waiters(t *testing.T, clock *clockwork.FakeClock, n int) {
+func waiters(t *testing.T, clock *manualClock, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -438,7 +437,7 @@ func renewMargin(ttl, nodeTimeout time.Duration) time.Duration {
 // onceHook advances a fake clock by `by` at the first command its clients
 // run: an acquire that took that long.
 type onceHook struct {
-	clock *clockwork.FakeClock
+	clock *manualClock
 	by    time.Duration
 	once  *sync.Once
 }

@@ -12,11 +12,10 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
@@ -25,7 +24,7 @@ func TestMain(m *testing.M) {
 	// A go-redis pool that has failed to dial keeps one goroutine trying
 	// again every second until the pool is closed; the tests close their
 	// clients, and the goroutine ends at its next wake-up.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	leaktest.Main(m, "github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
 }
 
 type quietLogger struct{}
@@ -112,11 +111,6 @@ func (c *cluster) commands() int {
 	return n
 }
 
-// fakeClock returns a clock that moves only when told to.
-func fakeClock() *clockwork.FakeClock {
-	return clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-}
-
 // hungNode is a TCP server that accepts connections and reads from them but
 // never answers: a node that is up and stuck.
 type hungNode struct {
@@ -173,7 +167,7 @@ func (h *hungNode) Addr() string { return h.ln.Addr().String() }
 // clockHook advances a fake clock whenever its client runs a command that
 // matches, as if the node took that long to answer.
 type clockHook struct {
-	clock *clockwork.FakeClock
+	clock *manualClock
 	by    time.Duration
 }
 

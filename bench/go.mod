@@ -2,13 +2,12 @@ module github.com/quorumlock/redlock/bench
 
 go 1.26.0
 
-replace github.com/quorumlock/redlock => ../
-
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
-	github.com/quorumlock/redlock v0.0.0-00010101000000-000000000000
+	github.com/quorumlock/redlock v0.1.0
+	github.com/quorumlock/redlock/chaos v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -36,3 +35,5 @@ require (
 	google.golang.org/protobuf v1.36.1 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
+
+

@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
+
+	"github.com/quorumlock/redlock/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.Main(m) }
 
 // TestNode_expiresKeys: a key set with a TTL is gone once the TTL has
 // passed on the wall clock, with nobody calling FastForward.
