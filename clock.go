@@ -23,3 +23,15 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time                         { return time.Now() }
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// WithClock sets the monotonic Clock used for validity and retry waits. It
+// must not be nil. Default: the system's monotonic clock.
+func WithClock(clock Clock) Option {
+	return clientOption(func(c *config) error {
+		if isNil(clock) {
+			return invalid("clock is nil")
+		}
+		c.clock = clock
+		return nil
+	})
+}

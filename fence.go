@@ -46,3 +46,47 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token
 	}
 	return nil
 }
+
+// settleFence picks the fencing token of a fenced acquire that won its
+// quorum: the highest counter the nodes that took the lock answered. It
+// then makes sure that a quorum of the nodes that took the lock store at
+// least that value, raising those that answered less (a node that
+// restarted empty, or missed an earlier acquire) and, in the background,
+// those that did not take part. Only a node that holds the lock counts: the
+// next holder's quorum shares one with ours, and takes the key there only
+// once our hold is gone, after the raise. A node where we lost may be where
+// a competing acquire has already drawn its token, below ours, and wins
+// once our lock has ended. The raises are answered before the validity is
+// reckoned, so each landed while the node still held our key. In the usual
+// case every node answered the same value and nothing is sent.
+func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int64, bool) {
+	q := a.kind.quorum(len(c.nodes))
+	var fence int64
+	for i, a := range t.answers {
+		if a == holds {
+			fence = max(fence, t.values[i])
+		}
+	}
+	atFence := 0
+	skip := make([]bool, len(t.answers))
+	for i, a := range t.answers {
+		if a == holds && t.values[i] == fence {
+			atFence++
+			skip[i] = true
+		}
+	}
+	if atFence == len(t.answers) {
+		return fence, true
+	}
+	stored := func(r *tally) bool {
+		n := atFence
+		for i, a := range r.answers {
+			if a == holds && t.answers[i] == holds {
+				n++
+			}
+		}
+		return n >= q
+	}
+	r := a.fanOut(ctx, c, stored, skip, raiseFenceOn(a.kind.fenceKeys(), fence))
+	return fence, stored(&r)
+}

@@ -2,7 +2,7 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
+	"time"
 )
 
 // handOffResult is what a hand-off did and learned.
@@ -44,9 +44,9 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // frees the nodes where it had replaced l's token; the caller releases l on
 // the nodes the hand-off did not hear from.
 func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult {
-	token := rand.Text()
-	start := c.cfg.clock.Now()
-	t, settled := c.fanOut(ctx, c.nodeTimeout(w.ttl), wonAt(l.quorum), nil, l.settled, handOffOn(l.key, token, l.token, w.ttl, w.ac.fenced))
+	a := c.newAcquisition(l.kind, w.ttl, w.ac, l.settled)
+	a.start = c.cfg.clock.Now()
+	t := a.fanOut(ctx, c, wonAt(l.quorum), nil, handOffOn(l.key, a.token, l.token, w.ttl, w.ac.fenced))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, a := range t.answers {
 		switch a {
@@ -64,6 +64,34 @@ func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult 
 			h.had[i] = a
 		}
 	}
-	h.next, l.settled, _ = c.conclude(ctx, l.kind, token, w.ttl, w.ac, start, t, settled)
+	h.next, _ = c.conclude(ctx, a, t)
+	l.settled = a.settled
 	return h
+}
+
+// release is a Release that hands l to the next goroutine of its Client
+// waiting for the key, when there is one and the run of hand-offs allows
+// (done is then true, and err Release's result). When the hand-off fails,
+// it releases l on the nodes the hand-off did not hear from, and the waiter
+// contends for the key as anyone would.
+func (t turn) release(ctx context.Context, l *Lock, ttl time.Duration) (done bool, err error) {
+	c := l.client
+	w := t.qs.nextForHandOff(t.q, l, c.cfg.handOffs)
+	if w == nil {
+		return false, nil
+	}
+	h := c.handOff(ctx, l, w)
+	yes, no, unknown := h.count()
+	if h.next != nil {
+		t.qs.handOver(t.q, w, h.next, h.contended)
+		l.finish()
+		return true, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, ttl, h.errs)
+	}
+	defer t.qs.giveTurn(t.q, w)
+	skipped := yes + no // the nodes the hand-off heard from
+	r, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.releasedAt(l.quorum, yes, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
+	l.settled = settled
+	l.finish()
+	yes, no = yes+r.yes, no+r.no-skipped
+	return true, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, ttl, r.errs)
 }

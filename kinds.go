@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,13 +67,49 @@ type kind interface {
 	fenceKeys() []string
 	// channels are where its releases are announced.
 	channels() []string
+	// name names the kind in Events: plain, reentrant, read, write,
+	// semaphore, multi-key or fair.
+	name() string
+	// takesTurns tells whether the Client's goroutines that want the lock
+	// wait for it in a local queue (see localqueue.go): a plain lock's do.
+	// The holds of the other kinds may coexist (readers, permits, an
+	// owner's holds) or are ordered on the nodes (fair).
+	takesTurns() bool
 }
+
+// waitsInLine is a kind whose waiter keeps a place in a queue on the nodes
+// across the attempts of one Acquire: the fair lock. The acquire loop calls
+// these at its steps; the kind's script does the rest.
+type waitsInLine interface {
+	kind
+	// join gives the waiter its place before the first attempt, trying
+	// again after retry's delays while ctx lasts (once when retry is nil).
+	join(ctx context.Context, c *Client, ttl time.Duration, retry RetryPolicy) *quorumError
+	// nextWait is the wait before the next attempt, given the retry
+	// policy's delay and whether the last release named this waiter first.
+	nextWait(delay time.Duration, first bool) time.Duration
+	// named tells whom a release message names first in line.
+	named(payload string) naming
+	// dequeue leaves the queue on the nodes where a won lock was not taken.
+	dequeue() nodeOp
+}
+
+// naming is whom a queue's release message names first in line.
+type naming int
+
+const (
+	namedNobody  naming = iota // the queue is empty: anyone may try
+	namedUs                    // this waiter: it tries at once
+	namedAnother               // another waiter: this one keeps waiting
+)
 
 // plain is the plain lock: the key holds the token.
 type plain struct{ key string }
 
 func (k plain) keys() []string      { return []string{k.key} }
 func (k plain) describe() string    { return strconv.Quote(k.key) }
+func (k plain) name() string        { return "plain" }
+func (k plain) takesTurns() bool    { return true }
 func (k plain) quorum(n int) int    { return quorumOf(n) }
 func (k plain) fenceKeys() []string { return []string{fenceKey(k.key)} }
 func (k plain) channels() []string  { return []string{releaseChannel(k.key)} }
@@ -126,6 +163,7 @@ func (s scripted) drop(token string) nodeOp {
 func (s scripted) leave(string) *nodeOp { return nil }
 func (s scripted) fenceKeys() []string  { return s.fences }
 func (s scripted) channels() []string   { return s.chans }
+func (s scripted) takesTurns() bool     { return false }
 
 // reentrant is a lock held by an owner, any number of times at once.
 type reentrant struct {
@@ -145,6 +183,7 @@ func newReentrant(key, owner string) reentrant {
 
 func (k reentrant) keys() []string   { return []string{k.key} }
 func (k reentrant) describe() string { return fmt.Sprintf("%q (owner %q)", k.key, k.owner) }
+func (k reentrant) name() string     { return "reentrant" }
 func (k reentrant) quorum(n int) int { return quorumOf(n) }
 
 // multi is a lock on several keys at once.
@@ -167,6 +206,7 @@ func newMulti(keys []string) multi {
 
 func (k multi) keys() []string   { return k.ks }
 func (k multi) describe() string { return fmt.Sprintf("%q", k.ks) }
+func (k multi) name() string     { return "multi-key" }
 func (k multi) quorum(n int) int { return quorumOf(n) }
 
 // The multi-key script announces on every key's channel; its ARGV[4] is a
@@ -195,6 +235,7 @@ func newSemaphore(key string, permits int) semaphore {
 }
 
 func (k semaphore) keys() []string { return []string{k.key} }
+func (k semaphore) name() string   { return "semaphore" }
 func (k semaphore) describe() string {
 	return fmt.Sprintf("semaphore %q (%d permits)", k.key, k.permits)
 }
@@ -243,6 +284,12 @@ func (k readWrite) describe() string {
 	return fmt.Sprintf("read lock %q", k.key)
 }
 func (k readWrite) quorum(n int) int { return quorumOf(n) }
+func (k readWrite) name() string {
+	if k.writer {
+		return "write"
+	}
+	return "read"
+}
 func (k readWrite) leave(token string) *nodeOp {
 	if !k.writer {
 		return nil
@@ -296,6 +343,7 @@ func (k *fair) withArgs(op nodeOp) nodeOp {
 
 func (k *fair) keys() []string   { return []string{k.key} }
 func (k *fair) describe() string { return fmt.Sprintf("fair lock %q", k.key) }
+func (k *fair) name() string     { return "fair" }
 func (k *fair) quorum(n int) int { return quorumOf(n) }
 func (k *fair) ticketOp() nodeOp {
 	return k.withArgs(k.op("ticket", "", time.Millisecond, false, false))
@@ -316,12 +364,71 @@ func (k *fair) leave(token string) *nodeOp {
 	return &op
 }
 
-// drawTicket gives a fair Acquire its place in the queue: the highest of
-// the ticket counters of a quorum of nodes, each incremented. Two waiters
-// whose quorums share a node get different tickets from it, and the
-// highest of each set keeps them apart unless the highest values tie; the
-// queue then orders them by token. Every node ranks waiters by the same
-// ticket, so the first in line is the same everywhere.
+// join gives a fair Acquire its place in the queue: its patience, and a
+// ticket drawn from a quorum of the nodes (drawTicket). A draw that misses
+// its quorum (nodes down or slow) is made again after the retry delay, as a
+// failed attempt is tried again, while ctx lasts; with no retry policy,
+// once.
+func (k *fair) join(ctx context.Context, c *Client, ttl time.Duration, retry RetryPolicy) *quorumError {
+	k.patience = c.fairPatience(ttl)
+	for failed := 1; ; failed++ {
+		qe := c.drawTicket(ctx, k, ttl)
+		if qe == nil || qe.cause != nil || retry == nil {
+			return qe
+		}
+		select {
+		case <-c.cfg.clock.After(retry.Delay(failed)):
+		case <-ctx.Done():
+			qe.cause = ctx.Err()
+			return qe
+		}
+	}
+}
+
+// nextWait keeps the waiter's place: it tries again within a quarter of its
+// patience, and at once when the last release named it first in line but
+// it was still refused (the release had not reached every node yet, and
+// nobody else will announce anything).
+func (k *fair) nextWait(delay time.Duration, first bool) time.Duration {
+	if first {
+		return wakeSpread
+	}
+	return min(delay, k.patience/4)
+}
+
+func (k *fair) named(payload string) naming {
+	switch payload {
+	case "":
+		return namedNobody
+	case k.waiter:
+		return namedUs
+	}
+	return namedAnother
+}
+
+// leaveTheLine is the end of a won attempt of a kind that waits in line:
+// it leaves the queue on the nodes where the key was not taken, so as not
+// to stand first in line there; in the background, in order before the
+// lock's later calls. For the other kinds it does nothing.
+func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
+	line, ok := a.kind.(waitsInLine)
+	if !ok || t.yes == len(c.nodes) {
+		return
+	}
+	skip := make([]bool, len(t.answers))
+	for i, ans := range t.answers {
+		skip[i] = ans == holds
+	}
+	now := func(*tally) bool { return true }
+	a.fanOut(context.WithoutCancel(ctx), c, now, skip, line.dequeue())
+}
+
+// drawTicket draws a fair waiter's ticket: the highest of the ticket
+// counters of a quorum of nodes, each incremented. Two waiters whose
+// quorums share a node get different tickets from it, and the highest of
+// each set keeps them apart unless the highest values tie; the queue then
+// orders them by token. Every node ranks waiters by the same ticket, so the
+// first in line is the same everywhere.
 func (c *Client) drawTicket(ctx context.Context, f *fair, ttl time.Duration) *quorumError {
 	q := f.quorum(len(c.nodes))
 	t, _ := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(q), nil, settlement{}, f.ticketOp())
@@ -492,4 +599,64 @@ func (l *Lock) Ticket() uint64 {
 		return uint64(f.ticket)
 	}
 	return 0
+}
+
+// kindFor is the kind of lock the options ask for on key.
+func (ac acquireConfig) kindFor(key string) kind {
+	switch {
+	case ac.owner != "":
+		return newReentrant(key, ac.owner)
+	case ac.role != 0:
+		return newReadWrite(key, ac.role == 'w')
+	case ac.permits > 0:
+		return newSemaphore(key, ac.permits)
+	case ac.fair:
+		return newFair(key)
+	}
+	return plain{key}
+}
+
+type acquireConfig struct {
+	retry     RetryPolicy
+	fenced    bool
+	autoRenew bool
+
+	// the kind of lock (see kinds.go); at most one of these is set
+	owner   string // reentrant
+	role    byte   // 'r' reader, 'w' writer
+	permits int    // semaphore
+	fair    bool
+	kinds   []string // the kind options given, for the error when several are
+}
+
+func (c *Client) checkLease(key string, ttl time.Duration) error {
+	if key == "" {
+		return invalid("empty key")
+	}
+	if ttl <= 0 {
+		return invalid("ttl %v must be positive", ttl)
+	}
+	if d := driftFor(ttl, c.cfg.driftFactor); ttl <= d {
+		return invalid("ttl %v is not larger than its drift allowance %v", ttl, d)
+	}
+	return nil
+}
+
+func (c *Client) acquireConfig(key string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
+	ac := acquireConfig{retry: c.cfg.retry}
+	if err := c.checkLease(key, ttl); err != nil {
+		return ac, err
+	}
+	for _, o := range opts {
+		if isNil(o) {
+			return ac, invalid("acquire option is nil")
+		}
+		if err := o.applyAcquire(&ac); err != nil {
+			return ac, err
+		}
+	}
+	if len(ac.kinds) > 1 {
+		return ac, invalid("%s cannot be combined: a lock is of one kind", strings.Join(ac.kinds, " and "))
+	}
+	return ac, nil
 }

@@ -179,7 +179,7 @@ func (l *Lock) lose(why error) {
 		stopRenew()
 	}
 	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
-	l.client.observe(context.Background(), Event{Op: OpLost, Kind: kindName(l.kind), Key: l.key, Start: time.Now(), Err: why})
+	l.client.observe(context.Background(), Event{Op: OpLost, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: why})
 	l.closeDone.Do(func() { close(l.done) })
 	l.finish()
 }
@@ -234,7 +234,7 @@ func (l *Lock) renew(ctx context.Context) {
 			return
 		}
 		t, err := l.extend(ctx, ttl, min(c.nodeTimeout(ttl), left))
-		c.observe(ctx, Event{Op: OpRenew, Kind: kindName(l.kind), Key: l.key, Start: time.Now(), Err: err})
+		c.observe(ctx, Event{Op: OpRenew, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: err})
 		if err == nil {
 			retryAt = time.Time{}
 			continue

@@ -123,10 +123,9 @@ func (qs *localQueues) hold(q *localQueue, l *Lock) {
 	q.mu.Unlock()
 
 	l.mu.Lock()
-	l.queue = q
 	ended := l.released || l.lost
 	if !ended {
-		l.onEnd = func() { qs.end(q, l) }
+		l.next = turn{qs: qs, q: q}
 	}
 	l.mu.Unlock()
 	if ended {
@@ -170,29 +169,33 @@ func (qs *localQueues) pass(q *localQueue) {
 	}
 }
 
-// nextForHandOff takes the first waiter of the queue l holds, when l may be
-// handed to it: l is the holder and the run of hand-offs is not at its
-// limit. The queue then no longer has a holder until handOver or giveTurn.
-func (qs *localQueues) nextForHandOff(l *Lock, limit int) (*localQueue, *waiter) {
-	l.mu.Lock()
-	q := l.queue
-	l.mu.Unlock()
-	if q == nil {
-		return nil, nil
-	}
+// turn is a lock's place in its Client's local queue for the key: the
+// lock's successor (see Lock.next).
+type turn struct {
+	qs *localQueues
+	q  *localQueue
+}
+
+// ended passes the turn on.
+func (t turn) ended(l *Lock) { t.qs.end(t.q, l) }
+
+// nextForHandOff takes the first waiter of q, when l, its holder, may be
+// handed to it: the run of hand-offs is not at its limit. The queue then no
+// longer has a holder until handOver or giveTurn.
+func (qs *localQueues) nextForHandOff(q *localQueue, l *Lock, limit int) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.holder != l || len(q.waiters) == 0 {
-		return nil, nil
+		return nil
 	}
 	if q.chain >= limit {
 		q.yield = limit > 0
-		return nil, nil
+		return nil
 	}
 	w := q.waiters[0]
 	q.waiters = q.waiters[1:]
 	q.holder = nil
-	return q, w
+	return w
 }
 
 // handOver gives w the lock next, handed to it, as the queue's holder.
@@ -244,4 +247,24 @@ func (c *Client) acquireQueued(ctx context.Context, key string, ttl time.Duratio
 	}
 	c.queues.hold(q, lock)
 	return lock, nil
+}
+
+// WithHandOff sets how many times in a row a released lock may be handed
+// straight to the next goroutine of this Client waiting in Acquire for the
+// same key. A hand-off is one round trip in which every node that holds the
+// releasing token swaps it for the next holder's: the next lock is won on a
+// quorum with its own token, fencing token and validity, like any acquire,
+// and no other process can take the key in between. While no other process
+// waits for the key, hand-offs go on without limit; once the nodes show one
+// waiting, the lock is released on the nodes after limit more, so that the
+// other processes get their chance. The limit must be at least 0; 0 turns
+// hand-offs off. Default: 12.
+func WithHandOff(limit int) Option {
+	return clientOption(func(c *config) error {
+		if limit < 0 {
+			return invalid("hand-off limit %d is negative", limit)
+		}
+		c.handOffs = limit
+		return nil
+	})
 }

@@ -62,28 +62,6 @@ func WithObserver(o Observer) Option {
 	})
 }
 
-// kindName names a kind for Events.
-func kindName(k kind) string {
-	switch k := k.(type) {
-	case plain:
-		return "plain"
-	case reentrant:
-		return "reentrant"
-	case readWrite:
-		if k.writer {
-			return "write"
-		}
-		return "read"
-	case semaphore:
-		return "semaphore"
-	case multi:
-		return "multi-key"
-	case *fair:
-		return "fair"
-	}
-	return "unknown"
-}
-
 // observe reports e, if anyone listens.
 func (c *Client) observe(ctx context.Context, e Event) {
 	if c.cfg.observer != nil {
@@ -106,7 +84,29 @@ func (c *Client) observeNodes(ctx context.Context, op Op, k kind, start time.Tim
 		if a == unanswered {
 			continue
 		}
-		c.observe(ctx, Event{Op: OpNode, Kind: kindName(k), Key: k.keys()[0], Start: start, Duration: t.took[i],
+		c.observe(ctx, Event{Op: OpNode, Kind: k.name(), Key: k.keys()[0], Start: start, Duration: t.took[i],
 			Err: errs[i], Node: i, Addr: c.nodes[i].addr, NodeOp: op, Granted: a == holds})
 	}
+}
+
+// observed runs an acquire of k and reports it to the Observer, if any;
+// acquire counts its attempts.
+func (c *Client) observed(ctx context.Context, k kind, acquire func(attempts *int) (*Lock, error)) (*Lock, error) {
+	attempts := 1
+	if c.cfg.observer == nil {
+		return acquire(&attempts)
+	}
+	start := time.Now()
+	lock, err := acquire(&attempts)
+	c.observe(ctx, Event{Op: OpAcquire, Kind: k.name(), Key: k.keys()[0], Start: start, Duration: time.Since(start),
+		Attempts: attempts, Err: err})
+	return lock, err
+}
+
+// observeOp reports an extend or release of l that started at start.
+func (l *Lock) observeOp(ctx context.Context, op Op, start time.Time, err error) {
+	if l.client.cfg.observer == nil {
+		return
+	}
+	l.client.observe(ctx, Event{Op: op, Kind: l.kind.name(), Key: l.key, Start: start, Duration: time.Since(start), Err: err})
 }

@@ -189,3 +189,20 @@ func latestDeadline(batch []call) time.Time {
 	}
 	return latest
 }
+
+// WithBatching turns the batching of concurrent calls on or off. With it,
+// a call bound for a node that is idle is sent at once and alone; calls made
+// while one is in flight to that node wait for it and then go together as
+// one pipeline, so that under load many locks share each round trip. Each
+// node then gets one send at a time, in the order the calls were made, and
+// a call whose deadline passed while it waited is never sent.
+//
+// Turn it off for nodes whose client can not pipeline, or to let a node's
+// calls use all of its connection pool at once: a hung connection then
+// holds up only the calls on it. Default: on.
+func WithBatching(on bool) Option {
+	return clientOption(func(c *config) error {
+		c.unbatched = !on
+		return nil
+	})
+}

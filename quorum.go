@@ -113,6 +113,7 @@ type tally struct {
 	notYes  int             // nodes that answered holdsNot, failed or did not answer
 	errs    []error         // a *NodeError for every failed or unanswered node
 	took    []time.Duration // by node: from the fan-out's start to its reply; nil without an Observer
+	begun   time.Time       // when the fan-out began waiting for replies
 }
 
 type nodeReply struct {
@@ -202,24 +203,25 @@ func wonAt(q int) func(*tally) bool {
 // still running once the outcome is known: cancelling a go-redis command
 // closes its connection, which costs a new dial on the next operation.
 func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*tally) bool, skip []bool, after settlement, op nodeOp) (tally, settlement) {
-	n := len(c.nodes)
 	deadline := time.Now().Add(timeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
-	replies := make(chan nodeReply, n)
+	replies := make(chan nodeReply, len(c.nodes))
+	settled := c.send(ctx, cancel, deadline, skip, after, op, replies)
+	return c.collect(ctx, timeout, stop, replies), settled
+}
+
+// send runs op on every node not skipped, each after after's call there,
+// and delivers the replies (a skipped node's at once) to replies. It notes
+// which nodes time out (Client.failing), and cancels ctx once every call
+// has returned.
+func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline time.Time, skip []bool, after settlement, op nodeOp, replies chan<- nodeReply) settlement {
+	n := len(c.nodes)
 	settled := settlement{done: make([]chan struct{}, n), deadline: deadline}
 	var running atomic.Int32
 	running.Store(int32(n))
 	reply := func(r nodeReply) {
-		if h := &c.failing[r.node]; !r.skipped {
-			// Only a node that does not answer is worth not waiting for;
-			// one that fails at once (refused, reset) costs nothing, and
-			// is soon back after a restart.
-			if timedOut(r.err) {
-				err := r.err // allocated only here, not for every reply
-				h.Store(&err)
-			} else if h.Load() != nil {
-				h.Store(nil)
-			}
+		if !r.skipped {
+			c.noteFailing(r.node, r.err)
 		}
 		replies <- r
 		close(settled.done[r.node])
@@ -229,105 +231,141 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 	}
 	for i, nd := range c.nodes {
 		settled.done[i] = make(chan struct{})
-		if skip != nil && skip[i] {
+		switch {
+		case skip != nil && skip[i]:
 			reply(nodeReply{node: i, skipped: true})
-			continue
-		}
-		if nd.inline && n == 1 {
+		case nd.inline && n == 1:
 			// One node whose client cuts the call at ctx's deadline: there
 			// is no quorum to return early with, so the call runs here.
 			v, err := op.run(ctx, nd.rdb)
 			reply(nodeReply{node: i, value: v, err: err})
-			continue
-		}
-		if nd.pipe != nil {
+		case nd.pipe != nil:
 			nd.pipe.submit(call{ctx: ctx, op: op, reply: func(v int64, err error) {
 				reply(nodeReply{node: i, value: v, err: err})
 			}})
-			continue
-		}
-		go func() {
-			after.waitNode(i)
-			v, err := op.run(ctx, nd.rdb)
-			reply(nodeReply{node: i, value: v, err: err})
-		}()
-	}
-
-	begun := time.Now()
-	t := tally{answers: make([]answer, n), values: make([]int64, n)}
-	if c.cfg.observer != nil {
-		t.took = make([]time.Duration, n)
-	}
-	add := func(r nodeReply) {
-		if t.took != nil {
-			t.took[r.node] = time.Since(begun)
-		}
-		switch {
-		case r.err != nil:
-			t.answers[r.node] = failed
-			t.notYes++
-			t.errs = append(t.errs, c.nodeError(r.node, r.err))
-		case r.value > 0:
-			t.answers[r.node] = holds
-			t.values[r.node] = r.value
-			t.yes++
 		default:
-			t.answers[r.node] = holdsNot
-			t.values[r.node] = r.value // negative: names another holder (acquire.lua)
-			t.no++
-			t.notYes++
+			go func() {
+				after.waitNode(i)
+				v, err := op.run(ctx, nd.rdb)
+				reply(nodeReply{node: i, value: v, err: err})
+			}()
 		}
 	}
+	return settled
+}
+
+// noteFailing records whether node i is failing, after its call ended with
+// err. Only a node that does not answer is worth not waiting for; one that
+// fails at once (refused, reset) costs nothing, and is soon back after a
+// restart.
+func (c *Client) noteFailing(i int, err error) {
+	h := &c.failing[i]
+	if timedOut(err) {
+		h.Store(&err) // allocated only here, not for every reply
+	} else if h.Load() != nil {
+		h.Store(nil)
+	}
+}
+
+// collect counts the replies until stop says enough, every node has
+// answered, or ctx ends (the operation's deadline, after timeout).
+func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*tally) bool, replies <-chan nodeReply) tally {
+	n := len(c.nodes)
+	t := newTally(n, c.cfg.observer != nil)
 	for received := 0; received < n; {
 		if stop != nil && stop(&t) {
-			// A node that is failing and was not waited for counts as
-			// failed, with the error of its last call.
-			for i, a := range t.answers {
-				if a != unanswered {
-					continue
-				}
-				if last := c.failing[i].Load(); last != nil {
-					if t.took != nil {
-						t.took[i] = time.Since(begun)
-					}
-					t.answers[i] = failed
-					t.notYes++
-					t.errs = append(t.errs, c.nodeError(i, fmt.Errorf("not waited for, failing since its last call: %w", *last)))
-				}
-			}
-			return t, settled
+			t.failFailing(c)
+			return t
 		}
 		select {
 		case r := <-replies:
-			add(r)
+			t.record(c, r)
 			received++
 		case <-ctx.Done():
 			// Replies that came in together with the deadline still count.
 			for ; received < n; received++ {
 				select {
 				case r := <-replies:
-					add(r)
+					t.record(c, r)
+					continue
 				default:
-					for i, a := range t.answers {
-						if a == unanswered {
-							err := noReply(timeout, ctx.Err())
-							if timedOut(err) {
-								c.failing[i].Store(&err)
-							}
-							if t.took != nil {
-								t.took[i] = timeout
-							}
-							t.answers[i] = failed
-							t.notYes++
-							t.errs = append(t.errs, c.nodeError(i, err))
-						}
-					}
-					return t, settled
 				}
+				break
 			}
+			t.failUnanswered(c, timeout, ctx.Err())
+			return t
 		}
 	}
-	return t, settled
+	return t
+}
+
+func newTally(n int, timed bool) tally {
+	t := tally{answers: make([]answer, n), values: make([]int64, n), begun: time.Now()}
+	if timed {
+		t.took = make([]time.Duration, n)
+	}
+	return t
+}
+
+// record counts one node's reply.
+func (t *tally) record(c *Client, r nodeReply) {
+	if t.took != nil {
+		t.took[r.node] = time.Since(t.begun)
+	}
+	switch {
+	case r.err != nil:
+		t.fail(c, r.node, r.err)
+	case r.value > 0:
+		t.answers[r.node] = holds
+		t.values[r.node] = r.value
+		t.yes++
+	default:
+		t.answers[r.node] = holdsNot
+		t.values[r.node] = r.value // negative: names another holder (acquire.lua)
+		t.no++
+		t.notYes++
+	}
+}
+
+// fail counts node i as failed with err.
+func (t *tally) fail(c *Client, i int, err error) {
+	t.answers[i] = failed
+	t.notYes++
+	t.errs = append(t.errs, c.nodeError(i, err))
+}
+
+// failFailing counts the nodes not waited for that are failing as failed,
+// with the error of their last call.
+func (t *tally) failFailing(c *Client) {
+	for i, a := range t.answers {
+		if a != unanswered {
+			continue
+		}
+		if last := c.failing[i].Load(); last != nil {
+			if t.took != nil {
+				t.took[i] = time.Since(t.begun)
+			}
+			t.fail(c, i, fmt.Errorf("not waited for, failing since its last call: %w", *last))
+		}
+	}
+}
+
+// failUnanswered counts the nodes that did not answer within timeout as
+// failed, and notes them as failing.
+func (t *tally) failUnanswered(c *Client, timeout time.Duration, cause error) {
+	for i, a := range t.answers {
+		if a != unanswered {
+			continue
+		}
+		err := noReply(timeout, cause)
+		if timedOut(err) {
+			c.failing[i].Store(&err)
+		}
+		if t.took != nil {
+			t.took[i] = timeout
+		}
+		t.fail(c, i, err)
+	}
 }
 
 // timedOut reports whether err is a call that got no reply in time: a
@@ -349,4 +387,65 @@ func noReply(timeout time.Duration, err error) error {
 		return fmt.Errorf("no reply within %v: %w", timeout, err)
 	}
 	return fmt.Errorf("no reply: %w", err)
+}
+
+// settledOrFailing is an attempt's stop condition: q nodes hold, or only
+// nodes that are failing (frozen or cut off) have yet to answer. A
+// failed attempt does not wait out their timeout: its cleanup's delete
+// follows each one's SET there (see fanOut).
+func (c *Client) settledOrFailing(q int) func(*tally) bool {
+	return func(t *tally) bool {
+		return t.yes >= q || t.yes+t.notYes > 0 && !c.awaits(t, settlement{})
+	}
+}
+
+// releasedAt is Release's stop condition: every node has answered, or q
+// nodes (counting base confirmed before) deleted the token and the nodes
+// yet to answer are failing, or still out past the deadline of the lock's
+// previous operation there (before). Release waits for the nodes that
+// answer, not only a quorum, so that a program that closes its clients or
+// exits right after Release leaves no key behind on the node that answered
+// last; it does not wait out the timeout of a node that is frozen or cut
+// off, whose key expires with the ttl anyway. Waiters are woken by each
+// node's delete, so the wait costs the next holder nothing.
+func (c *Client) releasedAt(q, base int, before settlement) func(*tally) bool {
+	return func(t *tally) bool {
+		return base+t.yes >= q && !c.awaits(t, before)
+	}
+}
+
+// awaits reports whether a node yet to answer in t is worth waiting for:
+// it is not failing, and its call of the operation before (if any) is not
+// still out past its deadline.
+func (c *Client) awaits(t *tally, before settlement) bool {
+	for i, a := range t.answers {
+		if a == unanswered && c.failing[i].Load() == nil && !before.overdue(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// invert returns the negation of each of b.
+func invert(b []bool) []bool {
+	out := make([]bool, len(b))
+	for i, v := range b {
+		out[i] = !v
+	}
+	return out
+}
+
+// takenByOne reports whether the nodes that refused name one holder on at
+// least q of them (the acquire scripts return a negative number naming it).
+func takenByOne(t tally, q int) bool {
+	count := map[int64]int{}
+	for i, a := range t.answers {
+		if a == holdsNot && t.values[i] < 0 {
+			count[t.values[i]]++
+			if count[t.values[i]] >= q {
+				return true
+			}
+		}
+	}
+	return false
 }

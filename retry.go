@@ -78,3 +78,37 @@ func (p randomDelay) validate() error {
 	}
 	return nil
 }
+
+type retryOption struct{ policy RetryPolicy }
+
+func (o retryOption) check() error {
+	if isNil(o.policy) {
+		return invalid("retry policy is nil")
+	}
+	if v, ok := o.policy.(interface{ validate() error }); ok {
+		return v.validate()
+	}
+	return nil
+}
+
+func (o retryOption) applyClient(c *config) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	c.retry = o.policy
+	return nil
+}
+
+func (o retryOption) applyAcquire(c *acquireConfig) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	c.retry = o.policy
+	return nil
+}
+
+// WithRetry sets how long Acquire waits between attempts. Given to New it
+// sets the Client's default; given to Acquire it applies to that call.
+// TryAcquire makes one attempt and ignores it. The policy must not be nil.
+// Default: ExponentialBackoff(10ms, 320ms).
+func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }

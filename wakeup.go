@@ -127,3 +127,37 @@ const wakeSpread = 500 * time.Microsecond
 func wakeDelay(failed int) time.Duration {
 	return mrand.N(wakeSpread / time.Duration(max(failed, 1)))
 }
+
+// waitRetry waits before the next attempt: the retry delay, or until a
+// release is announced. It returns false when ctx ends first, whether a
+// fair lock's announcement named this waiter first in line, and whether a
+// release announcement ended the wait.
+func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, delay time.Duration, failed int) (ok, first, woken bool) {
+	line, inLine := k.(waitsInLine)
+	timer := c.cfg.clock.After(delay)
+	for {
+		select {
+		case <-timer:
+			return true, false, false
+		case m := <-watch.released():
+			if inLine {
+				// A queue's release names the first in line: only that
+				// waiter tries, and at once.
+				switch line.named(m.Payload) {
+				case namedUs:
+					return true, true, false
+				case namedAnother:
+					continue
+				}
+			}
+			// Clients that heard the same release would all try at once
+			// and split the votes: spread them a little, the ones that
+			// have waited longest first. This is about the network, so it
+			// is real time, not the Clock.
+			time.Sleep(wakeDelay(failed))
+			return true, false, !inLine
+		case <-ctx.Done():
+			return false, false, false
+		}
+	}
+}
