@@ -162,7 +162,7 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 				if cfg.Schedules > 0 && i >= int64(cfg.Schedules) || cfg.Duration > 0 && time.Since(start) > cfg.Duration {
 					return
 				}
-				s := Generate(cfg.Seed+uint64(i), l.persist)
+				s := generate(cfg.Seed+uint64(i), l.persist)
 				if cfg.Replay != nil {
 					s = *cfg.Replay
 				}

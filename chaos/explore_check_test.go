@@ -21,7 +21,7 @@ func tms(n int) time.Time { return at0.Add(time.Duration(n) * time.Millisecond) 
 // until until.
 func mkHold(kind, key string, from, to, until int) *hold {
 	return &hold{
-		st:     Step{Kind: kind, Keys: []string{key}},
+		st:     planStep{Kind: kind, Keys: []string{key}},
 		called: tms(from - 1), acquired: tms(from), released: tms(to), until: tms(until),
 	}
 }
@@ -58,7 +58,7 @@ func TestHistory_exclusion(t *testing.T) {
 		{"two owners", []*hold{owner(mkHold(stepReentrant, "a", 0, 10, 100), "o1"), owner(mkHold(stepReentrant, "a", 5, 20, 100), "o2")}, 1},
 		{"K permits", []*hold{mkHold(stepSemaphore, "a", 0, 10, 100), mkHold(stepSemaphore, "a", 5, 20, 100)}, 0},
 		{"K+1 permits", []*hold{mkHold(stepSemaphore, "a", 0, 10, 100), mkHold(stepSemaphore, "a", 5, 20, 100), mkHold(stepSemaphore, "a", 6, 20, 100)}, 1},
-		{"a multi-key lock and a plain one", []*hold{{st: Step{Kind: stepMulti, Keys: []string{"a", "b"}}, acquired: tms(0), released: tms(10), until: tms(100)},
+		{"a multi-key lock and a plain one", []*hold{{st: planStep{Kind: stepMulti, Keys: []string{"a", "b"}}, acquired: tms(0), released: tms(10), until: tms(100)},
 			mkHold(stepPlain, "b", 5, 20, 100)}, 1},
 	} {
 		h := &history{start: at0, holds: tt.holds}
@@ -205,8 +205,8 @@ func TestHistory_harness(t *testing.T) {
 
 func TestGenerate(t *testing.T) {
 	for seed := range uint64(300) {
-		s := Generate(seed, true)
-		if !reflect.DeepEqual(s, Generate(seed, true)) {
+		s := generate(seed, true)
+		if !reflect.DeepEqual(s, generate(seed, true)) {
 			t.Fatalf("seed %d: two draws differ", seed)
 		}
 		b, err := json.Marshal(s)
@@ -255,7 +255,7 @@ func TestGenerate(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(Generate(7, true).String(), "client 0") {
+	if !strings.Contains(generate(7, true).String(), "client 0") {
 		t.Fatal("the printed schedule names no client")
 	}
 }

@@ -36,7 +36,7 @@ type lane struct {
 	persist bool // the nodes run with appendfsync always
 	toxi    *toxiproxy.ApiServer
 	nodes   []*Node
-	links   [][]*Link // by client, then node
+	links   [][]*netLink // by client, then node
 	// store is the resource the locks protect: registers written with
 	// redlock.FencedSet, on a Redis of its own (in this process).
 	store    *miniredis.Miniredis
@@ -59,7 +59,7 @@ func newLane(server ServerKind, dir string, index int) (*lane, error) {
 		l.nodes = append(l.nodes, n)
 	}
 	for c := range maxExploreClients {
-		var row []*Link
+		var row []*netLink
 		for i, n := range l.nodes {
 			link, err := newLink(l.toxi, fmt.Sprintf("lane-%d-client-%d-node-%d", index, c, i), n.Addr())
 			if err != nil {
@@ -125,7 +125,7 @@ func (l *lane) warmUp(ctx context.Context) error {
 	}
 	for _, kind := range []string{stepPlain, stepReentrant, stepRead, stepWrite, stepSemaphore, stepFair, stepMulti} {
 		for _, fenced := range []bool{false, true} {
-			st := Step{Kind: kind, Owner: "o", Fenced: fenced}
+			st := planStep{Kind: kind, Owner: "o", Fenced: fenced}
 			var err error
 			if kind == stepMulti {
 				err = use(rc.TryAcquireAll(ctx, []string{"warm:a", "warm:b"}, time.Second, kindOptions(st)...))
@@ -185,7 +185,7 @@ func (l *lane) reset(ctx context.Context) error {
 // hold is what one step did, as its actor saw it.
 type hold struct {
 	client, actor, step int
-	st                  Step
+	st                  planStep
 
 	called   time.Time // the acquire was called
 	acquired time.Time // it returned a lock; zero if it did not
@@ -360,7 +360,7 @@ func (r *runner) fail(err error) {
 }
 
 // kindOptions are the acquire options of a step.
-func kindOptions(st Step) []redlock.AcquireOption {
+func kindOptions(st planStep) []redlock.AcquireOption {
 	var opts []redlock.AcquireOption
 	switch st.Kind {
 	case stepReentrant:
@@ -639,7 +639,7 @@ func (r *runner) strike(ctx context.Context, h *hold, action int) {
 
 // inject applies f, the schedule's fault number i, closes applied (when
 // not nil) once the fault is in place, waits its span, and undoes it.
-func (r *runner) inject(ctx context.Context, i int, f Fault, applied chan<- struct{}) error {
+func (r *runner) inject(ctx context.Context, i int, f planFault, applied chan<- struct{}) error {
 	l := r.lane
 	ctx = context.WithoutCancel(ctx) // a fault is always undone
 	inPlace := func() {
@@ -667,7 +667,7 @@ func (r *runner) inject(ctx context.Context, i int, f Fault, applied chan<- stru
 			clients = append(clients, c)
 		}
 	}
-	links := func(do func(*Link) error) error {
+	links := func(do func(*netLink) error) error {
 		return each(func(n int) error {
 			var errs []error
 			for _, c := range clients {
@@ -678,17 +678,17 @@ func (r *runner) inject(ctx context.Context, i int, f Fault, applied chan<- stru
 	}
 	switch f.Kind {
 	case "slow":
-		if err := links(func(link *Link) error { return link.slow(name, time.Duration(f.Latency), time.Duration(f.Jitter)) }); err != nil {
+		if err := links(func(link *netLink) error { return link.slow(name, time.Duration(f.Latency), time.Duration(f.Jitter)) }); err != nil {
 			return err
 		}
 		span()
-		return links(func(link *Link) error { return link.undo(ctx, name) })
+		return links(func(link *netLink) error { return link.undo(ctx, name) })
 	case "partition":
-		if err := links(func(link *Link) error { return link.cut(name) }); err != nil {
+		if err := links(func(link *netLink) error { return link.cut(name) }); err != nil {
 			return err
 		}
 		span()
-		return links(func(link *Link) error { return link.undo(ctx, name) })
+		return links(func(link *netLink) error { return link.undo(ctx, name) })
 	case "freeze":
 		if err := each(func(n int) error { return l.nodes[n].Freeze() }); err != nil {
 			return err

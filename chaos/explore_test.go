@@ -54,14 +54,14 @@ func TestExplore_findsAnUnsafeSchedule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts nodes")
 	}
-	unsafe := Schedule{Seed: 1, Nodes: 3, Clients: []ClientPlan{
-		{Batching: true, HandOff: true, Actors: [][]Step{{{Call: "acquire", Kind: stepPlain, Keys: []string{"a"}, TTL: ms(2000), Wait: ms(500),
-			Actions: []Action{{Op: "work", D: ms(700)}, {Op: "write"}}}}}},
-		{Batching: true, HandOff: true, Actors: [][]Step{
-			{{At: ms(150), Call: "acquire", Kind: stepPlain, Keys: []string{"a"}, TTL: ms(500), Wait: ms(1000), Actions: []Action{{Op: "write"}}}},
+	unsafe := Schedule{Seed: 1, Nodes: 3, Clients: []clientPlan{
+		{Batching: true, HandOff: true, Actors: [][]planStep{{{Call: "acquire", Kind: stepPlain, Keys: []string{"a"}, TTL: ms(2000), Wait: ms(500),
+			Actions: []planAction{{Op: "work", D: ms(700)}, {Op: "write"}}}}}},
+		{Batching: true, HandOff: true, Actors: [][]planStep{
+			{{At: ms(150), Call: "acquire", Kind: stepPlain, Keys: []string{"a"}, TTL: ms(500), Wait: ms(1000), Actions: []planAction{{Op: "write"}}}},
 			{{At: ms(20), Call: "acquire", Kind: stepRead, Keys: []string{"b"}, TTL: ms(500), Wait: ms(300)}}, // unrelated: shrunk away
 		}},
-	}, Faults: []Fault{
+	}, Faults: []planFault{
 		{At: ms(100), For: ms(20), Kind: "kill", Nodes: []int{0, 1}},               // empty, at once: assumption 3 broken
 		{At: ms(400), For: ms(100), Kind: "slow", Nodes: []int{2}, Latency: ms(5)}, // unrelated
 	}}

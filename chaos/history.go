@@ -8,24 +8,24 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// Register is the resource the locks protect, kept outside the lock nodes:
+// register is the resource the locks protect, kept outside the lock nodes:
 // one counter per key, read and written in two separate steps as a GET and
 // a SET would be. Only mutual exclusion keeps an increment from being lost.
-type Register struct {
+type register struct {
 	mu     sync.Mutex
 	v      map[string]int64
 	fences map[string]uint64 // highest fencing token applied per key
 }
 
-func newRegister() *Register { return &Register{v: map[string]int64{}, fences: map[string]uint64{}} }
+func newRegister() *register { return &register{v: map[string]int64{}, fences: map[string]uint64{}} }
 
-func (r *Register) read(key string) int64 {
+func (r *register) read(key string) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.v[key]
 }
 
-func (r *Register) write(key string, v int64) {
+func (r *register) write(key string, v int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.v[key] = v
@@ -34,7 +34,7 @@ func (r *Register) write(key string, v int64) {
 // writeFenced writes v unless a write with a higher fencing token was
 // applied to key before, the rule of redlock.FencedSet; it reports whether
 // it wrote.
-func (r *Register) writeFenced(key string, v int64, token uint64) bool {
+func (r *register) writeFenced(key string, v int64, token uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if token < r.fences[key] {
@@ -45,8 +45,8 @@ func (r *Register) writeFenced(key string, v int64, token uint64) bool {
 	return true
 }
 
-// Section is one critical section as a worker saw it.
-type Section struct {
+// section is one critical section as a worker saw it.
+type section struct {
 	Worker   int
 	Key      string
 	Acquired time.Time // Acquire returned
@@ -70,7 +70,7 @@ type Section struct {
 
 // held returns the interval in which the worker was entitled to the lock:
 // from the acquire to the release, cut at the end of the validity.
-func (s Section) held() (from, to time.Time) {
+func (s section) held() (from, to time.Time) {
 	to = s.Released
 	if s.Until.Before(to) {
 		to = s.Until
@@ -78,8 +78,8 @@ func (s Section) held() (from, to time.Time) {
 	return s.Acquired, to
 }
 
-// Verdict is what the checkers found in a history.
-type Verdict struct {
+// verdict is what the checkers found in a history.
+type verdict struct {
 	Sections     int  `json:"sections"`          // critical sections completed
 	Overlaps     int  `json:"overlaps"`          // pairs of sections on one key held at the same time within validity
 	StaleWrites  int  `json:"stale_writes"`      // writes made after the writer's validity had ended
@@ -93,7 +93,7 @@ type Verdict struct {
 }
 
 // Violations counts everything that breaks mutual exclusion or its purpose.
-func (v Verdict) Violations() int {
+func (v verdict) Violations() int {
 	n := v.Overlaps + v.StaleWrites + v.LostUpdates + v.Regressions + v.Excess + v.OutOfOrder
 	if v.Sections > 0 && !v.Linearizable && !v.Unknown {
 		n++
@@ -111,10 +111,10 @@ type checkOptions struct {
 
 // check runs every checker over the sections and the register's final
 // values.
-func check(sections []Section, final map[string]int64, o checkOptions) Verdict {
+func check(sections []section, final map[string]int64, o checkOptions) verdict {
 	fenced := o.fenced
-	v := Verdict{Sections: len(sections)}
-	byKey := map[string][]Section{}
+	v := verdict{Sections: len(sections)}
+	byKey := map[string][]section{}
 	for _, s := range sections {
 		byKey[s.Key] = append(byKey[s.Key], s)
 		if s.Wrote && s.WroteAt.After(s.Until) {
@@ -152,9 +152,9 @@ func check(sections []Section, final map[string]int64, o checkOptions) Verdict {
 
 // overlaps counts the pairs of sections whose held intervals intersect,
 // but for two shared ones (readers, semaphore permits).
-func overlaps(ss []Section) int {
+func overlaps(ss []section) int {
 	ss = slices.Clone(ss)
-	slices.SortFunc(ss, func(a, b Section) int { return a.Acquired.Compare(b.Acquired) })
+	slices.SortFunc(ss, func(a, b section) int { return a.Acquired.Compare(b.Acquired) })
 	n := 0
 	for i := range ss {
 		_, end := ss[i].held()
@@ -169,9 +169,9 @@ func overlaps(ss []Section) int {
 
 // excess counts the acquisitions after which more than permits sections
 // were held at once.
-func excess(ss []Section, permits int) int {
+func excess(ss []section, permits int) int {
 	ss = slices.Clone(ss)
-	slices.SortFunc(ss, func(a, b Section) int { return a.Acquired.Compare(b.Acquired) })
+	slices.SortFunc(ss, func(a, b section) int { return a.Acquired.Compare(b.Acquired) })
 	n := 0
 	for i := range ss {
 		holding := 1
@@ -194,7 +194,7 @@ func excess(ss []Section, permits int) int {
 // make it cry wolf. A node that came back empty (or thawed, its waiters'
 // places lapsed) in between excuses the pair: the queue it lost is not on
 // a quorum any more.
-func outOfOrder(ss []Section, resets []time.Time) int {
+func outOfOrder(ss []section, resets []time.Time) int {
 	n := 0
 	for _, a := range ss {
 		if a.Ticket == 0 || a.Queued.IsZero() {
@@ -212,9 +212,9 @@ func outOfOrder(ss []Section, resets []time.Time) int {
 
 // regressions counts the fenced sections whose token is not above the
 // token of every section acquired before them, or, when fenced, missing.
-func regressions(ss []Section, fenced bool) int {
+func regressions(ss []section, fenced bool) int {
 	ss = slices.Clone(ss)
-	slices.SortFunc(ss, func(a, b Section) int { return a.Acquired.Compare(b.Acquired) })
+	slices.SortFunc(ss, func(a, b section) int { return a.Acquired.Compare(b.Acquired) })
 	n := 0
 	var highest uint64
 	for _, s := range ss {
@@ -272,7 +272,7 @@ var registerModel = porcupine.Model{
 	},
 }
 
-func linearizable(sections []Section) porcupine.CheckResult {
+func linearizable(sections []section) porcupine.CheckResult {
 	if len(sections) == 0 {
 		return porcupine.Ok
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Link is a TCP proxy between the lock clients (or a replica) and one node,
+// netLink is a TCP proxy between the lock clients (or a replica) and one node,
 // through which network faults are injected.
-type Link struct {
+type netLink struct {
 	proxy *toxiproxy.Proxy
 }
 
@@ -23,32 +23,32 @@ func newToxiServer() *toxiproxy.ApiServer {
 	return toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 }
 
-func newLink(srv *toxiproxy.ApiServer, name, upstream string) (*Link, error) {
+func newLink(srv *toxiproxy.ApiServer, name, upstream string) (*netLink, error) {
 	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
 	if err := p.Start(); err != nil {
 		return nil, fmt.Errorf("chaos: proxy to %s: %w", upstream, err)
 	}
-	return &Link{proxy: p}, nil
+	return &netLink{proxy: p}, nil
 }
 
 // Addr returns the address clients connect to.
-func (l *Link) Addr() string { return l.proxy.Listen }
+func (l *netLink) Addr() string { return l.proxy.Listen }
 
-func (l *Link) addToxic(name, typ, stream string, attrs string) error {
+func (l *netLink) addToxic(name, typ, stream string, attrs string) error {
 	body := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, typ, stream, attrs)
 	_, err := l.proxy.Toxics.AddToxicJson(strings.NewReader(body))
 	return err
 }
 
 // Latency delays every reply from the node by latency ± jitter.
-func (l *Link) Latency(latency, jitter time.Duration) error {
+func (l *netLink) Latency(latency, jitter time.Duration) error {
 	return l.addToxic("latency", "latency", "downstream",
 		fmt.Sprintf(`{"latency":%d,"jitter":%d}`, latency.Milliseconds(), jitter.Milliseconds()))
 }
 
 // Blackhole drops everything in both directions without closing the
 // connections, as a network partition does, until Heal.
-func (l *Link) Blackhole() error {
+func (l *netLink) Blackhole() error {
 	if err := l.addToxic("blackhole-up", "timeout", "upstream", `{"timeout":0}`); err != nil {
 		return err
 	}
@@ -58,25 +58,25 @@ func (l *Link) Blackhole() error {
 // Reset closes every connection through the link with a TCP reset as soon
 // as data arrives on it, until Heal: a node that crashes and comes straight
 // back, as the clients see it.
-func (l *Link) Reset() error {
+func (l *netLink) Reset() error {
 	return l.addToxic("reset", "reset_peer", "upstream", `{"timeout":0}`)
 }
 
 // Heal removes every fault from the link.
-func (l *Link) Heal(ctx context.Context) { l.proxy.Toxics.ResetToxics(ctx) }
+func (l *netLink) Heal(ctx context.Context) { l.proxy.Toxics.ResetToxics(ctx) }
 
 // Retarget points the link at another upstream, as a failover that moves a
 // service address to a new server does; existing connections are closed.
-func (l *Link) Retarget(upstream string) error {
+func (l *netLink) Retarget(upstream string) error {
 	return l.proxy.Update(&toxiproxy.Proxy{Listen: l.proxy.Listen, Upstream: upstream, Enabled: true})
 }
 
-func (l *Link) close() { l.proxy.Stop() }
+func (l *netLink) close() { l.proxy.Stop() }
 
 // slow delays the traffic through the link by latency ± jitter in each
 // direction, until unslow with the same name: requests land late on the
 // node, and replies reach the client late.
-func (l *Link) slow(name string, latency, jitter time.Duration) error {
+func (l *netLink) slow(name string, latency, jitter time.Duration) error {
 	attrs := fmt.Sprintf(`{"latency":%d,"jitter":%d}`, latency.Milliseconds(), jitter.Milliseconds())
 	if err := l.addToxic(name+"-up", "latency", "upstream", attrs); err != nil {
 		return err
@@ -86,7 +86,7 @@ func (l *Link) slow(name string, latency, jitter time.Duration) error {
 
 // cut drops everything through the link in both directions, as a
 // partition does, until uncut with the same name.
-func (l *Link) cut(name string) error {
+func (l *netLink) cut(name string) error {
 	if err := l.addToxic(name+"-up", "timeout", "upstream", `{"timeout":0}`); err != nil {
 		return err
 	}
@@ -94,6 +94,6 @@ func (l *Link) cut(name string) error {
 }
 
 // undo removes the toxics that slow or cut added under name.
-func (l *Link) undo(ctx context.Context, name string) error {
+func (l *netLink) undo(ctx context.Context, name string) error {
 	return errors.Join(l.proxy.Toxics.RemoveToxic(ctx, name+"-up"), l.proxy.Toxics.RemoveToxic(ctx, name+"-down"))
 }

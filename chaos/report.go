@@ -72,8 +72,8 @@ func failure(r Result) string {
 	return ""
 }
 
-// WriteJSON writes results as an indented JSON array.
-func WriteJSON(w io.Writer, results []Result) error {
+// writeJSON writes results as an indented JSON array.
+func writeJSON(w io.Writer, results []Result) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(results)

@@ -17,43 +17,43 @@ type Schedule struct {
 	Seed    uint64       `json:"seed"`
 	Nodes   int          `json:"nodes"`   // N
 	Persist bool         `json:"persist"` // a killed node comes back at once with its data (appendfsync always); else it stays down longer than the largest TTL and comes back empty
-	Clients []ClientPlan `json:"clients"`
-	Faults  []Fault      `json:"faults,omitempty"`
+	Clients []clientPlan `json:"clients"`
+	Faults  []planFault      `json:"faults,omitempty"`
 }
 
-// ClientPlan is one redlock.Client, with connections of its own, and its
+// clientPlan is one redlock.Client, with connections of its own, and its
 // goroutines (actors), each running its steps in order.
-type ClientPlan struct {
+type clientPlan struct {
 	Batching bool     `json:"batching"`
 	HandOff  bool     `json:"hand_off"` // WithHandOff's default; false: WithHandOff(0)
-	Actors   [][]Step `json:"actors"`
+	Actors   [][]planStep `json:"actors"`
 }
 
-// Step is one lock taken, used and given up by an actor.
-type Step struct {
-	At      Dur      `json:"at"`   // starts no earlier than this after the schedule's start
+// planStep is one lock taken, used and given up by an actor.
+type planStep struct {
+	At      jsonDur      `json:"at"`   // starts no earlier than this after the schedule's start
 	Call    string   `json:"call"` // acquire, try (TryAcquire) or do (Client.Do)
 	Kind    string   `json:"kind"` // plain, reentrant, read, write, semaphore, multi, fair
 	Keys    []string `json:"keys"`
 	Owner   string   `json:"owner,omitempty"` // reentrant
 	Fenced  bool     `json:"fenced,omitempty"`
 	Renew   bool     `json:"renew,omitempty"` // WithAutoRenew (always, with do)
-	TTL     Dur      `json:"ttl"`
-	Wait    Dur      `json:"wait,omitempty"` // how long an acquire may wait (acquire, do)
-	Actions []Action `json:"actions,omitempty"`
+	TTL     jsonDur      `json:"ttl"`
+	Wait    jsonDur      `json:"wait,omitempty"` // how long an acquire may wait (acquire, do)
+	Actions []planAction `json:"actions,omitempty"`
 	Keep    bool     `json:"keep,omitempty"` // not released: left to expire
 }
 
-// Action is what a holder does with its lock.
-type Action struct {
+// planAction is what a holder does with its lock.
+type planAction struct {
 	Op string `json:"op"`          // work (sleeps D), extend (to D), write (reads the key's register and writes it one higher), pause (sleeps past the validity, then writes: a fenced holder's stale write)
-	D  Dur    `json:"d,omitempty"` // work and extend
+	D  jsonDur    `json:"d,omitempty"` // work and extend
 }
 
-// Fault is a fault injected into some nodes for a while.
-type Fault struct {
-	At    Dur    `json:"at"`
-	For   Dur    `json:"for"`
+// planFault is a fault injected into some nodes for a while.
+type planFault struct {
+	At    jsonDur    `json:"at"`
+	For   jsonDur    `json:"for"`
 	Kind  string `json:"kind"` // slow, freeze, partition, kill, script-flush
 	Nodes []int  `json:"nodes"`
 	// Clients are the clients whose links to the nodes a slow or partition
@@ -62,40 +62,40 @@ type Fault struct {
 	// Anchor, when set, strikes the fault when an actor is about to take
 	// an action, instead of At after the start; the actor goes on once the
 	// fault is in place.
-	Anchor  *Anchor `json:"anchor,omitempty"`
-	Latency Dur     `json:"latency,omitempty"` // slow: each way
-	Jitter  Dur     `json:"jitter,omitempty"`
+	Anchor  *faultAnchor `json:"anchor,omitempty"`
+	Latency jsonDur     `json:"latency,omitempty"` // slow: each way
+	Jitter  jsonDur     `json:"jitter,omitempty"`
 }
 
-// Anchor is a point in an actor's steps: before the Action-th action of
+// faultAnchor is a point in an actor's steps: before the Action-th action of
 // its Step-th step, or before its acquire when Action is -1.
-type Anchor struct {
+type faultAnchor struct {
 	Client int `json:"client"`
 	Actor  int `json:"actor"`
 	Step   int `json:"step"`
 	Action int `json:"action"`
 }
 
-// Dur is a time.Duration written as "250ms" in JSON.
-type Dur time.Duration
+// jsonDur is a time.Duration written as "250ms" in JSON.
+type jsonDur time.Duration
 
-func (d Dur) String() string { return time.Duration(d).String() }
+func (d jsonDur) String() string { return time.Duration(d).String() }
 
 // MarshalJSON writes d as a duration string.
-func (d Dur) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+func (d jsonDur) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
 // UnmarshalJSON reads a duration string.
-func (d *Dur) UnmarshalJSON(b []byte) error {
+func (d *jsonDur) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return err
 	}
 	v, err := time.ParseDuration(s)
-	*d = Dur(v)
+	*d = jsonDur(v)
 	return err
 }
 
-func ms(n int) Dur { return Dur(time.Duration(n) * time.Millisecond) }
+func ms(n int) jsonDur { return jsonDur(time.Duration(n) * time.Millisecond) }
 
 // The keys the explorer locks: few, so that holders meet; one with a hash
 // tag, so that the companion keys' naming is under test too.
@@ -134,16 +134,16 @@ func pick[T any](rng *rand.Rand, choices []T, weights []int) T {
 	return choices[len(choices)-1]
 }
 
-// Generate draws the schedule of seed. persist says whether the nodes can
+// generate draws the schedule of seed. persist says whether the nodes can
 // persist every write (redis-server can; the embedded server cannot).
-func Generate(seed uint64, persist bool) Schedule {
+func generate(seed uint64, persist bool) Schedule {
 	rng := rand.New(rand.NewPCG(seed, 0xe4b1))
 	s := Schedule{Seed: seed, Nodes: pick(rng, []int{3, 5}, []int{3, 1})}
 	s.Persist = persist && rng.IntN(2) == 0
 	for range 2 + rng.IntN(3) {
-		c := ClientPlan{Batching: rng.IntN(4) != 0, HandOff: rng.IntN(4) != 0}
+		c := clientPlan{Batching: rng.IntN(4) != 0, HandOff: rng.IntN(4) != 0}
 		for range 1 + rng.IntN(2) {
-			var steps []Step
+			var steps []planStep
 			at := rng.IntN(150)
 			for range 1 + rng.IntN(3) {
 				steps = append(steps, genStep(rng, ms(at)))
@@ -157,13 +157,13 @@ func Generate(seed uint64, persist bool) Schedule {
 	return s
 }
 
-func genStep(rng *rand.Rand, at Dur) Step {
-	st := Step{
+func genStep(rng *rand.Rand, at jsonDur) planStep {
+	st := planStep{
 		At:     at,
 		Kind:   pick(rng, []string{stepPlain, stepMulti, stepRead, stepWrite, stepReentrant, stepSemaphore, stepFair}, []int{4, 2, 2, 2, 2, 2, 2}),
 		Call:   pick(rng, []string{"acquire", "try", "do"}, []int{2, 1, 1}),
 		Fenced: rng.IntN(2) == 0,
-		TTL:    pick(rng, []Dur{ms(250), ms(500), ms(1000)}, []int{2, 2, 1}),
+		TTL:    pick(rng, []jsonDur{ms(250), ms(500), ms(1000)}, []int{2, 2, 1}),
 	}
 	if st.Kind == stepMulti {
 		first := pick(rng, []int{0, 1, 2}, keyWeights)
@@ -180,36 +180,36 @@ func genStep(rng *rand.Rand, at Dur) Step {
 	}
 	st.Renew = st.Call == "do" || rng.IntN(10) < 3
 	if st.Call != "try" {
-		st.Wait = pick(rng, []Dur{ms(100), ms(300), ms(800)}, []int{1, 2, 2})
+		st.Wait = pick(rng, []jsonDur{ms(100), ms(300), ms(800)}, []int{1, 2, 2})
 	}
 	exclusive := st.Kind != stepRead && st.Kind != stepSemaphore
 	for range 1 + rng.IntN(4) {
-		a := Action{Op: pick(rng, []string{"work", "extend", "write", "pause"}, []int{8, 5, 6, 1})}
+		a := planAction{Op: pick(rng, []string{"work", "extend", "write", "pause"}, []int{8, 5, 6, 1})}
 		switch a.Op {
 		case "work": // short, or a good part of the ttl
 			a.D = ms(5 + rng.IntN(100))
 			if rng.IntN(2) == 0 {
-				a.D = Dur(time.Duration(st.TTL) * time.Duration(20+rng.IntN(70)) / 100)
+				a.D = jsonDur(time.Duration(st.TTL) * time.Duration(20+rng.IntN(70)) / 100)
 			}
 		case "extend":
 			// longer or shorter than the ttl
-			a.D = Dur(time.Duration(st.TTL) * time.Duration(10+rng.IntN(190)) / 100)
+			a.D = jsonDur(time.Duration(st.TTL) * time.Duration(10+rng.IntN(190)) / 100)
 		case "write":
 			if !exclusive {
-				a = Action{Op: "work", D: ms(5 + rng.IntN(50))}
+				a = planAction{Op: "work", D: ms(5 + rng.IntN(50))}
 			}
 		case "pause":
 			// a holder paused past its validity writes late: only with a
 			// fenced, exclusive lock that nothing renews is that within the
 			// safety assumptions
 			if !st.Fenced || st.Renew || !exclusive {
-				a = Action{Op: "work", D: ms(5 + rng.IntN(50))}
+				a = planAction{Op: "work", D: ms(5 + rng.IntN(50))}
 			}
 		}
 		st.Actions = append(st.Actions, a)
 		if a.Op == "extend" && rng.IntN(4) > 0 {
 			// a holder extends because it has more to do
-			st.Actions = append(st.Actions, Action{Op: "work", D: Dur(time.Duration(st.TTL) * time.Duration(20+rng.IntN(70)) / 100)})
+			st.Actions = append(st.Actions, planAction{Op: "work", D: jsonDur(time.Duration(st.TTL) * time.Duration(20+rng.IntN(70)) / 100)})
 		}
 	}
 	st.Keep = !st.Renew && st.Call != "do" && rng.IntN(10) == 0
@@ -219,7 +219,7 @@ func genStep(rng *rand.Rand, at Dur) Step {
 // anchorAction picks where in st a fault strikes: most often before an
 // extend or the acquire, where a slow or cut-off network decides whether
 // calls land late; else before any action (-1: the acquire).
-func anchorAction(rng *rand.Rand, st Step) int {
+func anchorAction(rng *rand.Rand, st planStep) int {
 	var extends []int
 	for i, a := range st.Actions {
 		if a.Op == "extend" {
@@ -258,10 +258,10 @@ func (s Schedule) maxTTL() time.Duration {
 // assumptions: a minority.
 func (s Schedule) tolerated() int { return (s.Nodes - 1) / 2 }
 
-func genFaults(rng *rand.Rand, s Schedule) []Fault {
-	var faults []Fault
+func genFaults(rng *rand.Rand, s Schedule) []planFault {
+	var faults []planFault
 	for range rng.IntN(4) {
-		f := Fault{
+		f := planFault{
 			At:   ms(rng.IntN(700)),
 			Kind: pick(rng, []string{"slow", "freeze", "partition", "kill", "script-flush"}, []int{4, 2, 2, 2, 1}),
 		}
@@ -277,7 +277,7 @@ func genFaults(rng *rand.Rand, s Schedule) []Fault {
 		// most, rather than at a time; a network fault there is most often
 		// that actor's own.
 		if rng.IntN(2) == 0 {
-			a := Anchor{Client: rng.IntN(len(s.Clients))}
+			a := faultAnchor{Client: rng.IntN(len(s.Clients))}
 			a.Actor = rng.IntN(len(s.Clients[a.Client].Actors))
 			steps := s.Clients[a.Client].Actors[a.Actor]
 			a.Step = rng.IntN(len(steps))
@@ -306,7 +306,7 @@ func genFaults(rng *rand.Rand, s Schedule) []Fault {
 			f.Nodes = rng.Perm(s.Nodes)[:1+rng.IntN(s.tolerated())]
 			f.For = ms(100 + rng.IntN(400))
 			if f.Kind == "kill" && !s.Persist {
-				f.For = Dur(s.maxTTL() + 100*time.Millisecond)
+				f.For = jsonDur(s.maxTTL() + 100*time.Millisecond)
 			}
 		}
 		slices.Sort(f.Nodes)
@@ -320,13 +320,13 @@ func genFaults(rng *rand.Rand, s Schedule) []Fault {
 
 // down tells whether the fault takes its nodes out for every client: a
 // minority at most.
-func (f Fault) down() bool {
+func (f planFault) down() bool {
 	return f.Kind == "freeze" || f.Kind == "kill" || f.Kind == "partition" && len(f.Clients) == 0
 }
 
 // fitsMinority reports whether f, with the faults before it, keeps the nodes
 // that are down at once to a minority.
-func fitsMinority(s Schedule, faults []Fault, f Fault) bool {
+func fitsMinority(s Schedule, faults []planFault, f planFault) bool {
 	down := map[int]bool{}
 	for _, n := range f.Nodes {
 		down[n] = true
@@ -368,7 +368,7 @@ func (s Schedule) String() string {
 	return b.String()
 }
 
-func (st Step) String() string {
+func (st planStep) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "at %v %s %s %q ttl %v", st.At, st.Call, st.Kind, st.Keys, st.TTL)
 	if st.Owner != "" {
@@ -402,7 +402,7 @@ func (st Step) String() string {
 	return b.String()
 }
 
-func (f Fault) String() string {
+func (f planFault) String() string {
 	whose := ""
 	if len(f.Clients) > 0 {
 		whose = fmt.Sprintf(" from clients %v", f.Clients)

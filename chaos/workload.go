@@ -36,10 +36,10 @@ type workload struct {
 	fenced    bool                           // acquire WithFencing; the register checks the tokens
 	addrs     []string                       // where the clients connect: the links
 	seed      uint64
-	register  *Register
+	register  *register
 
 	mu       sync.Mutex
-	sections []Section
+	sections []section
 	done     atomic.Int64
 	// started receives, without blocking, each time a section starts.
 	started chan struct{}
@@ -183,7 +183,7 @@ func (w *workload) section(ctx context.Context, locker *redlock.Client, worker i
 	if inner != nil && inner.Until().Before(until) {
 		until = inner.Until()
 	}
-	s := Section{Worker: worker, Acquired: time.Now(), Until: until, Token: lock.FencingToken(),
+	s := section{Worker: worker, Acquired: time.Now(), Until: until, Token: lock.FencingToken(),
 		Shared: shared, Ticket: lock.Ticket(), Started: started}
 	s.Queued, s.Won = tr.result(len(w.addrs)/2 + 1)
 	select {
@@ -232,7 +232,7 @@ func (w *workload) section(ctx context.Context, locker *redlock.Client, worker i
 	return nil
 }
 
-func (w *workload) record(s Section) {
+func (w *workload) record(s section) {
 	w.mu.Lock()
 	w.sections = append(w.sections, s)
 	w.mu.Unlock()
@@ -274,7 +274,7 @@ func (w *workload) waitHolder(ctx context.Context) error {
 	}
 }
 
-func (w *workload) history() ([]Section, map[string]int64) {
+func (w *workload) history() ([]section, map[string]int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	final := map[string]int64{}
@@ -283,7 +283,7 @@ func (w *workload) history() ([]Section, map[string]int64) {
 		final[k] = v
 	}
 	w.register.mu.Unlock()
-	return append([]Section(nil), w.sections...), final
+	return append([]section(nil), w.sections...), final
 }
 
 // sectionsBetween counts the sections acquired in [from, to).
