@@ -18,44 +18,44 @@ type Schedule struct {
 	Nodes   int          `json:"nodes"`   // N
 	Persist bool         `json:"persist"` // a killed node comes back at once with its data (appendfsync always); else it stays down longer than the largest TTL and comes back empty
 	Clients []clientPlan `json:"clients"`
-	Faults  []planFault      `json:"faults,omitempty"`
+	Faults  []planFault  `json:"faults,omitempty"`
 }
 
 // clientPlan is one redlock.Client, with connections of its own, and its
 // goroutines (actors), each running its steps in order.
 type clientPlan struct {
-	Batching bool     `json:"batching"`
-	HandOff  bool     `json:"hand_off"` // WithHandOff's default; false: WithHandOff(0)
+	Batching bool         `json:"batching"`
+	HandOff  bool         `json:"hand_off"` // WithHandOff's default; false: WithHandOff(0)
 	Actors   [][]planStep `json:"actors"`
 }
 
 // planStep is one lock taken, used and given up by an actor.
 type planStep struct {
 	At      jsonDur      `json:"at"`   // starts no earlier than this after the schedule's start
-	Call    string   `json:"call"` // acquire, try (TryAcquire) or do (Client.Do)
-	Kind    string   `json:"kind"` // plain, reentrant, read, write, semaphore, multi, fair
-	Keys    []string `json:"keys"`
-	Owner   string   `json:"owner,omitempty"` // reentrant
-	Fenced  bool     `json:"fenced,omitempty"`
-	Renew   bool     `json:"renew,omitempty"` // WithAutoRenew (always, with do)
+	Call    string       `json:"call"` // acquire, try (TryAcquire) or do (Client.Do)
+	Kind    string       `json:"kind"` // plain, reentrant, read, write, semaphore, multi, fair
+	Keys    []string     `json:"keys"`
+	Owner   string       `json:"owner,omitempty"` // reentrant
+	Fenced  bool         `json:"fenced,omitempty"`
+	Renew   bool         `json:"renew,omitempty"` // WithAutoRenew (always, with do)
 	TTL     jsonDur      `json:"ttl"`
 	Wait    jsonDur      `json:"wait,omitempty"` // how long an acquire may wait (acquire, do)
 	Actions []planAction `json:"actions,omitempty"`
-	Keep    bool     `json:"keep,omitempty"` // not released: left to expire
+	Keep    bool         `json:"keep,omitempty"` // not released: left to expire
 }
 
 // planAction is what a holder does with its lock.
 type planAction struct {
-	Op string `json:"op"`          // work (sleeps D), extend (to D), write (reads the key's register and writes it one higher), pause (sleeps past the validity, then writes: a fenced holder's stale write)
-	D  jsonDur    `json:"d,omitempty"` // work and extend
+	Op string  `json:"op"`          // work (sleeps D), extend (to D), write (reads the key's register and writes it one higher), pause (sleeps past the validity, then writes: a fenced holder's stale write)
+	D  jsonDur `json:"d,omitempty"` // work and extend
 }
 
 // planFault is a fault injected into some nodes for a while.
 type planFault struct {
-	At    jsonDur    `json:"at"`
-	For   jsonDur    `json:"for"`
-	Kind  string `json:"kind"` // slow, freeze, partition, kill, script-flush
-	Nodes []int  `json:"nodes"`
+	At    jsonDur `json:"at"`
+	For   jsonDur `json:"for"`
+	Kind  string  `json:"kind"` // slow, freeze, partition, kill, script-flush
+	Nodes []int   `json:"nodes"`
 	// Clients are the clients whose links to the nodes a slow or partition
 	// fault strikes (their own network); none: every client's (the nodes').
 	Clients []int `json:"clients,omitempty"`
@@ -63,8 +63,8 @@ type planFault struct {
 	// an action, instead of At after the start; the actor goes on once the
 	// fault is in place.
 	Anchor  *faultAnchor `json:"anchor,omitempty"`
-	Latency jsonDur     `json:"latency,omitempty"` // slow: each way
-	Jitter  jsonDur     `json:"jitter,omitempty"`
+	Latency jsonDur      `json:"latency,omitempty"` // slow: each way
+	Jitter  jsonDur      `json:"jitter,omitempty"`
 }
 
 // faultAnchor is a point in an actor's steps: before the Action-th action of
