@@ -261,7 +261,8 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 func (c *Client) noteFailing(i int, err error) {
 	h := &c.failing[i]
 	if timedOut(err) {
-		h.Store(&err) // allocated only here, not for every reply
+		last := err // allocated only here, not for every reply
+		h.Store(&last)
 	} else if h.Load() != nil {
 		h.Store(nil)
 	}
