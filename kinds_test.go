@@ -788,25 +788,11 @@ func TestKinds_fairFailedAttemptKeepsItsPlace(t *testing.T) {
 	first := mustNew(t, firstNodes, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
 	second := mustNew(t, c.connect(t), redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
 
-	firstDone := make(chan error, 1)
-	go func() {
-		l, err := first.Acquire(ctx, "turn", time.Minute, fair)
-		if err == nil {
-			mustRelease(t, l)
-		}
-		firstDone <- err
-	}()
+	firstDone := acquireAndRelease(t, first, ctx, "turn", fair)
 	waitFor(t, "the first waiter to queue", func() bool { return slices.Equal(queueSizes(c, "turn"), []int{1, 1, 1}) })
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	secondDone := make(chan error, 1)
-	go func() {
-		l, err := second.Acquire(sctx, "turn", time.Minute, fair)
-		if err == nil {
-			mustRelease(t, l)
-		}
-		secondDone <- err
-	}()
+	secondDone := acquireAndRelease(t, second, sctx, "turn", fair)
 	waitFor(t, "the second waiter to queue", func() bool { return slices.Equal(queueSizes(c, "turn"), []int{2, 2, 2}) })
 
 	state.armed.Store(true)
@@ -963,4 +949,18 @@ func TestKinds_fairGivingUpAfterALateAttempt(t *testing.T) {
 	if n := queueSizes(c, "turn"); n[0] != 0 || c.servers[0].Exists("turn") {
 		t.Fatalf("the waiter that gave up is still in node 0's queue (%d) or holds its key", n[0])
 	}
+}
+
+// acquireAndRelease acquires key (for a minute) in a goroutine and releases
+// it at once; the channel gets Acquire's error.
+func acquireAndRelease(t *testing.T, rc *redlock.Client, ctx context.Context, key string, opts ...redlock.AcquireOption) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, key, time.Minute, opts...)
+		if err == nil {
+			mustRelease(t, l)
+		}
+		done <- err
+	}()
+	return done
 }

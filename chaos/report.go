@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -70,11 +69,4 @@ func failure(r Result) string {
 		return "the unsafe configuration showed no violation"
 	}
 	return ""
-}
-
-// writeJSON writes results as an indented JSON array.
-func writeJSON(w io.Writer, results []Result) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(results)
 }
