@@ -320,3 +320,47 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	}()
 	return fn(fnCtx)
 }
+
+// Key returns the locked key, or "" for a nil Lock.
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
+
+// Token returns the random value stored under the key on each node, or ""
+// for a nil Lock.
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
+
+// Until returns the end of the lock's validity: the start of the last
+// successful acquire or extend plus its ttl less the drift allowance, on
+// the Client's Clock. It returns the zero time for a nil Lock.
+func (l *Lock) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+// Validity returns how much of the lock's validity is left: never negative,
+// and zero for a released, lost or nil Lock.
+func (l *Lock) Validity() time.Duration {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	until, over := l.until, l.released || l.lost
+	l.mu.Unlock()
+	if over {
+		return 0
+	}
+	return max(0, until.Sub(l.client.cfg.clock.Now()))
+}
