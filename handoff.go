@@ -48,8 +48,8 @@ func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult 
 	a.start = c.cfg.clock.Now()
 	t := a.fanOut(ctx, c, wonAt(l.quorum), nil, handOffOn(l.key, a.token, l.token, w.ttl, w.ac.fenced))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
-	for i, a := range t.answers {
-		switch a {
+	for i, ans := range t.answers {
+		switch ans {
 		case holds:
 			v := t.values[i]
 			h.had[i] = holdsNot
@@ -61,10 +61,10 @@ func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult 
 		case holdsNot:
 			h.had[i] = holdsNot // another token is there
 		default:
-			h.had[i] = a
+			h.had[i] = ans
 		}
 	}
-	h.next, _ = c.conclude(ctx, a, t)
+	h.next, _ = c.conclude(ctx, &a, t)
 	l.settled = a.settled
 	return h
 }

@@ -34,6 +34,14 @@ local function lengthen(k)
     redis.call('PEXPIRE', k, px)
   end
 end
+-- enqueue puts us in line with our ticket, for our patience
+local function enqueue()
+  local patience = tonumber(ARGV[7])
+  redis.call('ZADD', q, ARGV[6], waiter)
+  redis.call('ZADD', dl, now + patience, waiter)
+  redis.call('PEXPIRE', q, 2 * patience)
+  redis.call('PEXPIRE', dl, 2 * patience)
+end
 local function unqueue(who)
   redis.call('ZREM', q, who)
   redis.call('ZREM', dl, who)
@@ -46,11 +54,7 @@ if op == 'acquire' then
   if v == token then
     lengthen(key)
   else
-    local patience = tonumber(ARGV[7])
-    redis.call('ZADD', q, ARGV[6], waiter)
-    redis.call('ZADD', dl, now + patience, waiter)
-    redis.call('PEXPIRE', q, 2 * patience)
-    redis.call('PEXPIRE', dl, 2 * patience)
+    enqueue()
     if v or redis.call('ZRANGE', q, 0, 0)[1] ~= waiter then
       return 0
     end
@@ -92,11 +96,7 @@ if redis.pcall('GET', key) == token then
   if op == 'drop' then
     -- the attempt took the key here, which took us out of the queue, and
     -- failed elsewhere: we stay first in line, as we were
-    local patience = tonumber(ARGV[7])
-    redis.call('ZADD', q, ARGV[6], waiter)
-    redis.call('ZADD', dl, now + patience, waiter)
-    redis.call('PEXPIRE', q, 2 * patience)
-    redis.call('PEXPIRE', dl, 2 * patience)
+    enqueue()
   end
 end
 if op == 'release' then

@@ -268,8 +268,8 @@ type acquisition struct {
 
 // newAcquisition prepares an attempt with a fresh token, whose calls go to
 // each node after those of after.
-func (c *Client) newAcquisition(k kind, ttl time.Duration, ac acquireConfig, after settlement) *acquisition {
-	return &acquisition{kind: k, token: rand.Text(), ttl: ttl, timeout: c.nodeTimeout(ttl), cfg: ac, settled: after}
+func (c *Client) newAcquisition(k kind, ttl time.Duration, ac acquireConfig, after settlement) acquisition {
+	return acquisition{kind: k, token: rand.Text(), ttl: ttl, timeout: c.nodeTimeout(ttl), cfg: ac, settled: after}
 }
 
 // fanOut runs op on the nodes (see Client.fanOut) with the attempt's node
@@ -458,13 +458,13 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		// (the release has not reached every node yet): it need not wait for
 		// a frozen node's timeout to learn that. Its keys on nodes that had
 		// not answered are deleted in order before its next attempt there.
-		lock, qe := c.attempt(ctx, a, first)
+		lock, qe := c.attempt(ctx, &a, first)
 		if qe == nil {
 			return lock, nil
 		}
 		settled = a.settled
 		if qe.cause != nil {
-			c.leave(ctx, a)
+			c.leave(ctx, &a)
 			return nil, qe
 		}
 		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "lock", k.describe(), "attempt", failed, "err", qe)
@@ -491,7 +491,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		var ok bool
 		if ok, first, woken = c.waitRetry(ctx, k, watch, delay, failed); !ok {
 			qe.cause = ctx.Err()
-			c.leave(ctx, a)
+			c.leave(ctx, &a)
 			return nil, qe
 		}
 	}
@@ -531,9 +531,9 @@ func (c *Client) tryOnce(ctx context.Context, k kind, ttl time.Duration, ac acqu
 		}
 	}
 	a := c.newAcquisition(k, ttl, ac, settlement{})
-	lock, qe := c.attempt(ctx, a, false)
+	lock, qe := c.attempt(ctx, &a, false)
 	if qe != nil {
-		c.leave(ctx, a)
+		c.leave(ctx, &a)
 		return nil, qe
 	}
 	return lock, nil
