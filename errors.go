@@ -55,11 +55,11 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // and unwraps to its sentinel, the context's error if the context ended, and
 // every node's error.
 type quorumError struct {
-	kind   error // ErrNotAcquired, ErrLockLost or errReleaseIncomplete
-	detail string
-	cause  error // the context's error, or nil
-	nodes  []error
-	heldOn int // a node where another holder had the key, or -1
+	sentinel error // ErrNotAcquired, ErrLockLost or errReleaseIncomplete
+	detail   string
+	cause    error // the context's error, or nil
+	nodes    []error
+	heldOn   int // a node where another holder had the key, or -1
 	// taken: the nodes that answered show one other holder on a quorum:
 	// someone else won, and will announce its release
 	taken bool
@@ -67,7 +67,7 @@ type quorumError struct {
 
 func (e *quorumError) Error() string {
 	var b strings.Builder
-	b.WriteString(e.kind.Error())
+	b.WriteString(e.sentinel.Error())
 	b.WriteString(": ")
 	b.WriteString(e.detail)
 	if e.cause != nil {
@@ -83,7 +83,7 @@ func (e *quorumError) Error() string {
 
 func (e *quorumError) Unwrap() []error {
 	errs := make([]error, 0, 2+len(e.nodes))
-	errs = append(errs, e.kind)
+	errs = append(errs, e.sentinel)
 	if e.cause != nil {
 		errs = append(errs, e.cause)
 	}

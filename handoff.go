@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"time"
 )
 
 // handOffResult is what a hand-off did and learned.
@@ -44,9 +43,9 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // frees the nodes where it had replaced l's token; the caller releases l on
 // the nodes the hand-off did not hear from.
 func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult {
-	a := c.newAcquisition(l.kind, w.ttl, w.ac, l.settled)
+	a := newAcquisition(l.kind, w.ac, l.settled)
 	a.start = c.cfg.clock.Now()
-	t := a.fanOut(ctx, c, wonAt(l.quorum), nil, handOffOn(l.key, a.token, l.token, w.ttl, w.ac.fenced))
+	t := a.fanOut(ctx, c, wonAt(l.quorum), nil, handOffOn(l.key, a.token, l.token, a.ttl, a.cfg.fenced))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, ans := range t.answers {
 		switch ans {
@@ -74,7 +73,7 @@ func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult 
 // (done is then true, and err Release's result). When the hand-off fails,
 // it releases l on the nodes the hand-off did not hear from, and the waiter
 // contends for the key as anyone would.
-func (t turn) release(ctx context.Context, l *Lock, ttl time.Duration) (done bool, err error) {
+func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err error) {
 	c := l.client
 	w := t.qs.nextForHandOff(t.q, l, c.cfg.handOffs)
 	if w == nil {
@@ -85,13 +84,13 @@ func (t turn) release(ctx context.Context, l *Lock, ttl time.Duration) (done boo
 	if h.next != nil {
 		t.qs.handOver(t.q, w, h.next, h.contended)
 		l.finish()
-		return true, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, ttl, h.errs)
+		return true, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, tm.ttl, h.errs)
 	}
 	defer t.qs.giveTurn(t.q, w)
 	skipped := yes + no // the nodes the hand-off heard from
-	r, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.releasedAt(l.quorum, yes, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
+	r, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, yes, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
 	l.settled = settled
 	l.finish()
 	yes, no = yes+r.yes, no+r.no-skipped
-	return true, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, ttl, r.errs)
+	return true, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, tm.ttl, r.errs)
 }

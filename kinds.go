@@ -84,7 +84,7 @@ type waitsInLine interface {
 	kind
 	// join gives the waiter its place before the first attempt, trying
 	// again after retry's delays while ctx lasts (once when retry is nil).
-	join(ctx context.Context, c *Client, ttl time.Duration, retry RetryPolicy) *quorumError
+	join(ctx context.Context, c *Client, t terms, retry RetryPolicy) *quorumError
 	// nextWait is the wait before the next attempt, given the retry
 	// policy's delay and whether the last release named this waiter first.
 	nextWait(delay time.Duration, first bool) time.Duration
@@ -300,7 +300,7 @@ func (k readWrite) leave(token string) *nodeOp {
 
 // fairPatience is how long a fair lock's waiter keeps its place in the
 // queue on a node without trying again there, unless its node timeout asks
-// for longer (see Client.fairPatience); a fair Acquire tries at least every
+// for longer (see terms.patience); a fair Acquire tries at least every
 // quarter of its patience.
 const fairPatience = 4 * time.Second
 
@@ -311,9 +311,10 @@ const fairPatience = 4 * time.Second
 // patience), and that attempt's way to the node, up to a node timeout.
 const fairPatienceTimeouts = 8
 
-// fairPatience is how long a fair waiter of a lock of ttl keeps its place.
-func (c *Client) fairPatience(ttl time.Duration) time.Duration {
-	return max(fairPatience, fairPatienceTimeouts*c.nodeTimeout(ttl))
+// patience is how long a fair waiter of a lock on these terms keeps its
+// place.
+func (t terms) patience() time.Duration {
+	return max(fairPatience, fairPatienceTimeouts*t.timeout)
 }
 
 // fair is a lock granted in the order of its waiters' tickets.
@@ -323,7 +324,7 @@ type fair struct {
 	waiter string // the queue entry, across the Acquire's attempts
 	ticket int64  // set once the Acquire has drawn it
 	// patience is how long the waiter keeps its place on a node without
-	// trying again there (Client.fairPatience), set by the Acquire.
+	// trying again there (terms.patience), set by the Acquire.
 	patience time.Duration
 }
 
@@ -369,10 +370,10 @@ func (k *fair) leave(token string) *nodeOp {
 // its quorum (nodes down or slow) is made again after the retry delay, as a
 // failed attempt is tried again, while ctx lasts; with no retry policy,
 // once.
-func (k *fair) join(ctx context.Context, c *Client, ttl time.Duration, retry RetryPolicy) *quorumError {
-	k.patience = c.fairPatience(ttl)
+func (k *fair) join(ctx context.Context, c *Client, t terms, retry RetryPolicy) *quorumError {
+	k.patience = t.patience()
 	for failed := 1; ; failed++ {
-		qe := c.drawTicket(ctx, k, ttl)
+		qe := c.drawTicket(ctx, k, t.timeout)
 		if qe == nil || qe.cause != nil || retry == nil {
 			return qe
 		}
@@ -429,11 +430,11 @@ func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
 // each set keeps them apart unless the highest values tie; the queue then
 // orders them by token. Every node ranks waiters by the same ticket, so the
 // first in line is the same everywhere.
-func (c *Client) drawTicket(ctx context.Context, f *fair, ttl time.Duration) *quorumError {
+func (c *Client) drawTicket(ctx context.Context, f *fair, timeout time.Duration) *quorumError {
 	q := f.quorum(len(c.nodes))
-	t, _ := c.fanOut(ctx, c.nodeTimeout(ttl), wonAt(q), nil, settlement{}, f.ticketOp())
+	t, _ := c.fanOut(ctx, timeout, wonAt(q), nil, settlement{}, f.ticketOp())
 	if t.yes < q {
-		return &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%s: a ticket from %d of %d nodes, quorum %d", f.describe(), t.yes, len(c.nodes), q),
+		return &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: a ticket from %d of %d nodes, quorum %d", f.describe(), t.yes, len(c.nodes), q),
 			cause: ctx.Err(), nodes: t.errs, heldOn: -1}
 	}
 	for i, a := range t.answers {
@@ -543,7 +544,7 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.acquireLoop(ctx, k, ttl, ac, attempts) })
+	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.acquireLoop(ctx, k, ac, attempts) })
 }
 
 // TryAcquireAll is AcquireAll with exactly one attempt; see TryAcquire.
@@ -552,7 +553,7 @@ func (c *Client) TryAcquireAll(ctx context.Context, keys []string, ttl time.Dura
 	if err != nil {
 		return nil, err
 	}
-	return c.observed(ctx, k, func(*int) (*Lock, error) { return c.tryOnce(ctx, k, ttl, ac) })
+	return c.observed(ctx, k, func(*int) (*Lock, error) { return c.tryOnce(ctx, k, ac) })
 }
 
 func (c *Client) multiConfig(keys []string, ttl time.Duration, opts []AcquireOption) (kind, acquireConfig, error) {
@@ -617,6 +618,7 @@ func (ac acquireConfig) kindFor(key string) kind {
 }
 
 type acquireConfig struct {
+	terms     // of the Acquire's ttl, the same for every attempt
 	retry     RetryPolicy
 	fenced    bool
 	autoRenew bool
@@ -629,22 +631,18 @@ type acquireConfig struct {
 	kinds   []string // the kind options given, for the error when several are
 }
 
-func (c *Client) checkLease(key string, ttl time.Duration) error {
+// checkLease checks a lease of ttl on key and returns its terms.
+func (c *Client) checkLease(key string, ttl time.Duration) (terms, error) {
 	if key == "" {
-		return invalid("empty key")
+		return terms{}, invalid("empty key")
 	}
-	if ttl <= 0 {
-		return invalid("ttl %v must be positive", ttl)
-	}
-	if d := driftFor(ttl, c.cfg.driftFactor); ttl <= d {
-		return invalid("ttl %v is not larger than its drift allowance %v", ttl, d)
-	}
-	return nil
+	return c.termsFor(ttl)
 }
 
 func (c *Client) acquireConfig(key string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
 	ac := acquireConfig{retry: c.cfg.retry}
-	if err := c.checkLease(key, ttl); err != nil {
+	var err error
+	if ac.terms, err = c.checkLease(key, ttl); err != nil {
 		return ac, err
 	}
 	for _, o := range opts {

@@ -113,31 +113,31 @@ func (l *Lock) Done() <-chan struct{} {
 // to a shorter ttl): a goroutine that waits for a time computed from Until
 // must wake up then. A later Until needs no wake-up: the waiter finds time
 // left when it wakes, and waits again.
-func (l *Lock) lease() (ttl time.Duration, until time.Time, sooner <-chan struct{}) {
+func (l *Lock) lease() (tm terms, until time.Time, sooner <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ttl, l.until, l.sooner
+	return l.terms, l.until, l.sooner
 }
 
 // setLease records the lease of a successful extend.
-func (l *Lock) setLease(ttl time.Duration, until time.Time) {
+func (l *Lock) setLease(tm terms, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if until.Before(l.until) {
 		close(l.sooner)
 		l.sooner = make(chan struct{})
 	}
-	l.ttl, l.until = ttl, until
+	l.terms, l.until = tm, until
 }
 
 // deadline is when a lock of ttl valid until until ends for its holder
 // unless it is extended: Until, or the renewal margin before Until for a
 // renewed lock.
-func (l *Lock) deadline(ttl time.Duration, until time.Time) time.Time {
+func (l *Lock) deadline(tm terms, until time.Time) time.Time {
 	if !l.renewed {
 		return until
 	}
-	return until.Add(-l.client.renewMargin(ttl))
+	return until.Add(-tm.renewMargin())
 }
 
 // watchValidity closes done at the lock's deadline. An extend moves it; the
@@ -145,8 +145,8 @@ func (l *Lock) deadline(ttl time.Duration, until time.Time) time.Time {
 func (l *Lock) watchValidity() {
 	clock := l.client.cfg.clock
 	for {
-		ttl, until, sooner := l.lease()
-		left := l.deadline(ttl, until).Sub(clock.Now())
+		tm, until, sooner := l.lease()
+		left := l.deadline(tm, until).Sub(clock.Now())
 		if left <= 0 {
 			why := errors.New("its validity ran out")
 			if l.renewed {
@@ -204,9 +204,9 @@ func (l *Lock) renew(ctx context.Context) {
 	clock := c.cfg.clock
 	var retryAt time.Time // after a failed renewal: when to try again
 	for {
-		ttl, until, sooner := l.lease()
-		deadline := l.deadline(ttl, until)
-		due := renewDue(until, ttl, driftFor(ttl, c.cfg.driftFactor))
+		tm, until, sooner := l.lease()
+		deadline := l.deadline(tm, until)
+		due := renewDue(until, tm.ttl, tm.drift)
 		if !retryAt.IsZero() {
 			due = retryAt
 		}
@@ -230,10 +230,10 @@ func (l *Lock) renew(ctx context.Context) {
 		}
 		left := deadline.Sub(clock.Now())
 		if left <= 0 {
-			l.lose(fmt.Errorf("not renewed by %v before the end of its validity", c.renewMargin(ttl)))
+			l.lose(fmt.Errorf("not renewed by %v before the end of its validity", tm.renewMargin()))
 			return
 		}
-		t, err := l.extend(ctx, ttl, min(c.nodeTimeout(ttl), left))
+		t, err := l.extend(ctx, tm, min(tm.timeout, left))
 		c.observe(ctx, Event{Op: OpRenew, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: err})
 		if err == nil {
 			retryAt = time.Time{}
@@ -248,7 +248,7 @@ func (l *Lock) renew(ctx context.Context) {
 			return
 		}
 		c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "err", err)
-		retryAt = clock.Now().Add(ttl / 10)
+		retryAt = clock.Now().Add(tm.ttl / 10)
 	}
 }
 
@@ -260,11 +260,6 @@ func isOpen(ch <-chan struct{}) bool {
 	default:
 		return true
 	}
-}
-
-// renewMargin is renewMargin for a lock of ttl on c's nodes.
-func (c *Client) renewMargin(ttl time.Duration) time.Duration {
-	return renewMargin(ttl, c.nodeTimeout(ttl), driftFor(ttl, c.cfg.driftFactor))
 }
 
 // Do runs fn while holding the lock on key: it acquires the lock (retrying

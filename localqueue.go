@@ -43,7 +43,6 @@ type grant struct {
 
 // waiter is a goroutine queued for a key, with what its Acquire asked for.
 type waiter struct {
-	ttl   time.Duration
 	ac    acquireConfig
 	grant chan grant // buffered: the turn is given without blocking
 }
@@ -67,7 +66,7 @@ type localQueues struct {
 
 // wait blocks until it is the caller's turn on key, or ctx ends. It returns
 // the key's queue and, when the previous holder handed it over, the lock.
-func (qs *localQueues) wait(ctx context.Context, key string, ttl time.Duration, ac acquireConfig) (*localQueue, grant, error) {
+func (qs *localQueues) wait(ctx context.Context, key string, ac acquireConfig) (*localQueue, grant, error) {
 	qs.mu.Lock()
 	if qs.byKey == nil {
 		qs.byKey = map[string]*localQueue{}
@@ -84,7 +83,7 @@ func (qs *localQueues) wait(ctx context.Context, key string, ttl time.Duration, 
 		q.mu.Unlock()
 		return q, grant{}, nil
 	}
-	w := &waiter{ttl: ttl, ac: ac, grant: make(chan grant, 1)}
+	w := &waiter{ac: ac, grant: make(chan grant, 1)}
 	q.waiters = append(q.waiters, w)
 	holder := q.holder
 	q.mu.Unlock()
@@ -223,11 +222,13 @@ func (qs *localQueues) giveTurn(q *localQueue, w *waiter) {
 	w.grant <- grant{}
 }
 
-// acquireQueued is Acquire's attempt loop run in the key's local turn.
-func (c *Client) acquireQueued(ctx context.Context, key string, ttl time.Duration, ac acquireConfig, attempt func() (*Lock, error)) (*Lock, error) {
-	q, g, err := c.queues.wait(ctx, key, ttl, ac)
+// inTurn runs acquire, an Acquire's attempts, in the key's local turn, and
+// makes the lock it wins the holder of the turn. A lock handed over by the
+// previous holder is returned without running acquire.
+func (qs *localQueues) inTurn(ctx context.Context, key string, ac acquireConfig, acquire func() (*Lock, error)) (*Lock, error) {
+	q, g, err := qs.wait(ctx, key, ac)
 	if err != nil {
-		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%q: gave up waiting behind this client's other acquires", key), cause: err, heldOn: -1}
+		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%q: gave up waiting behind this client's other acquires", key), cause: err, heldOn: -1}
 	}
 	if g.lock != nil {
 		return g.lock, nil
@@ -240,12 +241,12 @@ func (c *Client) acquireQueued(ctx context.Context, key string, ttl time.Duratio
 		case <-ctx.Done():
 		}
 	}
-	lock, err := attempt()
+	lock, err := acquire()
 	if err != nil {
-		c.queues.pass(q)
+		qs.pass(q)
 		return nil, err
 	}
-	c.queues.hold(q, lock)
+	qs.hold(q, lock)
 	return lock, nil
 }
 

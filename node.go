@@ -20,11 +20,36 @@ type node struct {
 	inline bool
 }
 
-func (c *Client) nodeTimeout(ttl time.Duration) time.Duration {
-	if c.cfg.nodeTimeout > 0 {
-		return c.cfg.nodeTimeout
+// terms are what a lease of ttl means on a Client's nodes, worked out once
+// per operation: how long each node is waited for and how much is allowed
+// for clock drift.
+type terms struct {
+	ttl     time.Duration
+	timeout time.Duration // per node: the Client's WithNodeTimeout, or derived from ttl
+	drift   time.Duration // see driftFor
+}
+
+// termsFor returns the terms of a lease of ttl, or an error matching
+// ErrInvalidArgument when ttl is not positive or not larger than its drift
+// allowance.
+func (c *Client) termsFor(ttl time.Duration) (terms, error) {
+	t := terms{ttl: ttl, timeout: c.cfg.nodeTimeout, drift: driftFor(ttl, c.cfg.driftFactor)}
+	if t.timeout <= 0 {
+		t.timeout = min(max(ttl/nodeTimeoutFraction, minDerivedNodeTimeout), maxDerivedNodeTimeout)
 	}
-	return min(max(ttl/nodeTimeoutFraction, minDerivedNodeTimeout), maxDerivedNodeTimeout)
+	switch {
+	case ttl <= 0:
+		return t, invalid("ttl %v must be positive", ttl)
+	case ttl <= t.drift:
+		return t, invalid("ttl %v is not larger than its drift allowance %v", ttl, t.drift)
+	}
+	return t, nil
+}
+
+// renewMargin is renewMargin for a renewed lock on these terms: how long
+// before its Until it is declared lost unless renewed.
+func (t terms) renewMargin() time.Duration {
+	return renewMargin(t.ttl, t.timeout, t.drift)
 }
 
 func (c *Client) nodeError(i int, err error) error {

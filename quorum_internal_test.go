@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -133,21 +134,27 @@ func TestPxMillis(t *testing.T) {
 	}
 }
 
-func TestNodeTimeout_derivedFromTTL(t *testing.T) {
-	c := &Client{}
-	for _, tt := range []struct{ ttl, want time.Duration }{
-		{100 * time.Millisecond, 50 * time.Millisecond},
-		{time.Second, 100 * time.Millisecond},
-		{5 * time.Second, 500 * time.Millisecond},
-		{time.Minute, time.Second},
+func TestTerms_nodeTimeoutDerivedFromTTL(t *testing.T) {
+	c := &Client{cfg: config{driftFactor: 0.01}}
+	for _, tt := range []struct{ ttl, want, drift time.Duration }{
+		{100 * time.Millisecond, 50 * time.Millisecond, 3 * time.Millisecond},
+		{time.Second, 100 * time.Millisecond, 12 * time.Millisecond},
+		{5 * time.Second, 500 * time.Millisecond, 52 * time.Millisecond},
+		{time.Minute, time.Second, 602 * time.Millisecond},
 	} {
-		if got := c.nodeTimeout(tt.ttl); got != tt.want {
-			t.Errorf("nodeTimeout(%v) = %v, want %v", tt.ttl, got, tt.want)
+		tm, err := c.termsFor(tt.ttl)
+		if err != nil || tm != (terms{ttl: tt.ttl, timeout: tt.want, drift: tt.drift}) {
+			t.Errorf("termsFor(%v) = %+v, %v; want timeout %v, drift %v", tt.ttl, tm, err, tt.want, tt.drift)
 		}
 	}
 	c.cfg.nodeTimeout = 7 * time.Millisecond
-	if got := c.nodeTimeout(time.Minute); got != 7*time.Millisecond {
-		t.Errorf("nodeTimeout with WithNodeTimeout(7ms) = %v", got)
+	if tm, _ := c.termsFor(time.Minute); tm.timeout != 7*time.Millisecond {
+		t.Errorf("node timeout with WithNodeTimeout(7ms) = %v", tm.timeout)
+	}
+	for _, ttl := range []time.Duration{0, -time.Second, 2 * time.Millisecond} {
+		if _, err := c.termsFor(ttl); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("termsFor(%v) = %v, want ErrInvalidArgument", ttl, err)
+		}
 	}
 }
 

@@ -217,7 +217,7 @@ type Lock struct {
 	renewed bool  // acquired WithAutoRenew: it ends the renewal margin before Until
 
 	mu        sync.Mutex
-	ttl       time.Duration // of the last acquire or extend
+	terms     // of the last acquire or extend
 	until     time.Time
 	sooner    chan struct{} // closed (and replaced) when until moves earlier: see lease
 	released  bool
@@ -236,7 +236,7 @@ type Lock struct {
 type successor interface {
 	// release may do l's Release by handing the lock to a waiter; done
 	// tells whether it did, and err is then Release's result.
-	release(ctx context.Context, l *Lock, ttl time.Duration) (done bool, err error)
+	release(ctx context.Context, l *Lock, tm terms) (done bool, err error)
 	// ended is told once when l ended without being handed over.
 	ended(l *Lock)
 }
@@ -259,8 +259,7 @@ func (l *Lock) finish() {
 type acquisition struct {
 	kind    kind
 	token   string // the attempt's own
-	ttl     time.Duration
-	timeout time.Duration // per node: Client.nodeTimeout(ttl)
+	terms          // the Acquire's: ttl, node timeout, drift
 	cfg     acquireConfig
 	start   time.Time // on the Clock, when the attempt's calls were sent
 	settled settlement
@@ -268,8 +267,8 @@ type acquisition struct {
 
 // newAcquisition prepares an attempt with a fresh token, whose calls go to
 // each node after those of after.
-func (c *Client) newAcquisition(k kind, ttl time.Duration, ac acquireConfig, after settlement) acquisition {
-	return acquisition{kind: k, token: rand.Text(), ttl: ttl, timeout: c.nodeTimeout(ttl), cfg: ac, settled: after}
+func newAcquisition(k kind, ac acquireConfig, after settlement) acquisition {
+	return acquisition{kind: k, token: rand.Text(), terms: ac.terms, cfg: ac, settled: after}
 }
 
 // fanOut runs op on the nodes (see Client.fanOut) with the attempt's node
@@ -287,7 +286,7 @@ func (a *acquisition) fanOut(ctx context.Context, c *Client, stop func(*tally) b
 // out.
 func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock, *quorumError) {
 	if err := ctx.Err(); err != nil {
-		return nil, &quorumError{kind: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", a.kind.describe()), cause: err, heldOn: -1}
+		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", a.kind.describe()), cause: err, heldOn: -1}
 	}
 	a.start = c.cfg.clock.Now()
 	// Return as soon as a quorum holds, leaving slower nodes to the
@@ -313,28 +312,27 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 // once a quorum stores its fencing token), or else the release of the key
 // wherever it may have been taken.
 func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, *quorumError) {
-	k, ttl := a.kind, a.ttl
+	k, ttl, drift := a.kind, a.ttl, a.drift
 	q := k.quorum(len(c.nodes))
 	var fence int64
 	fenceStored := true // or not needed
 	if a.cfg.fenced && t.yes >= q {
 		fence, fenceStored = c.settleFence(ctx, a, t)
 	}
-	drift := driftFor(ttl, c.cfg.driftFactor)
 	elapsed := c.cfg.clock.Now().Sub(a.start)
 	v := validity(ttl, elapsed, drift)
 	// A renewed lock must start with more validity than its renewal margin
 	// (see renewMargin): it is declared lost by then at the latest.
 	var need time.Duration
 	if a.cfg.autoRenew {
-		need = c.renewMargin(ttl)
+		need = a.renewMargin()
 	}
 	if t.yes >= q && fenceStored && v > need {
 		if len(t.errs) > 0 {
 			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "lock", k.describe(), "err", errors.Join(t.errs...))
 		}
 		c.leaveTheLine(ctx, a, t)
-		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, ttl: ttl, until: a.start.Add(ttl - drift),
+		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.terms, until: a.start.Add(ttl - drift),
 			settled: a.settled, done: make(chan struct{}), sooner: make(chan struct{}), renewed: a.cfg.autoRenew}
 		if a.cfg.autoRenew {
 			l.startRenewal()
@@ -359,7 +357,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
 	}
 	heldOn := slices.Index(t.answers, holdsNot)
-	return nil, &quorumError{kind: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
+	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
 		taken: takenByOne(t, q)}
 }
 
@@ -420,19 +418,19 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	k := ac.kindFor(key)
 	return c.observed(ctx, k, func(attempts *int) (*Lock, error) {
 		if !k.takesTurns() {
-			return c.acquireLoop(ctx, k, ttl, ac, attempts)
+			return c.acquireLoop(ctx, k, ac, attempts)
 		}
-		return c.acquireQueued(ctx, key, ttl, ac, func() (*Lock, error) {
-			return c.acquireLoop(ctx, k, ttl, ac, attempts)
+		return c.queues.inTurn(ctx, key, ac, func() (*Lock, error) {
+			return c.acquireLoop(ctx, k, ac, attempts)
 		})
 	})
 }
 
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
-func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac acquireConfig, attempts *int) (*Lock, error) {
+func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
 	line, inLine := k.(waitsInLine)
 	if inLine {
-		if qe := line.join(ctx, c, ttl, ac.retry); qe != nil {
+		if qe := line.join(ctx, c, ac.terms, ac.retry); qe != nil {
 			return nil, qe
 		}
 	}
@@ -453,7 +451,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ttl time.Duration, ac 
 		// earlier attempt's cleanup can then never remove a later attempt's
 		// key. What must last across attempts (a writer's mark, a place in
 		// a fair queue) has a waiter ID in the kind.
-		a := c.newAcquisition(k, ttl, ac, settled)
+		a := newAcquisition(k, ac, settled)
 		// A fair waiter named first in line tries again at once if refused
 		// (the release has not reached every node yet): it need not wait for
 		// a frozen node's timeout to learn that. Its keys on nodes that had
@@ -519,18 +517,18 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 		return nil, err
 	}
 	k := ac.kindFor(key)
-	return c.observed(ctx, k, func(*int) (*Lock, error) { return c.tryOnce(ctx, k, ttl, ac) })
+	return c.observed(ctx, k, func(*int) (*Lock, error) { return c.tryOnce(ctx, k, ac) })
 }
 
 // tryOnce is one attempt of a TryAcquire: for a fair lock, with the ticket
 // drawn first and its place in the queue left when the attempt fails.
-func (c *Client) tryOnce(ctx context.Context, k kind, ttl time.Duration, ac acquireConfig) (*Lock, error) {
+func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig) (*Lock, error) {
 	if line, ok := k.(waitsInLine); ok {
-		if qe := line.join(ctx, c, ttl, nil); qe != nil {
+		if qe := line.join(ctx, c, ac.terms, nil); qe != nil {
 			return nil, qe
 		}
 	}
-	a := c.newAcquisition(k, ttl, ac, settlement{})
+	a := newAcquisition(k, ac, settlement{})
 	lock, qe := c.attempt(ctx, &a, false)
 	if qe != nil {
 		c.leave(ctx, &a)
@@ -562,20 +560,18 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNotAcquired
 	}
-	_, err := l.extend(ctx, ttl, l.client.nodeTimeout(ttl))
+	tm, err := l.client.checkLease(l.key, ttl)
+	if err != nil {
+		return err
+	}
+	_, err = l.extend(ctx, tm, tm.timeout)
 	return err
 }
 
-// extend is Extend with the given per-node timeout, also returning what the
-// nodes answered.
-func (l *Lock) extend(ctx context.Context, ttl, timeout time.Duration) (_ tally, err error) {
-	if l == nil {
-		return tally{}, ErrNotAcquired
-	}
+// extend is Extend on the terms tm with the given per-node timeout, also
+// returning what the nodes answered.
+func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ tally, err error) {
 	c := l.client
-	if err := c.checkLease(l.key, ttl); err != nil {
-		return tally{}, err
-	}
 	if err := ctx.Err(); err != nil {
 		return tally{}, fmt.Errorf("redlock: extend %q: %w", l.key, err)
 	}
@@ -587,21 +583,21 @@ func (l *Lock) extend(ctx context.Context, ttl, timeout time.Duration) (_ tally,
 
 	start := c.cfg.clock.Now()
 	wall := time.Now()
-	t, settled := c.fanOut(ctx, timeout, decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, ttl))
+	t, settled := c.fanOut(ctx, timeout, decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, tm.ttl))
 	l.settled = settled
 	c.observeNodes(ctx, OpExtend, l.kind, wall, t)
 	defer func() { l.observeOp(ctx, OpExtend, wall, err) }()
-	drift := driftFor(ttl, c.cfg.driftFactor)
+	ttl, drift := tm.ttl, tm.drift
 	elapsed := c.cfg.clock.Now().Sub(start)
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
-		l.setLease(ttl, start.Add(ttl-drift))
+		l.setLease(tm, start.Add(ttl-drift))
 		return t, nil
 	}
 	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), t.yes, len(c.nodes), l.quorum)
 	if t.yes >= l.quorum {
 		detail = fmt.Sprintf("%s: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.kind.describe(), elapsed, ttl, drift)
 	}
-	return t, &quorumError{kind: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	return t, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
 }
 
 // over returns why the lock can no longer be extended, or nil.
@@ -611,11 +607,11 @@ func (l *Lock) over() error {
 	l.mu.Unlock()
 	switch {
 	case released:
-		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%s: already released", l.kind.describe())}
+		return &quorumError{sentinel: ErrLockLost, detail: fmt.Sprintf("%s: already released", l.kind.describe())}
 	case lost:
-		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%s: already lost", l.kind.describe())}
+		return &quorumError{sentinel: ErrLockLost, detail: fmt.Sprintf("%s: already lost", l.kind.describe())}
 	case !l.client.cfg.clock.Now().Before(until):
-		return &quorumError{kind: ErrLockLost, detail: fmt.Sprintf("%s: its validity ran out", l.kind.describe())}
+		return &quorumError{sentinel: ErrLockLost, detail: fmt.Sprintf("%s: its validity ran out", l.kind.describe())}
 	}
 	return nil
 }
@@ -649,7 +645,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()
-	ttl, until, released, stopRenew := l.ttl, l.until, l.released, l.stopRenew
+	tm, until, released, stopRenew := l.terms, l.until, l.released, l.stopRenew
 	l.released = true
 	l.mu.Unlock()
 	if released {
@@ -669,15 +665,15 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	next := l.next
 	l.mu.Unlock()
 	if !expired && next != nil {
-		if done, err := next.release(ctx, l, ttl); done {
+		if done, err := next.release(ctx, l, tm); done {
 			return err
 		}
 	}
-	t, settled := c.fanOut(ctx, c.nodeTimeout(ttl), c.releasedAt(l.quorum, 0, l.settled), nil, l.settled, l.kind.release(l.token))
+	t, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, 0, l.settled), nil, l.settled, l.kind.release(l.token))
 	l.settled = settled
 	c.observeNodes(ctx, OpRelease, l.kind, wall, t)
 	l.finish()
-	return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, ttl, t.errs)
+	return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, tm.ttl, t.errs)
 }
 
 // releaseResult is Release's result, given what the nodes answered: yes nodes
@@ -692,10 +688,10 @@ func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, n
 		if no <= n-l.quorum {
 			detail += ", after its validity had run out"
 		}
-		return &quorumError{kind: ErrLockLost, detail: detail, nodes: errs}
+		return &quorumError{sentinel: ErrLockLost, detail: detail, nodes: errs}
 	case incomplete:
 		return &quorumError{
-			kind: errReleaseIncomplete,
+			sentinel: errReleaseIncomplete,
 			detail: fmt.Sprintf("%s: deleted on %d and absent from %d of %d nodes, quorum %d; the rest expire with the ttl %v",
 				l.kind.describe(), yes, no, n, l.quorum, ttl),
 			nodes: errs,

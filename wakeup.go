@@ -117,7 +117,7 @@ func (w *releaseWatch) close() {
 
 // wakeSpread is the real time over which the waiters woken by one release
 // spread their attempts, so that they do not all split the votes. A local
-// waiter yielding to them (see acquireQueued) starts after it.
+// waiter yielding to them (see localQueues.inTurn) starts after it.
 const wakeSpread = 500 * time.Microsecond
 
 // wakeDelay is how long a waiter woken by a release waits before its next
