@@ -37,7 +37,7 @@ type ExploreConfig struct {
 	Schedules int           // stop after this many schedules (0: no limit)
 	Duration  time.Duration // stop starting schedules after this long (0: no limit)
 	Lanes     int           // schedules run at once, each on nodes of its own; default 4
-	Dir       string        // where node data goes; a temporary directory when empty
+	dir       string        // where node data goes; a temporary directory when empty
 	NoShrink  bool          // report a failing schedule as drawn
 	// Replay runs this schedule (read with ReadSchedule) instead of drawing
 	// any, up to Schedules times (default 1).
@@ -111,7 +111,7 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 	if cfg.Server != Redis && cfg.Server != Embedded {
 		return ExploreResult{}, fmt.Errorf("chaos: unknown server kind %q (redis or embedded)", cfg.Server)
 	}
-	if cfg.Dir == "" {
+	if cfg.dir == "" {
 		// Nodes that persist every write fsync each one: on a memory file
 		// system that costs nothing, and a kill -9 still keeps the data.
 		dir, err := os.MkdirTemp(shmDir(), "redlock-explore-")
@@ -119,7 +119,7 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 			return ExploreResult{}, err
 		}
 		defer os.RemoveAll(dir)
-		cfg.Dir = dir
+		cfg.dir = dir
 	}
 	before := goleak.IgnoreCurrent()
 	stalls := watchStalls()
@@ -143,7 +143,7 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 	defer stop()
 	lanes := make([]*lane, cfg.Lanes)
 	for i := range lanes {
-		l, err := newLane(cfg.Server, cfg.Dir, i)
+		l, err := newLane(cfg.Server, cfg.dir, i)
 		if err != nil {
 			for _, l := range lanes[:i] {
 				l.close()

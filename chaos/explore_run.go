@@ -164,11 +164,11 @@ func (l *lane) reset(ctx context.Context) error {
 		}
 	}
 	for i, n := range l.nodes {
-		if n.PID() == 0 {
-			if err := n.Start(); err != nil {
+		if n.pid() == 0 {
+			if err := n.start(); err != nil {
 				return err
 			}
-		} else if err := n.Thaw(); err != nil {
+		} else if err := n.thaw(); err != nil {
 			return err
 		}
 		// The scripts stay cached, as on a node in service: a call that
@@ -690,30 +690,30 @@ func (r *runner) inject(ctx context.Context, i int, f planFault, applied chan<- 
 		span()
 		return links(func(link *netLink) error { return link.undo(ctx, name) })
 	case "freeze":
-		if err := each(func(n int) error { return l.nodes[n].Freeze() }); err != nil {
+		if err := each(func(n int) error { return l.nodes[n].freeze() }); err != nil {
 			return err
 		}
 		span()
-		return each(func(n int) error { return l.nodes[n].Thaw() })
+		return each(func(n int) error { return l.nodes[n].thaw() })
 	case "kill":
-		if err := each(func(n int) error { return l.nodes[n].Kill() }); err != nil {
+		if err := each(func(n int) error { return l.nodes[n].kill() }); err != nil {
 			return err
 		}
 		if !r.s.Persist {
 			// It comes back empty, after every key it held has expired. Its
 			// fencing counters are lost: note what the live nodes keep.
-			if err := each(func(n int) error { return l.nodes[n].Wipe() }); err != nil {
+			if err := each(func(n int) error { return l.nodes[n].wipe() }); err != nil {
 				return err
 			}
 			r.noteLoss(ctx, f.Nodes)
 		}
 		span()
-		return each(func(n int) error { return l.nodes[n].Start() })
+		return each(func(n int) error { return l.nodes[n].start() })
 	case "script-flush":
 		// A node that is down or frozen meanwhile (another fault) is left
 		// alone; a frozen one flushes when it resumes.
 		each(func(n int) error {
-			if l.nodes[n].PID() != 0 {
+			if l.nodes[n].pid() != 0 {
 				fctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 				defer cancel()
 				_, _ = doOn(fctx, l.nodes[n].Addr(), "SCRIPT", "FLUSH")

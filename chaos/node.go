@@ -86,7 +86,7 @@ func startNode(dir string, spec nodeSpec) (*Node, error) {
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return nil, err
 		}
-		if lastErr = n.Start(); lastErr == nil {
+		if lastErr = n.start(); lastErr == nil {
 			return n, nil
 		}
 	}
@@ -105,8 +105,8 @@ func freePort() (int, error) {
 // Addr returns the node's host:port.
 func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
 
-// PID returns the process ID of the running node, or 0.
-func (n *Node) PID() int {
+// pid returns the process ID of the running node, or 0.
+func (n *Node) pid() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd == nil {
@@ -148,9 +148,9 @@ func (n *Node) command() (*exec.Cmd, error) {
 	return nil, fmt.Errorf("chaos: unknown server kind %q", n.spec.kind)
 }
 
-// Start starts the node's process on its port with whatever its data
+// start starts the node's process on its port with whatever its data
 // directory holds, and waits until it answers PING.
-func (n *Node) Start() error {
+func (n *Node) start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd != nil {
@@ -230,9 +230,9 @@ func (n *Node) signal(sig syscall.Signal) error {
 	return n.cmd.Process.Signal(sig)
 }
 
-// Kill sends SIGKILL and waits for the process to end: a crash, with no
+// kill sends SIGKILL and waits for the process to end: a crash, with no
 // chance to save anything that is not already on disk.
-func (n *Node) Kill() error {
+func (n *Node) kill() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd == nil {
@@ -247,16 +247,16 @@ func (n *Node) Kill() error {
 	return err
 }
 
-// Freeze stops the process with SIGSTOP: it keeps its connections but
+// freeze stops the process with SIGSTOP: it keeps its connections but
 // answers nothing until Thaw.
-func (n *Node) Freeze() error { return n.signal(syscall.SIGSTOP) }
+func (n *Node) freeze() error { return n.signal(syscall.SIGSTOP) }
 
-// Thaw resumes a frozen process with SIGCONT.
-func (n *Node) Thaw() error { return n.signal(syscall.SIGCONT) }
+// thaw resumes a frozen process with SIGCONT.
+func (n *Node) thaw() error { return n.signal(syscall.SIGCONT) }
 
-// Wipe deletes the node's data files, so that the next Start begins empty.
+// wipe deletes the node's data files, so that the next Start begins empty.
 // The node must not be running.
-func (n *Node) Wipe() error {
+func (n *Node) wipe() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd != nil {
@@ -277,22 +277,22 @@ func (n *Node) Wipe() error {
 	return nil
 }
 
-// Restart kills the node and starts it again at once, with its data files
+// restart kills the node and starts it again at once, with its data files
 // (keepData) or without them.
-func (n *Node) Restart(keepData bool) error {
-	if err := n.Kill(); err != nil {
+func (n *Node) restart(keepData bool) error {
+	if err := n.kill(); err != nil {
 		return err
 	}
 	if !keepData {
-		if err := n.Wipe(); err != nil {
+		if err := n.wipe(); err != nil {
 			return err
 		}
 	}
-	return n.Start()
+	return n.start()
 }
 
 // stop kills the process if it runs, also when it is frozen.
-func (n *Node) stop() { _ = n.Kill() }
+func (n *Node) stop() { _ = n.kill() }
 
 // jumpScript moves every key's expiry forward by ARGV[1] milliseconds, as a
 // forward step of the node's wall clock does: Redis expires keys by wall
@@ -307,7 +307,7 @@ for _, k in ipairs(redis.call('KEYS', '*')) do
 end
 return 0`
 
-// JumpClock makes the node behave as if its clock jumped forward by d.
-func (n *Node) JumpClock(ctx context.Context, d time.Duration) error {
+// jumpClock makes the node behave as if its clock jumped forward by d.
+func (n *Node) jumpClock(ctx context.Context, d time.Duration) error {
 	return evalOn(ctx, n.Addr(), jumpScript, d.Milliseconds())
 }

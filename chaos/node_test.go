@@ -48,30 +48,30 @@ func TestNode_faults(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := n.Freeze(); err != nil {
+	if err := n.freeze(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.Ping(quickCtx(t)).Err(); !isTimeout(err) {
 		t.Fatalf("PING to a frozen node: err = %v, want a timeout", err)
 	}
-	if err := n.Thaw(); err != nil {
+	if err := n.thaw(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING after thaw: %v", err)
 	}
 
-	if err := n.Restart(false); err != nil {
+	if err := n.restart(false); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.Get(ctx, "k").Err(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("GET after a restart without data: err = %v, want redis.Nil", err)
 	}
 
-	if err := n.Kill(); err != nil {
+	if err := n.kill(); err != nil {
 		t.Fatal(err)
 	}
-	if n.PID() != 0 {
+	if n.pid() != 0 {
 		t.Fatal("killed node still has a PID")
 	}
 	if err := rdb.Ping(quickCtx(t)).Err(); err == nil {
@@ -86,7 +86,7 @@ func TestNode_JumpClock(t *testing.T) {
 	_ = rdb.Set(ctx, "short", "v", time.Second).Err()
 	_ = rdb.Set(ctx, "long", "v", time.Hour).Err()
 	_ = rdb.Set(ctx, "forever", "v", 0).Err()
-	if err := n.JumpClock(ctx, time.Minute); err != nil {
+	if err := n.jumpClock(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if rdb.Exists(ctx, "short").Val() != 0 {
@@ -110,7 +110,7 @@ func TestNode_restartKeepsAOF(t *testing.T) {
 	if err := rdb.Set(ctx, "k", "v", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Restart(true); err != nil { // kill -9: only what was fsynced survives
+	if err := n.restart(true); err != nil { // kill -9: only what was fsynced survives
 		t.Fatal(err)
 	}
 	if v, err := rdb.Get(ctx, "k").Result(); err != nil || v != "v" {

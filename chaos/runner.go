@@ -23,7 +23,7 @@ type Config struct {
 	Size     int        // critical sections per count-bounded scenario; default 1500
 	Seed     uint64     // 0: chosen from the time, and reported
 	Only     []string   // scenario names to run; all when empty
-	Dir      string     // where node data goes; a temporary directory when empty
+	dir      string     // where node data goes; a temporary directory when empty
 	Timeout  time.Duration
 	OnStart  func(Scenario)
 	OnFinish func(Result)
@@ -89,13 +89,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	case cfg.Server != Redis && cfg.Server != Embedded:
 		return nil, fmt.Errorf("chaos: unknown server kind %q (redis or embedded)", cfg.Server)
 	}
-	if cfg.Dir == "" {
+	if cfg.dir == "" {
 		dir, err := os.MkdirTemp("", "redlock-chaos-")
 		if err != nil {
 			return nil, err
 		}
 		defer os.RemoveAll(dir)
-		cfg.Dir = dir
+		cfg.dir = dir
 	}
 	all := Scenarios(cfg.Size)
 	var chosen []Scenario
@@ -163,7 +163,7 @@ func runScenario(ctx context.Context, cfg Config, s Scenario, seed uint64) Resul
 func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Result) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	dir, err := os.MkdirTemp(cfg.Dir, s.Name+"-")
+	dir, err := os.MkdirTemp(cfg.dir, s.Name+"-")
 	if err != nil {
 		return err
 	}

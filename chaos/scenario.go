@@ -73,16 +73,16 @@ func Scenarios(size int) []Scenario {
 		generic(Scenario{
 			Name: "minority-kill", Fault: "kill -9 a minority at 30%, restart it empty after 2×TTL",
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).kill) },
 				func(e *env, idx []int) error {
-					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+					return e.each(idx, func(n *Node) error { return errors.Join(n.wipe(), n.start()) })
 				}),
 		}),
 		generic(Scenario{
 			Name: "minority-freeze", Fault: "SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+				func(e *env, idx []int) error { return e.each(idx, (*Node).freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).thaw) }),
 		}),
 		generic(Scenario{
 			Name: "rolling-restart-delayed", Fault: "kill -9 each node in turn, restart it empty after 1.5×TTL",
@@ -92,12 +92,12 @@ func Scenarios(size int) []Scenario {
 				}
 				for _, n := range e.nodes {
 					from := time.Now()
-					if err := n.Kill(); err != nil {
+					if err := n.kill(); err != nil {
 						return err
 					}
 					_ = sleep(ctx, e.ttl*3/2)
 					e.window(from)
-					if err := errors.Join(n.Wipe(), n.Start()); err != nil {
+					if err := errors.Join(n.wipe(), n.start()); err != nil {
 						return err
 					}
 				}
@@ -133,12 +133,12 @@ func Scenarios(size int) []Scenario {
 					if len(e.nodes) < 3 {
 						idx = nil
 					}
-					if err := e.each(idx, (*Node).Kill); err != nil {
+					if err := e.each(idx, (*Node).kill); err != nil {
 						return err
 					}
 					_ = sleep(ctx, e.ttl*6/5)
 					e.window(from)
-					if err := e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) }); err != nil {
+					if err := e.each(idx, func(n *Node) error { return errors.Join(n.wipe(), n.start()) }); err != nil {
 						return err
 					}
 				}
@@ -163,81 +163,81 @@ func Scenarios(size int) []Scenario {
 			Name: "reentrant-minority-kill", Fault: "the owner takes the lock twice in each section; owners exclude each other; kill -9 a minority at 30%, restart it empty after 2×TTL",
 			kind: kindReentrant, keys: 4,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).kill) },
 				func(e *env, idx []int) error {
-					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+					return e.each(idx, func(n *Node) error { return errors.Join(n.wipe(), n.start()) })
 				}),
 		}),
 		generic(Scenario{
 			Name: "reentrant-minority-freeze", Fault: "the owner takes the lock twice in each section; owners exclude each other; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
 			kind: kindReentrant, keys: 4,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+				func(e *env, idx []int) error { return e.each(idx, (*Node).freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).thaw) }),
 		}),
 		generic(Scenario{
 			Name: "read-write-minority-kill", Fault: "a quarter of the sections write, the rest read: never a writer with anyone else; kill -9 a minority at 30%, restart it empty after 2×TTL",
 			kind: kindReadWrite, keys: 2,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).kill) },
 				func(e *env, idx []int) error {
-					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+					return e.each(idx, func(n *Node) error { return errors.Join(n.wipe(), n.start()) })
 				}),
 		}),
 		generic(Scenario{
 			Name: "read-write-minority-freeze", Fault: "a quarter of the sections write, the rest read: never a writer with anyone else; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
 			kind: kindReadWrite, keys: 2,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+				func(e *env, idx []int) error { return e.each(idx, (*Node).freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).thaw) }),
 		}),
 		generic(Scenario{
 			Name: "semaphore-minority-kill", Fault: "2 permits on one key: never more than 2 holders; strikes the 1 node a permit can spare; kill -9 a minority at 30%, restart it empty after 2×TTL",
 			kind: kindSemaphore, permits: 2, keys: 1,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).kill) },
 				func(e *env, idx []int) error {
-					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+					return e.each(idx, func(n *Node) error { return errors.Join(n.wipe(), n.start()) })
 				}),
 		}),
 		generic(Scenario{
 			Name: "semaphore-minority-freeze", Fault: "2 permits on one key: never more than 2 holders; strikes the 1 node a permit can spare; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
 			kind: kindSemaphore, permits: 2, keys: 1,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+				func(e *env, idx []int) error { return e.each(idx, (*Node).freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).thaw) }),
 		}),
 		generic(Scenario{
 			Name: "multi-key-minority-kill", Fault: "each section locks 2 of 8 keys at once; kill -9 a minority at 30%, restart it empty after 2×TTL",
 			kind: kindMultiKey, keys: 8,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).kill) },
 				func(e *env, idx []int) error {
-					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+					return e.each(idx, func(n *Node) error { return errors.Join(n.wipe(), n.start()) })
 				}),
 		}),
 		generic(Scenario{
 			Name: "multi-key-minority-freeze", Fault: "each section locks 2 of 8 keys at once; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
 			kind: kindMultiKey, keys: 8,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+				func(e *env, idx []int) error { return e.each(idx, (*Node).freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).thaw) }),
 		}),
 		generic(Scenario{
 			Name: "fair-minority-kill", Fault: "one key, each waiter with a ticket: granted in ticket order; kill -9 a minority at 30%, restart it empty after 2×TTL",
 			kind: kindFair, keys: 1,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Kill) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).kill) },
 				func(e *env, idx []int) error {
-					return e.each(idx, func(n *Node) error { return errors.Join(n.Wipe(), n.Start()) })
+					return e.each(idx, func(n *Node) error { return errors.Join(n.wipe(), n.start()) })
 				}),
 		}),
 		generic(Scenario{
 			Name: "fair-minority-freeze", Fault: "one key, each waiter with a ticket: granted in ticket order; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
 			kind: kindFair, keys: 1,
 			faults: minorityFor(size,
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Freeze) },
-				func(e *env, idx []int) error { return e.each(idx, (*Node).Thaw) }),
+				func(e *env, idx []int) error { return e.each(idx, (*Node).freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).thaw) }),
 		}),
 		directed(Scenario{
 			Name: "restart-aof-always", Fault: "kill -9 a majority while a holder works, restart at once with its AOF",
@@ -254,7 +254,7 @@ func Scenarios(size int) []Scenario {
 			Assumption: assumeClock,
 			faults: func(ctx context.Context, e *env) error {
 				return rounds(ctx, e, func(ctx context.Context) error {
-					return e.each(e.majority(), func(n *Node) error { return n.JumpClock(ctx, 10*e.ttl) })
+					return e.each(e.majority(), func(n *Node) error { return n.jumpClock(ctx, 10*e.ttl) })
 				})
 			},
 		}),
@@ -322,7 +322,7 @@ func rounds(ctx context.Context, e *env, strike func(context.Context) error) err
 func restartMajority(ctx context.Context, e *env, keepData bool) error {
 	return rounds(ctx, e, func(context.Context) error {
 		idx := e.majority()
-		if err := e.each(idx, (*Node).Kill); err != nil {
+		if err := e.each(idx, (*Node).kill); err != nil {
 			return err
 		}
 		errs := make([]error, len(idx))
@@ -333,11 +333,11 @@ func restartMajority(ctx context.Context, e *env, keepData bool) error {
 				defer wg.Done()
 				n := e.nodes[i]
 				if !keepData {
-					if errs[j] = n.Wipe(); errs[j] != nil {
+					if errs[j] = n.wipe(); errs[j] != nil {
 						return
 					}
 				}
-				errs[j] = n.Start()
+				errs[j] = n.start()
 			}()
 		}
 		wg.Wait()
@@ -356,7 +356,7 @@ func promoteReplica(ctx context.Context, e *env) error {
 		return err
 	}
 	from := time.Now()
-	if err := e.nodes[0].Kill(); err != nil {
+	if err := e.nodes[0].kill(); err != nil {
 		return err
 	}
 	if _, err := doOn(ctx, e.replica.Addr(), "REPLICAOF", "NO", "ONE"); err != nil {
