@@ -45,7 +45,7 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult {
 	a := newAcquisition(l.kind, w.ac, l.settled)
 	a.start = c.cfg.clock.Now()
-	t := a.fanOut(ctx, c, wonAt(l.quorum), nil, handOffOn(l.key, a.token, l.token, a.ttl, a.cfg.fenced))
+	t := a.fanOut(ctx, c, wonAt(l.quorum), nil, handOffOn(l.key, a.token, l.token, a.cfg.ttl, a.cfg.fenced))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, ans := range t.answers {
 		switch ans {

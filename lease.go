@@ -130,7 +130,7 @@ func (l *Lock) setLease(tm terms, until time.Time) {
 	l.terms, l.until = tm, until
 }
 
-// deadline is when a lock of ttl valid until until ends for its holder
+// deadline is when a lock on the terms tm valid until until ends for its holder
 // unless it is extended: Until, or the renewal margin before Until for a
 // renewed lock.
 func (l *Lock) deadline(tm terms, until time.Time) time.Time {

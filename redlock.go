@@ -217,7 +217,7 @@ type Lock struct {
 	renewed bool  // acquired WithAutoRenew: it ends the renewal margin before Until
 
 	mu        sync.Mutex
-	terms     // of the last acquire or extend
+	terms     terms // of the last acquire or extend
 	until     time.Time
 	sooner    chan struct{} // closed (and replaced) when until moves earlier: see lease
 	released  bool
@@ -258,23 +258,22 @@ func (l *Lock) finish() {
 // next calls to each node wait for.
 type acquisition struct {
 	kind    kind
-	token   string // the attempt's own
-	terms          // the Acquire's: ttl, node timeout, drift
-	cfg     acquireConfig
-	start   time.Time // on the Clock, when the attempt's calls were sent
+	token   string        // the attempt's own
+	cfg     acquireConfig // the Acquire's options and terms (ttl, node timeout, drift)
+	start   time.Time     // on the Clock, when the attempt's calls were sent
 	settled settlement
 }
 
 // newAcquisition prepares an attempt with a fresh token, whose calls go to
 // each node after those of after.
 func newAcquisition(k kind, ac acquireConfig, after settlement) acquisition {
-	return acquisition{kind: k, token: rand.Text(), terms: ac.terms, cfg: ac, settled: after}
+	return acquisition{kind: k, token: rand.Text(), cfg: ac, settled: after}
 }
 
 // fanOut runs op on the nodes (see Client.fanOut) with the attempt's node
 // timeout, after its last calls, and makes these its last calls.
 func (a *acquisition) fanOut(ctx context.Context, c *Client, stop func(*tally) bool, skip []bool, op nodeOp) tally {
-	t, settled := c.fanOut(ctx, a.timeout, stop, skip, a.settled, op)
+	t, settled := c.fanOut(ctx, a.cfg.timeout, stop, skip, a.settled, op)
 	a.settled = settled
 	return t
 }
@@ -302,7 +301,7 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	if eager {
 		stop = decidedAt(len(c.nodes), q)
 	}
-	t := a.fanOut(ctx, c, stop, nil, a.kind.acquire(a.token, a.ttl, a.cfg.fenced))
+	t := a.fanOut(ctx, c, stop, nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenced))
 	c.observeNodes(ctx, OpAcquire, a.kind, wall, t)
 	return c.conclude(ctx, a, t)
 }
@@ -312,7 +311,7 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 // once a quorum stores its fencing token), or else the release of the key
 // wherever it may have been taken.
 func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, *quorumError) {
-	k, ttl, drift := a.kind, a.ttl, a.drift
+	k, ttl, drift := a.kind, a.cfg.ttl, a.cfg.drift
 	q := k.quorum(len(c.nodes))
 	var fence int64
 	fenceStored := true // or not needed
@@ -325,14 +324,14 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	// (see renewMargin): it is declared lost by then at the latest.
 	var need time.Duration
 	if a.cfg.autoRenew {
-		need = a.renewMargin()
+		need = a.cfg.renewMargin()
 	}
 	if t.yes >= q && fenceStored && v > need {
 		if len(t.errs) > 0 {
 			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "lock", k.describe(), "err", errors.Join(t.errs...))
 		}
 		c.leaveTheLine(ctx, a, t)
-		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.terms, until: a.start.Add(ttl - drift),
+		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms, until: a.start.Add(ttl - drift),
 			settled: a.settled, done: make(chan struct{}), sooner: make(chan struct{}), renewed: a.cfg.autoRenew}
 		if a.cfg.autoRenew {
 			l.startRenewal()
@@ -388,7 +387,7 @@ func (c *Client) cleanup(ctx context.Context, a *acquisition, answers []answer) 
 	t := a.fanOut(context.WithoutCancel(ctx), c, answered, skip, a.kind.drop(a.token))
 	if len(t.errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
-			"lock", a.kind.describe(), "ttl", a.ttl, "err", errors.Join(t.errs...))
+			"lock", a.kind.describe(), "ttl", a.cfg.ttl, "err", errors.Join(t.errs...))
 	}
 }
 
@@ -471,7 +470,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		// would never be heard).
 		if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && c.failing[watch.node].Load() != nil) {
 			watch.close()
-			watch = c.watchRelease(ctx, k.channels(), qe.heldOn, a.timeout)
+			watch = c.watchRelease(ctx, k.channels(), qe.heldOn, a.cfg.timeout)
 		}
 		watch.drain() // releases from before this attempt are old news
 		delay := ac.retry.Delay(failed)
