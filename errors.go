@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -13,11 +15,13 @@ var (
 	// context's error with errors.Is.
 	ErrNotAcquired = errors.New("redlock: not acquired")
 
-	// ErrLockLost is returned by Extend when fewer than a quorum of nodes
-	// still held the lock's token, and by Release when the lock did not hold
-	// until the release (see Release): the lock may have expired and another
-	// holder may have taken it, so the work done under it may not have been
-	// protected.
+	// ErrLockLost is returned by Extend when a majority of the nodes
+	// answered that they no longer hold the lock's token, or its validity
+	// is over, and by Release when the lock did not hold until the release
+	// (see Release): the lock may have expired and another holder may have
+	// taken it, so the work done under it may not have been protected. A
+	// failure that shows neither (nodes that fail or do not answer) gives
+	// ErrNotConfirmed instead.
 	ErrLockLost = errors.New("redlock: lock lost")
 
 	// ErrInvalidArgument is returned, before any node is contacted, for input
@@ -26,9 +30,33 @@ var (
 	// option with a value out of range. The message names the problem.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 
-	// errReleaseIncomplete heads a release that too many nodes failed to
-	// judge; the *NodeError values it joins are what a caller acts on.
-	errReleaseIncomplete = errors.New("redlock: release incomplete")
+	// ErrMisconfigured matches an error in which a node failed for a reason
+	// that retrying cannot cure, so that the setup must be fixed: a node
+	// that needs a password or another user (NOAUTH, WRONGPASS, NOPERM), a
+	// replica given as a node (READONLY), a Redis Cluster master given as a
+	// plain client (MOVED, ASK), keys that hash to different slots
+	// (CROSSSLOT), a key that holds a value of another type (WRONGTYPE), a
+	// server that does not run the scripts (NOSCRIPT after a reload, an
+	// unknown command), or the same server given twice. The message of each
+	// such node's *NodeError says what to change.
+	//
+	// When such nodes leave the quorum out of reach, Acquire returns at once
+	// with an error matching both ErrNotAcquired and ErrMisconfigured,
+	// rather than retrying until its context ends. When the others still
+	// make a quorum, the lock is taken, and each misconfigured node is
+	// logged as a warning (once, until it answers properly again) and
+	// reported to the Observer as an OpNode event whose Err matches
+	// ErrMisconfigured.
+	ErrMisconfigured = errors.New("redlock: misconfigured")
+
+	// ErrNotConfirmed is returned by Extend and Release when too few nodes
+	// answered to confirm the operation on a quorum, and too few to show
+	// the lock lost: nodes failed or did not answer in time. The lock is not
+	// lost. After Extend it stays valid until its Until, as before the call
+	// (no node ever shortens a key), Done stays open, and Extend may be
+	// tried again. After Release, the keys the failed nodes may still hold
+	// expire with the ttl. The error joins each failed node's *NodeError.
+	ErrNotConfirmed = errors.New("redlock: not confirmed")
 )
 
 // NodeError is one node's failure during an operation. The errors that
@@ -55,7 +83,7 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // and unwraps to its sentinel, the context's error if the context ended, and
 // every node's error.
 type quorumError struct {
-	sentinel error // ErrNotAcquired, ErrLockLost or errReleaseIncomplete
+	sentinel error // ErrNotAcquired, ErrLockLost or ErrNotConfirmed
 	detail   string
 	cause    error // the context's error, or nil
 	nodes    []error
@@ -63,6 +91,9 @@ type quorumError struct {
 	// taken: the nodes that answered show one other holder on a quorum:
 	// someone else won, and will announce its release
 	taken bool
+	// misconfigured: so many nodes failed with errors that retrying cannot
+	// cure (ErrMisconfigured) that the quorum is out of reach
+	misconfigured bool
 }
 
 func (e *quorumError) Error() string {
@@ -88,6 +119,55 @@ func (e *quorumError) Unwrap() []error {
 		errs = append(errs, e.cause)
 	}
 	return append(errs, e.nodes...)
+}
+
+// misconfiguration is a node's error that retrying cannot cure, with what
+// to do about it; it matches ErrMisconfigured.
+type misconfiguration struct {
+	err  error
+	hint string
+}
+
+func (e *misconfiguration) Error() string        { return e.err.Error() + " (" + e.hint + ")" }
+func (e *misconfiguration) Unwrap() error        { return e.err }
+func (e *misconfiguration) Is(target error) bool { return target == ErrMisconfigured }
+
+// misconfigured returns err as a *misconfiguration when it is an error that
+// retrying cannot cure, and err otherwise. Transient errors (timeouts,
+// refused or reset connections, LOADING, BUSY, TRYAGAIN, MASTERDOWN,
+// CLUSTERDOWN) are returned as they are.
+func misconfigured(err error) error {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return err
+	}
+	msg := re.Error()
+	prefix, _, _ := strings.Cut(msg, " ")
+	var hint string
+	switch prefix {
+	case "NOAUTH", "WRONGPASS":
+		hint = "a configuration error: set the node's password (and user) in its client's options"
+	case "NOPERM":
+		hint = "a configuration error: the node's ACL user lacks a permission redlock needs (EVALSHA, EVAL, SCRIPT, PUBLISH, SUBSCRIBE and the lock's keys)"
+	case "READONLY":
+		hint = "a configuration error: the node is a replica; give redlock masters only"
+	case "MOVED", "ASK":
+		hint = "a configuration error: the node is a Redis Cluster master; reach it with a redis.ClusterClient"
+	case "CROSSSLOT":
+		hint = "a configuration error: the keys hash to different Cluster slots; give them one hash tag, as in {order}:a and {order}:b"
+	case "WRONGTYPE":
+		hint = "a configuration error: the key holds a value that is not a lock; choose another key"
+	case "NOSCRIPT":
+		hint = "a configuration error: the node does not keep the lock's scripts; it must allow SCRIPT LOAD and EVAL"
+	case "ERR":
+		if strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "ERR unknown subcommand") {
+			hint = "a configuration error: the node does not know a command redlock needs (EVALSHA, EVAL); it must be a Redis server that runs Lua scripts"
+		}
+	}
+	if hint == "" {
+		return err
+	}
+	return &misconfiguration{err: err, hint: hint}
 }
 
 func invalid(format string, args ...any) error {

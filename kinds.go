@@ -374,7 +374,7 @@ func (k *fair) join(ctx context.Context, c *Client, t terms, retry RetryPolicy) 
 	k.patience = t.patience()
 	for failed := 1; ; failed++ {
 		qe := c.drawTicket(ctx, k, t.timeout)
-		if qe == nil || qe.cause != nil || retry == nil {
+		if qe == nil || qe.cause != nil || qe.misconfigured || retry == nil {
 			return qe
 		}
 		select {
@@ -435,7 +435,7 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, timeout time.Duration)
 	t, _ := c.fanOut(ctx, timeout, wonAt(q), nil, settlement{}, f.ticketOp())
 	if t.yes < q {
 		return &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: a ticket from %d of %d nodes, quorum %d", f.describe(), t.yes, len(c.nodes), q),
-			cause: ctx.Err(), nodes: t.errs, heldOn: -1}
+			cause: ctx.Err(), nodes: t.errs, heldOn: -1, misconfigured: t.outOfReach(q)}
 	}
 	for i, a := range t.answers {
 		if a == holds {
@@ -553,7 +553,7 @@ func (c *Client) TryAcquireAll(ctx context.Context, keys []string, ttl time.Dura
 	if err != nil {
 		return nil, err
 	}
-	return c.observed(ctx, k, func(*int) (*Lock, error) { return c.tryOnce(ctx, k, ac) })
+	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.tryOnce(ctx, k, ac, attempts) })
 }
 
 func (c *Client) multiConfig(keys []string, ttl time.Duration, opts []AcquireOption) (kind, acquireConfig, error) {
@@ -618,10 +618,11 @@ func (ac acquireConfig) kindFor(key string) kind {
 }
 
 type acquireConfig struct {
-	terms     // of the Acquire's ttl, the same for every attempt
-	retry     RetryPolicy
-	fenced    bool
-	autoRenew bool
+	terms       // of the Acquire's ttl, the same for every attempt
+	retry       RetryPolicy
+	maxAttempts int // 0: no limit
+	fenced      bool
+	autoRenew   bool
 
 	// the kind of lock (see kinds.go); at most one of these is set
 	owner   string // reentrant
@@ -640,7 +641,7 @@ func (c *Client) checkLease(key string, ttl time.Duration) (terms, error) {
 }
 
 func (c *Client) acquireConfig(key string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
-	ac := acquireConfig{retry: c.cfg.retry}
+	ac := acquireConfig{retry: c.cfg.retry, maxAttempts: c.cfg.maxAttempts}
 	var err error
 	if ac.terms, err = c.checkLease(key, ttl); err != nil {
 		return ac, err

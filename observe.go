@@ -39,7 +39,7 @@ type Event struct {
 	Key      string        // the lock's (first) key
 	Start    time.Time     // when it started, on the wall clock
 	Duration time.Duration // how long it took
-	Attempts int           // OpAcquire: attempts made
+	Attempts int           // OpAcquire: attempts made on the nodes; 0 for a lock handed over by another goroutine of the Client (see WithHandOff)
 	Err      error         // nil on success; for OpNode, the node's error
 
 	// OpNode only: which node, for which operation (OpAcquire, OpExtend or
@@ -90,9 +90,10 @@ func (c *Client) observeNodes(ctx context.Context, op Op, k kind, start time.Tim
 }
 
 // observed runs an acquire of k and reports it to the Observer, if any;
-// acquire counts its attempts.
+// acquire counts its attempts on the nodes (none for a lock handed over
+// by the local queue).
 func (c *Client) observed(ctx context.Context, k kind, acquire func(attempts *int) (*Lock, error)) (*Lock, error) {
-	attempts := 1
+	attempts := 0
 	if c.cfg.observer == nil {
 		return acquire(&attempts)
 	}

@@ -112,6 +112,7 @@ type tally struct {
 	no      int             // nodes that answered holdsNot
 	notYes  int             // nodes that answered holdsNot, failed or did not answer
 	errs    []error         // a *NodeError for every failed or unanswered node
+	broken  int             // nodes that failed with an error retrying cannot cure (ErrMisconfigured)
 	took    []time.Duration // by node: from the fan-out's start to its reply; nil without an Observer
 	begun   time.Time       // when the fan-out began waiting for replies
 }
@@ -317,10 +318,12 @@ func (t *tally) record(c *Client, r nodeReply) {
 	case r.err != nil:
 		t.fail(c, r.node, r.err)
 	case r.value > 0:
+		c.misconfigured[r.node].Store(false)
 		t.answers[r.node] = holds
 		t.values[r.node] = r.value
 		t.yes++
 	default:
+		c.misconfigured[r.node].Store(false)
 		t.answers[r.node] = holdsNot
 		t.values[r.node] = r.value // negative: names another holder (acquire.lua)
 		t.no++
@@ -328,11 +331,27 @@ func (t *tally) record(c *Client, r nodeReply) {
 	}
 }
 
-// fail counts node i as failed with err.
+// fail counts node i as failed with err. A node that fails for a reason
+// retrying cannot cure is counted as broken, and warned about the first
+// time.
 func (t *tally) fail(c *Client, i int, err error) {
 	t.answers[i] = failed
 	t.notYes++
+	err = misconfigured(err)
+	if errors.Is(err, ErrMisconfigured) {
+		t.broken++
+		if !c.misconfigured[i].Swap(true) {
+			c.cfg.logger.Warn("redlock: a node is misconfigured; locks need a quorum of the others until it is fixed",
+				"node", i, "addr", c.nodes[i].addr, "err", err)
+		}
+	}
 	t.errs = append(t.errs, c.nodeError(i, err))
+}
+
+// outOfReach reports whether so many nodes are broken (see fail) that no
+// quorum of q can form.
+func (t *tally) outOfReach(q int) bool {
+	return len(t.answers)-t.broken < q
 }
 
 // failFailing counts the nodes not waited for that are failing as failed,

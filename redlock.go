@@ -62,6 +62,9 @@ type Client struct {
 	// attempt, and a Release past its quorum, do not wait for a node that
 	// is failing.
 	failing []atomic.Pointer[error]
+	// misconfigured: by node, whether its last failure was one that
+	// retrying cannot cure (warned once until it answers properly)
+	misconfigured []atomic.Bool
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -81,6 +84,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 	c := &Client{
 		nodes:   make([]node, len(nodes)),
 		failing: make([]atomic.Pointer[error], len(nodes)),
+		misconfigured: make([]atomic.Bool, len(nodes)),
 		quorum:  quorumOf(len(nodes)),
 		cfg: config{
 			driftFactor: defaultDriftFactor,
@@ -124,6 +128,7 @@ type config struct {
 	driftFactor float64
 	nodeTimeout time.Duration // 0: derived from the ttl
 	retry       RetryPolicy
+	maxAttempts int // 0: no limit
 	clock       Clock
 	logger      *slog.Logger
 	unbatched   bool
@@ -346,6 +351,8 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 
 	var detail string
 	switch {
+	case t.outOfReach(q):
+		detail = fmt.Sprintf("%s: %d of %d nodes are misconfigured, so a quorum of %d is out of reach", k.describe(), t.broken, len(c.nodes), q)
 	case t.yes < q:
 		detail = fmt.Sprintf("%s: taken on %d of %d nodes, quorum %d", k.describe(), t.yes, len(c.nodes), q)
 	case !fenceStored:
@@ -357,7 +364,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	}
 	heldOn := slices.Index(t.answers, holdsNot)
 	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
-		taken: takenByOne(t, q)}
+		taken: takenByOne(t, q), misconfigured: t.outOfReach(q)}
 }
 
 // cleanup releases key after a failed attempt whose answers it is given,
@@ -460,7 +467,12 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			return lock, nil
 		}
 		settled = a.settled
-		if qe.cause != nil {
+		if qe.cause != nil || qe.misconfigured {
+			c.leave(ctx, &a)
+			return nil, qe
+		}
+		if failed == ac.maxAttempts {
+			qe.detail += fmt.Sprintf(", after %d attempts (WithMaxAttempts)", failed)
 			c.leave(ctx, &a)
 			return nil, qe
 		}
@@ -516,18 +528,19 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 		return nil, err
 	}
 	k := ac.kindFor(key)
-	return c.observed(ctx, k, func(*int) (*Lock, error) { return c.tryOnce(ctx, k, ac) })
+	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.tryOnce(ctx, k, ac, attempts) })
 }
 
 // tryOnce is one attempt of a TryAcquire: for a fair lock, with the ticket
 // drawn first and its place in the queue left when the attempt fails.
-func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig) (*Lock, error) {
+func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
 	if line, ok := k.(waitsInLine); ok {
 		if qe := line.join(ctx, c, ac.terms, nil); qe != nil {
 			return nil, qe
 		}
 	}
 	a := newAcquisition(k, ac, settlement{})
+	*attempts = 1
 	lock, qe := c.attempt(ctx, &a, false)
 	if qe != nil {
 		c.leave(ctx, &a)
@@ -549,10 +562,15 @@ func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig) (*Lock, 
 // old Until. To give a lock up early, Release it.
 //
 // It returns an error matching ErrLockLost, joined with each failed node's
-// *NodeError, when fewer than a quorum still held the token or the new
-// validity was spent; Until is then left as it was. A lock that was
-// released, lost, or whose validity has run out is over: Extend returns
-// ErrLockLost without contacting the nodes. Bad input gives
+// *NodeError, when a majority of the nodes answered that they no longer
+// hold the token, or the lock's validity ran out before a quorum confirmed
+// the extend: the lock is then lost (Done is closed). When the extend was
+// not confirmed on a quorum (nodes failed or did not answer in time, or
+// its new validity was spent) but nothing shows the lock lost, it returns
+// an error matching ErrNotConfirmed that says until when the lock is still
+// valid; the lock stays usable, Until is left as it was, and Extend may be
+// tried again. A lock that was released, lost, or whose validity has run
+// out is over: Extend returns ErrLockLost without contacting the nodes. Bad input gives
 // ErrInvalidArgument, and an ended ctx its error, before any node is
 // contacted. On a nil Lock it returns ErrNotAcquired.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
@@ -596,7 +614,20 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 	if t.yes >= l.quorum {
 		detail = fmt.Sprintf("%s: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.kind.describe(), elapsed, ttl, drift)
 	}
-	return t, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	_, until, _ := l.lease()
+	now := c.cfg.clock.Now()
+	switch {
+	case t.no > len(c.nodes)-l.quorum:
+		detail += fmt.Sprintf(", and %d nodes no longer hold its token", t.no)
+	case !now.Before(until):
+		detail += ", and its validity ran out"
+	default:
+		detail = fmt.Sprintf("extend of %s; the lock is still valid until %s (%v left)", detail, until.Format("15:04:05.000"), until.Sub(now).Round(time.Millisecond))
+		return t, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	}
+	qe := &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	l.lose(qe)
+	return t, qe
 }
 
 // over returns why the lock can no longer be extended, or nil.
@@ -690,8 +721,8 @@ func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, n
 		return &quorumError{sentinel: ErrLockLost, detail: detail, nodes: errs}
 	case incomplete:
 		return &quorumError{
-			sentinel: errReleaseIncomplete,
-			detail: fmt.Sprintf("%s: deleted on %d and absent from %d of %d nodes, quorum %d; the rest expire with the ttl %v",
+			sentinel: ErrNotConfirmed,
+			detail: fmt.Sprintf("release of %s: deleted on %d and absent from %d of %d nodes, quorum %d; the rest expire with the ttl %v",
 				l.kind.describe(), yes, no, n, l.quorum, ttl),
 			nodes: errs,
 		}

@@ -511,7 +511,8 @@ func TestClient_TryAcquire_slowNodeSpendsValidity(t *testing.T) {
 }
 
 // TestLock_Extend_slowNodeSpendsValidity: an extend whose quorum comes after
-// its new ttl has passed fails and leaves Until as it was.
+// its new ttl has passed is not confirmed and leaves Until as it was: the
+// lock is still valid (no node shortens a key), so it is not lost.
 func TestLock_Extend_slowNodeSpendsValidity(t *testing.T) {
 	c := newCluster(t, 1)
 	clock := fakeClock()
@@ -520,12 +521,18 @@ func TestLock_Extend_slowNodeSpendsValidity(t *testing.T) {
 	until := lock.Until()
 	c.clients[0].AddHook(clockHook{clock: clock, by: 100 * time.Millisecond})
 	err := lock.Extend(ctx, 50*time.Millisecond)
-	if !errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "validity was spent") {
-		t.Fatalf("Extend: err = %v, want ErrLockLost saying the validity was spent", err)
+	if !errors.Is(err, redlock.ErrNotConfirmed) || errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "validity was spent") {
+		t.Fatalf("Extend: err = %v, want ErrNotConfirmed (not ErrLockLost) saying the validity was spent", err)
 	}
 	if !lock.Until().Equal(until) {
 		t.Fatalf("Until moved to %v after a failed Extend, want %v", lock.Until(), until)
 	}
+	select {
+	case <-lock.Done():
+		t.Fatal("Done closed after an extend that was only not confirmed")
+	default:
+	}
+	_ = lock.Release(ctx) // ends Done's watcher
 }
 
 // TestClient_TryAcquire_hungNode: a node that accepts connections but never

@@ -79,9 +79,20 @@ func (p randomDelay) validate() error {
 	return nil
 }
 
-type retryOption struct{ policy RetryPolicy }
+// retryOption is WithRetry (policy) or WithMaxAttempts (bounded).
+type retryOption struct {
+	policy      RetryPolicy
+	bounded     bool
+	maxAttempts int
+}
 
 func (o retryOption) check() error {
+	if o.bounded {
+		if o.maxAttempts < 1 {
+			return invalid("max attempts %d must be at least 1", o.maxAttempts)
+		}
+		return nil
+	}
 	if isNil(o.policy) {
 		return invalid("retry policy is nil")
 	}
@@ -95,7 +106,11 @@ func (o retryOption) applyClient(c *config) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	c.retry = o.policy
+	if o.bounded {
+		c.maxAttempts = o.maxAttempts
+	} else {
+		c.retry = o.policy
+	}
 	return nil
 }
 
@@ -103,7 +118,11 @@ func (o retryOption) applyAcquire(c *acquireConfig) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	c.retry = o.policy
+	if o.bounded {
+		c.maxAttempts = o.maxAttempts
+	} else {
+		c.retry = o.policy
+	}
 	return nil
 }
 
@@ -112,3 +131,12 @@ func (o retryOption) applyAcquire(c *acquireConfig) error {
 // TryAcquire makes one attempt and ignores it. The policy must not be nil.
 // Default: ExponentialBackoff(10ms, 320ms).
 func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
+
+// WithMaxAttempts bounds how many attempts Acquire makes: once n attempts
+// have failed it returns an error matching ErrNotAcquired, joined with the
+// last attempt's *NodeError values, even if ctx has time left. Given to New
+// it sets the Client's default; given to Acquire it applies to that call.
+// TryAcquire always makes one attempt. n must be at least 1 (0 is refused
+// rather than read as "no limit"). Default: no limit, Acquire tries until
+// ctx ends.
+func WithMaxAttempts(n int) RetryOption { return retryOption{bounded: true, maxAttempts: n} }

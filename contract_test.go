@@ -1,0 +1,307 @@
+package redlock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock"
+)
+
+// events records what an Observer hears.
+type events struct {
+	mu  sync.Mutex
+	all []redlock.Event
+}
+
+func (e *events) Observe(_ context.Context, ev redlock.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = append(e.all, ev)
+}
+
+func (e *events) of(op redlock.Op) []redlock.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []redlock.Event
+	for _, ev := range e.all {
+		if ev.Op == op {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// syncBuffer is a log destination safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestAcquire_misconfiguredMajorityStopsTheWait: errors that retrying
+// cannot cure, on enough nodes that no quorum can form, end Acquire at once
+// with an error that matches ErrNotAcquired and ErrMisconfigured and names
+// each node, rather than retrying until the context ends.
+func TestAcquire_misconfiguredMajorityStopsTheWait(t *testing.T) {
+	for _, tc := range []struct{ reply, hint string }{
+		{"NOAUTH Authentication required.", "password"},
+		{"WRONGPASS invalid username-password pair or user is disabled.", "password"},
+		{"READONLY You can't write against a read only replica.", "replica"},
+		{"MOVED 866 127.0.0.1:7001", "ClusterClient"},
+		{"CROSSSLOT Keys in request don't hash to the same slot", "hash tag"},
+		{"NOPERM this user has no permissions to run the 'evalsha' command", "ACL"},
+		{"ERR unknown command 'evalsha', with args beginning with: ", "Lua"},
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", "another key"},
+	} {
+		t.Run(strings.Fields(tc.reply)[0], func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.servers[0].SetError(tc.reply)
+			c.servers[2].SetError(tc.reply)
+			rc := c.client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			_, err := rc.Acquire(ctx, "k", time.Second)
+			if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, redlock.ErrMisconfigured) {
+				t.Fatalf("err = %v, want ErrNotAcquired and ErrMisconfigured", err)
+			}
+			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire waited for its context: %v", err)
+			}
+			if took := time.Since(start); took > 20*time.Second {
+				t.Fatalf("Acquire took %v with the quorum out of reach", took)
+			}
+			for _, want := range []string{"node 0 (" + c.addrs[0] + ")", "node 2 (" + c.addrs[2] + ")", tc.reply, tc.hint} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("err = %v, want it to say %q", err, want)
+				}
+			}
+			var ne *redlock.NodeError
+			if !errors.As(err, &ne) || !errors.Is(ne, redlock.ErrMisconfigured) {
+				t.Errorf("no *NodeError matching ErrMisconfigured in %v", err)
+			}
+			if got := c.holdersAny("k"); len(got) != 0 {
+				t.Errorf("the key was left on nodes %v", got)
+			}
+		})
+	}
+}
+
+// TestAcquire_transientErrorsAreRetried: LOADING, BUSY, TRYAGAIN and the
+// like pass; Acquire keeps trying until its context ends, and then it
+// acquires once the nodes are back.
+func TestAcquire_transientErrorsAreRetried(t *testing.T) {
+	for _, reply := range []string{
+		"LOADING Redis is loading the dataset in memory",
+		"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+		"TRYAGAIN Multiple keys request during rehashing of slot",
+		"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+		"CLUSTERDOWN The cluster is down",
+	} {
+		t.Run(strings.Fields(reply)[0], func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.servers[0].SetError(reply)
+			c.servers[1].SetError(reply)
+			rc := c.client(t, redlock.WithRetry(redlock.RandomDelay(5*time.Millisecond, 10*time.Millisecond)))
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := rc.Acquire(ctx, "k", time.Second)
+			if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redlock.ErrMisconfigured) {
+				t.Fatalf("err = %v, want ErrNotAcquired with the context's deadline, not ErrMisconfigured", err)
+			}
+			c.servers[0].SetError("")
+			lock, err := rc.Acquire(context.Background(), "k", time.Second)
+			if err != nil {
+				t.Fatalf("Acquire after the node came back: %v", err)
+			}
+			mustRelease(t, lock)
+		})
+	}
+}
+
+// TestAcquire_misconfiguredMinorityIsReported: with a quorum of good nodes
+// the lock is taken, and the bad node is logged as a warning and reported
+// to the Observer at the first operation, once until it is fixed.
+func TestAcquire_misconfiguredMinorityIsReported(t *testing.T) {
+	c := newCluster(t, 3)
+	c.servers[1].SetError("NOAUTH Authentication required.")
+	var log syncBuffer
+	var ev events
+	rc := c.client(t, redlock.WithLogger(slog.New(slog.NewTextHandler(&log, nil))), redlock.WithObserver(&ev))
+	ctx := context.Background()
+	lock, err := rc.Acquire(ctx, "k", time.Second)
+	if err != nil {
+		t.Fatalf("Acquire with 2 of 3 nodes good: %v", err)
+	}
+	if s := log.String(); !strings.Contains(s, "level=WARN") || !strings.Contains(s, "misconfigured") || !strings.Contains(s, "NOAUTH") {
+		t.Errorf("log after the first Acquire = %q, want a warning naming the misconfigured node", s)
+	}
+	var seen bool
+	for _, e := range ev.of(redlock.OpNode) {
+		if e.Node == 1 && e.NodeOp == redlock.OpAcquire && errors.Is(e.Err, redlock.ErrMisconfigured) {
+			seen = true
+		}
+	}
+	if !seen {
+		t.Errorf("no OpNode event for node 1 with an error matching ErrMisconfigured")
+	}
+	if err := lock.Extend(ctx, time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	mustRelease(t, lock)
+	if n := strings.Count(log.String(), "misconfigured"); n != 1 {
+		t.Errorf("%d warnings about the node after three operations, want 1 (once until it is fixed):\n%s", n, log.String())
+	}
+}
+
+// TestWithMaxAttempts: Acquire gives up after n attempts with
+// ErrNotAcquired, although its context has time left; given to New it is
+// the Client's default, given to Acquire it wins; 0 and below are refused.
+func TestWithMaxAttempts(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	defer mustRelease(t, holder)
+
+	var ev events
+	rc := c.client(t, redlock.WithObserver(&ev), redlock.WithMaxAttempts(2),
+		redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
+	for _, tc := range []struct {
+		opts []redlock.AcquireOption
+		want int
+	}{
+		{nil, 2},
+		{[]redlock.AcquireOption{redlock.WithMaxAttempts(5)}, 5},
+		{[]redlock.AcquireOption{redlock.WithMaxAttempts(1)}, 1},
+	} {
+		_, err := rc.Acquire(ctx, "k", time.Second, tc.opts...)
+		if !errors.Is(err, redlock.ErrNotAcquired) || ctx.Err() != nil {
+			t.Fatalf("err = %v, want ErrNotAcquired before the context ended", err)
+		}
+		if !strings.Contains(err.Error(), "WithMaxAttempts") {
+			t.Errorf("err = %v, want it to say the attempts ran out", err)
+		}
+		acq := ev.of(redlock.OpAcquire)
+		if got := acq[len(acq)-1].Attempts; got != tc.want {
+			t.Errorf("attempts = %d, want %d", got, tc.want)
+		}
+	}
+	for _, n := range []int{0, -1} {
+		if _, err := rc.Acquire(ctx, "k", time.Second, redlock.WithMaxAttempts(n)); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("Acquire with WithMaxAttempts(%d): err = %v, want ErrInvalidArgument", n, err)
+		}
+		if _, err := redlock.New(c.clients, redlock.WithMaxAttempts(n)); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("New with WithMaxAttempts(%d): err = %v, want ErrInvalidArgument", n, err)
+		}
+	}
+}
+
+// TestObserver_handedOverCountsNoAttempt: an Acquire served by the local
+// queue, handed the lock without contacting the nodes for an attempt of its
+// own, reports 0 attempts.
+func TestObserver_handedOverCountsNoAttempt(t *testing.T) {
+	c := newCluster(t, 3)
+	var ev events
+	rc := c.client(t, redlock.WithObserver(&ev))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first, err := rc.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := queuedAcquire(t, rc, ctx, "k", time.Minute)
+	mustRelease(t, first)
+	mustRelease(t, mustGet(t, waiting))
+	acq := ev.of(redlock.OpAcquire)
+	if len(acq) != 2 || acq[0].Attempts != 1 || acq[1].Attempts != 0 {
+		t.Fatalf("OpAcquire events %+v, want attempts 1 then 0 (handed over)", acq)
+	}
+}
+
+// TestExtend_notConfirmedIsNotLost: one node, one transient failure of an
+// Extend: the lock is not lost. The error does not match ErrLockLost, says
+// until when the lock is valid, Done stays open, and the next Extend works.
+func TestExtend_notConfirmedIsNotLost(t *testing.T) {
+	c := newCluster(t, 1)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Hour)
+	done := lock.Done()
+	until := lock.Until()
+	c.servers[0].SetError("LOADING Redis is loading the dataset in memory")
+	err := lock.Extend(ctx, time.Hour)
+	c.servers[0].SetError("")
+	if !errors.Is(err, redlock.ErrNotConfirmed) || errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("err = %v, want ErrNotConfirmed, not ErrLockLost", err)
+	}
+	if !strings.Contains(err.Error(), "still valid until") || !strings.Contains(err.Error(), "LOADING") {
+		t.Errorf("err = %v, want it to say until when the lock is valid, and the node's error", err)
+	}
+	if !lock.Until().Equal(until) || lock.Validity() < 59*time.Minute {
+		t.Errorf("Until %v (validity %v) after an unconfirmed Extend, want %v unchanged", lock.Until(), lock.Validity(), until)
+	}
+	select {
+	case <-done:
+		t.Fatal("Done closed after an unconfirmed Extend")
+	default:
+	}
+	if err := lock.Extend(ctx, time.Hour); err != nil {
+		t.Fatalf("the next Extend: %v", err)
+	}
+	mustRelease(t, lock)
+}
+
+// TestExtend_majorityGoneIsLost: when a majority answers that the key is not
+// the lock's, Extend returns ErrLockLost and the lock ends: Done is closed
+// and a later Extend fails without contacting the nodes.
+func TestExtend_majorityGoneIsLost(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Hour)
+	c.servers[0].Del("k")
+	c.servers[1].Del("k")
+	err := lock.Extend(ctx, time.Hour)
+	if !errors.Is(err, redlock.ErrLockLost) || errors.Is(err, redlock.ErrNotConfirmed) {
+		t.Fatalf("err = %v, want ErrLockLost", err)
+	}
+	select {
+	case <-lock.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done still open after the lock was lost")
+	}
+	if err := lock.Extend(ctx, time.Hour); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend after the loss: %v, want ErrLockLost", err)
+	}
+	_ = lock.Release(ctx)
+}
+
+// TestRelease_notConfirmedIsNotLost: a Release that too many nodes fail to
+// answer does not say the lock was lost.
+func TestRelease_notConfirmedIsNotLost(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Hour)
+	c.servers[0].SetError("LOADING Redis is loading the dataset in memory")
+	c.servers[1].SetError("LOADING Redis is loading the dataset in memory")
+	err := lock.Release(ctx)
+	if !errors.Is(err, redlock.ErrNotConfirmed) || errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("err = %v, want ErrNotConfirmed, not ErrLockLost", err)
+	}
+}
