@@ -30,6 +30,12 @@ const (
 	OpRenew   Op = "renew"   // an automatic renewal succeeded or failed
 	OpLost    Op = "lost"    // a lock ended before its Release (see Lock.Done)
 	OpNode    Op = "node"    // one node's part in an acquire, extend or release
+
+	// OpMisconfigured: a node failed with an error that retrying cannot
+	// cure (Err matches ErrMisconfigured and says what to change; Node and
+	// Addr name it). Reported once, at the first operation that meets it,
+	// until the node answers properly again.
+	OpMisconfigured Op = "misconfigured"
 )
 
 // Event is one thing a Client did.

@@ -223,6 +223,7 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 	reply := func(r nodeReply) {
 		if !r.skipped {
 			c.noteFailing(r.node, r.err)
+			c.noteMisconfigured(ctx, r.node, r.err)
 		}
 		replies <- r
 		close(settled.done[r.node])
@@ -267,6 +268,26 @@ func (c *Client) noteFailing(i int, err error) {
 	} else if h.Load() != nil {
 		h.Store(nil)
 	}
+}
+
+// noteMisconfigured warns, through the logger and the Observer, when node
+// i's call failed with an error that retrying cannot cure: once, until the
+// node answers properly again. It sees every reply, also those that come
+// after the operation's outcome was known, so that a misconfigured minority
+// is reported at the first operation.
+func (c *Client) noteMisconfigured(ctx context.Context, i int, err error) {
+	if err == nil {
+		if c.misconfigured[i].Load() {
+			c.misconfigured[i].Store(false)
+		}
+		return
+	}
+	if err = misconfigured(err); !errors.Is(err, ErrMisconfigured) || c.misconfigured[i].Swap(true) {
+		return
+	}
+	c.cfg.logger.WarnContext(ctx, "redlock: a node is misconfigured; locks need a quorum of the other nodes until it is fixed",
+		"node", i, "addr", c.nodes[i].addr, "err", err)
+	c.observe(ctx, Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: c.nodes[i].addr})
 }
 
 // collect counts the replies until stop says enough, every node has
@@ -318,12 +339,10 @@ func (t *tally) record(c *Client, r nodeReply) {
 	case r.err != nil:
 		t.fail(c, r.node, r.err)
 	case r.value > 0:
-		c.misconfigured[r.node].Store(false)
 		t.answers[r.node] = holds
 		t.values[r.node] = r.value
 		t.yes++
 	default:
-		c.misconfigured[r.node].Store(false)
 		t.answers[r.node] = holdsNot
 		t.values[r.node] = r.value // negative: names another holder (acquire.lua)
 		t.no++
@@ -332,18 +351,13 @@ func (t *tally) record(c *Client, r nodeReply) {
 }
 
 // fail counts node i as failed with err. A node that fails for a reason
-// retrying cannot cure is counted as broken, and warned about the first
-// time.
+// retrying cannot cure is counted as broken.
 func (t *tally) fail(c *Client, i int, err error) {
 	t.answers[i] = failed
 	t.notYes++
 	err = misconfigured(err)
 	if errors.Is(err, ErrMisconfigured) {
 		t.broken++
-		if !c.misconfigured[i].Swap(true) {
-			c.cfg.logger.Warn("redlock: a node is misconfigured; locks need a quorum of the others until it is fixed",
-				"node", i, "addr", c.nodes[i].addr, "err", err)
-		}
 	}
 	t.errs = append(t.errs, c.nodeError(i, err))
 }

@@ -82,10 +82,10 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		return nil, invalid("no nodes")
 	}
 	c := &Client{
-		nodes:   make([]node, len(nodes)),
-		failing: make([]atomic.Pointer[error], len(nodes)),
+		nodes:         make([]node, len(nodes)),
+		failing:       make([]atomic.Pointer[error], len(nodes)),
 		misconfigured: make([]atomic.Bool, len(nodes)),
-		quorum:  quorumOf(len(nodes)),
+		quorum:        quorumOf(len(nodes)),
 		cfg: config{
 			driftFactor: defaultDriftFactor,
 			retry:       ExponentialBackoff(defaultRetryBase, defaultRetryMax),
