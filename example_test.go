@@ -224,3 +224,65 @@ func ExampleFencedSet() {
 	// <nil>
 	// true
 }
+
+// WithMaxAttempts bounds an Acquire by attempts rather than by time.
+func ExampleWithMaxAttempts() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	locker, err := redlock.New(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	holder, err := locker.TryAcquire(ctx, "report", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer holder.Release(ctx)
+
+	_, err = locker.Acquire(ctx, "report", time.Minute, redlock.WithMaxAttempts(3))
+	fmt.Println(errors.Is(err, redlock.ErrNotAcquired))
+	// Output: true
+}
+
+// A node that refuses for a reason retrying cannot cure (here, it needs a
+// password the client was not given) ends the wait at once when it leaves
+// the quorum out of reach; the error says what to change.
+func ExampleErrMisconfigured() {
+	nodes, servers, stop := embeddedNodes(1)
+	defer stop()
+	servers[0].RequireAuth("secret")
+	locker, err := redlock.New(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	_, err = locker.Acquire(ctx, "report", time.Minute)
+	fmt.Println(errors.Is(err, redlock.ErrNotAcquired), errors.Is(err, redlock.ErrMisconfigured), ctx.Err())
+	// Output: true true <nil>
+}
+
+// An Extend that the nodes did not confirm, although nothing shows the lock
+// lost, leaves the lock valid until its Until.
+func ExampleErrNotConfirmed() {
+	nodes, servers, stop := embeddedNodes(1)
+	defer stop()
+	locker, err := redlock.New(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	lock, err := locker.TryAcquire(ctx, "report", time.Hour)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+
+	servers[0].SetError("LOADING Redis is loading the dataset in memory")
+	err = lock.Extend(ctx, time.Hour)
+	servers[0].SetError("")
+	fmt.Println(errors.Is(err, redlock.ErrNotConfirmed), errors.Is(err, redlock.ErrLockLost), lock.Validity() > 59*time.Minute)
+	// Output: true false true
+}

@@ -665,9 +665,9 @@ func (l *Lock) over() error {
 // It returns an error matching ErrLockLost when a majority of the nodes no
 // longer had the token, or the validity had run out and fewer than a quorum
 // confirmed it: the work done under the lock may not have been protected.
-// When so many nodes fail that neither can be told, it returns an error that
-// joins their *NodeError values; the keys they may hold expire with the
-// ttl. On a nil Lock it returns ErrNotAcquired.
+// When so many nodes fail that neither can be told, it returns an error
+// matching ErrNotConfirmed that joins their *NodeError values; the keys they
+// may hold expire with the ttl. On a nil Lock it returns ErrNotAcquired.
 func (l *Lock) Release(ctx context.Context) (err error) {
 	if l == nil {
 		return ErrNotAcquired
