@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/redlock"
+	"github.com/redis/go-redis/v9"
 )
 
 // events records what an Observer hears.
@@ -62,6 +64,9 @@ func (s *syncBuffer) String() string {
 func TestAcquire_misconfiguredMajorityStopsTheWait(t *testing.T) {
 	for _, tc := range []struct{ reply, hint string }{
 		{"NOAUTH Authentication required.", "password"},
+		// What a server that needs a password answers a long command
+		// (every kind's script but the plain lock's) before AUTH.
+		{"ERR Protocol error: unauthenticated multibulk length", "password"},
 		{"WRONGPASS invalid username-password pair or user is disabled.", "password"},
 		{"READONLY You can't write against a read only replica.", "replica"},
 		{"MOVED 866 127.0.0.1:7001", "ClusterClient"},
@@ -304,5 +309,119 @@ func TestRelease_notConfirmedIsNotLost(t *testing.T) {
 	err := lock.Release(ctx)
 	if !errors.Is(err, redlock.ErrNotConfirmed) || errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("err = %v, want ErrNotConfirmed, not ErrLockLost", err)
+	}
+}
+
+// serverError is an error reply of a Redis server, as go-redis gives it.
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
+// readOnlyAcquires makes a node answer the acquire script as a replica
+// does (READONLY), while the scripts that find nothing to write (a release
+// or an extend of a key it never took) answer without an error.
+type readOnlyAcquires struct{}
+
+func (readOnlyAcquires) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (readOnlyAcquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && args[1] == acquireSHA {
+			cmd.SetErr(serverError("READONLY You can't write against a read only replica."))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (readOnlyAcquires) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestAcquire_misconfiguredReplicaWarnedOnce: a replica in the minority is
+// warned about once over many locks, although its answers to releases (which
+// find nothing to delete) carry no error.
+func TestAcquire_misconfiguredReplicaWarnedOnce(t *testing.T) {
+	c := newCluster(t, 3)
+	c.clients[2].AddHook(readOnlyAcquires{})
+	var ev events
+	rc := c.client(t, redlock.WithObserver(&ev), redlock.WithBatching(false))
+	ctx := context.Background()
+	for range 5 {
+		lock, err := rc.Acquire(ctx, "k", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, lock)
+	}
+	waitIdle(t, rc)
+	if got := ev.of(redlock.OpMisconfigured); len(got) != 1 || got[0].Node != 2 {
+		t.Fatalf("%d OpMisconfigured events over 5 locks, want 1 for node 2: %+v", len(got), got)
+	}
+}
+
+// TestWithMaxAttempts_bounded: a bounded Acquire returns before its
+// context ends also when a fair lock's ticket cannot be drawn (two nodes
+// down) and when the holder is another goroutine of the same Client.
+func TestWithMaxAttempts_bounded(t *testing.T) {
+	t.Run("fair ticket", func(t *testing.T) {
+		c := newCluster(t, 3)
+		rc := c.client(t, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
+		c.servers[0].Close()
+		c.servers[1].Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := rc.Acquire(ctx, "k", time.Second, redlock.Fair(), redlock.WithMaxAttempts(2))
+		if !errors.Is(err, redlock.ErrNotAcquired) || ctx.Err() != nil {
+			t.Fatalf("err = %v, want ErrNotAcquired before the context ended", err)
+		}
+	})
+	t.Run("local holder", func(t *testing.T) {
+		c := newCluster(t, 3)
+		rc := c.client(t, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		holder, err := rc.Acquire(ctx, "k", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mustRelease(t, holder)
+		_, err = rc.Acquire(ctx, "k", time.Second, redlock.WithMaxAttempts(1))
+		if !errors.Is(err, redlock.ErrNotAcquired) || ctx.Err() != nil {
+			t.Fatalf("err = %v, want ErrNotAcquired before the context ended", err)
+		}
+	})
+}
+
+// TestExtend_lostObserverMayRelease: an Observer that releases the lock
+// when told it was lost (OpLost) does not deadlock the renewal: Done closes.
+func TestExtend_lostObserverMayRelease(t *testing.T) {
+	c := newCluster(t, 3)
+	var lock atomic.Pointer[redlock.Lock]
+	released := make(chan error, 1)
+	obs := redlock.ObserverFunc(func(ctx context.Context, e redlock.Event) {
+		if e.Op == redlock.OpLost {
+			released <- lock.Load().Release(ctx)
+		}
+	})
+	rc := c.client(t, redlock.WithObserver(obs))
+	ctx := context.Background()
+	l, err := rc.Acquire(ctx, "k", 300*time.Millisecond, redlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Store(l)
+	c.servers[0].Del("k")
+	c.servers[1].Del("k")
+	select {
+	case <-l.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Done never closed: the renewal is stuck")
+	}
+	select {
+	case <-released:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Observer's Release never returned")
 	}
 }

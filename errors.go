@@ -37,24 +37,24 @@ var (
 	// plain client (MOVED, ASK), keys that hash to different slots
 	// (CROSSSLOT), a key that holds a value of another type (WRONGTYPE), a
 	// server that does not run the scripts (NOSCRIPT after a reload, an
-	// unknown command), or the same server given twice. The message of each
-	// such node's *NodeError says what to change.
+	// unknown command). The message of each such node's *NodeError says
+	// what to change.
 	//
 	// When such nodes leave the quorum out of reach, Acquire returns at once
 	// with an error matching both ErrNotAcquired and ErrMisconfigured,
 	// rather than retrying until its context ends. When the others still
 	// make a quorum, the lock is taken, and each misconfigured node is
-	// logged as a warning (once, until it answers properly again) and
-	// reported to the Observer as an OpNode event whose Err matches
-	// ErrMisconfigured.
+	// logged as a warning and reported to the Observer as an
+	// OpMisconfigured event, once until it takes a lock again.
 	ErrMisconfigured = errors.New("redlock: misconfigured")
 
 	// ErrNotConfirmed is returned by Extend and Release when too few nodes
 	// answered to confirm the operation on a quorum, and too few to show
 	// the lock lost: nodes failed or did not answer in time. The lock is not
 	// lost. After Extend it stays valid until its Until, as before the call
-	// (no node ever shortens a key), Done stays open, and Extend may be
-	// tried again. After Release, the keys the failed nodes may still hold
+	// (no node ever shortens a key), Done stays open (for a lock acquired
+	// WithAutoRenew, until the renewal margin before Until), and Extend may
+	// be tried again. After Release, the keys the failed nodes may still hold
 	// expire with the ttl. The error joins each failed node's *NodeError.
 	ErrNotConfirmed = errors.New("redlock: not confirmed")
 )
@@ -160,7 +160,11 @@ func misconfigured(err error) error {
 	case "NOSCRIPT":
 		hint = "a configuration error: the node does not keep the lock's scripts; it must allow SCRIPT LOAD and EVAL"
 	case "ERR":
-		if strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "ERR unknown subcommand") {
+		if strings.HasPrefix(msg, "ERR Protocol error: unauthenticated") {
+			// A client that has not logged in may not send long commands:
+			// the server answers this rather than NOAUTH.
+			hint = "a configuration error: the node requires a password; set it (and the user) in the node's client options"
+		} else if strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "ERR unknown subcommand") {
 			hint = "a configuration error: the node does not know a command redlock needs (EVALSHA, EVAL); it must be a Redis server that runs Lua scripts"
 		}
 	}

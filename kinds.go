@@ -84,7 +84,8 @@ type waitsInLine interface {
 	kind
 	// join gives the waiter its place before the first attempt, trying
 	// again after retry's delays while ctx lasts (once when retry is nil).
-	join(ctx context.Context, c *Client, t terms, retry RetryPolicy) *quorumError
+	// (ac.retry nil: once; at most ac.maxAttempts draws when set).
+	join(ctx context.Context, c *Client, ac acquireConfig) *quorumError
 	// nextWait is the wait before the next attempt, given the retry
 	// policy's delay and whether the last release named this waiter first.
 	nextWait(delay time.Duration, first bool) time.Duration
@@ -370,15 +371,15 @@ func (k *fair) leave(token string) *nodeOp {
 // its quorum (nodes down or slow) is made again after the retry delay, as a
 // failed attempt is tried again, while ctx lasts; with no retry policy,
 // once.
-func (k *fair) join(ctx context.Context, c *Client, t terms, retry RetryPolicy) *quorumError {
-	k.patience = t.patience()
+func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
+	k.patience = ac.patience()
 	for failed := 1; ; failed++ {
-		qe := c.drawTicket(ctx, k, t.timeout)
-		if qe == nil || qe.cause != nil || qe.misconfigured || retry == nil {
+		qe := c.drawTicket(ctx, k, ac.timeout)
+		if qe == nil || qe.cause != nil || qe.misconfigured || ac.retry == nil || failed == ac.maxAttempts {
 			return qe
 		}
 		select {
-		case <-c.cfg.clock.After(retry.Delay(failed)):
+		case <-c.cfg.clock.After(ac.retry.Delay(failed)):
 		case <-ctx.Done():
 			qe.cause = ctx.Err()
 			return qe

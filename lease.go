@@ -233,7 +233,7 @@ func (l *Lock) renew(ctx context.Context) {
 			l.lose(fmt.Errorf("not renewed by %v before the end of its validity", tm.renewMargin()))
 			return
 		}
-		t, err := l.extend(ctx, tm, min(tm.timeout, left))
+		_, lost, err := l.extend(ctx, tm, min(tm.timeout, left))
 		c.observe(ctx, Event{Op: OpRenew, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: err})
 		if err == nil {
 			retryAt = time.Time{}
@@ -243,7 +243,7 @@ func (l *Lock) renew(ctx context.Context) {
 			return
 		}
 		// A majority that no longer holds the token will not hold it again.
-		if t.no > len(c.nodes)-l.quorum {
+		if lost {
 			l.lose(err)
 			return
 		}

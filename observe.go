@@ -34,7 +34,7 @@ const (
 	// OpMisconfigured: a node failed with an error that retrying cannot
 	// cure (Err matches ErrMisconfigured and says what to change; Node and
 	// Addr name it). Reported once, at the first operation that meets it,
-	// until the node answers properly again.
+	// until the node takes a lock again.
 	OpMisconfigured Op = "misconfigured"
 )
 

@@ -223,7 +223,7 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 	reply := func(r nodeReply) {
 		if !r.skipped {
 			c.noteFailing(r.node, r.err)
-			c.noteMisconfigured(ctx, r.node, r.err)
+			c.noteMisconfigured(ctx, r.node, r.value, r.err)
 		}
 		replies <- r
 		close(settled.done[r.node])
@@ -275,9 +275,12 @@ func (c *Client) noteFailing(i int, err error) {
 // node answers properly again. It sees every reply, also those that come
 // after the operation's outcome was known, so that a misconfigured minority
 // is reported at the first operation.
-func (c *Client) noteMisconfigured(ctx context.Context, i int, err error) {
+func (c *Client) noteMisconfigured(ctx context.Context, i int, value int64, err error) {
 	if err == nil {
-		if c.misconfigured[i].Load() {
+		// Only a reply that holds the lock proves the node takes writes: a
+		// replica answers a release or an extend that finds nothing without
+		// an error.
+		if value > 0 && c.misconfigured[i].Load() {
 			c.misconfigured[i].Store(false)
 		}
 		return

@@ -423,7 +423,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	}
 	k := ac.kindFor(key)
 	return c.observed(ctx, k, func(attempts *int) (*Lock, error) {
-		if !k.takesTurns() {
+		// An Acquire bounded by WithMaxAttempts does not wait in the local
+		// queue, whose wait is bounded only by ctx.
+		if !k.takesTurns() || ac.maxAttempts > 0 {
 			return c.acquireLoop(ctx, k, ac, attempts)
 		}
 		return c.queues.inTurn(ctx, key, ac, func() (*Lock, error) {
@@ -436,7 +438,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
 	line, inLine := k.(waitsInLine)
 	if inLine {
-		if qe := line.join(ctx, c, ac.terms, ac.retry); qe != nil {
+		if qe := line.join(ctx, c, ac); qe != nil {
 			return nil, qe
 		}
 	}
@@ -535,7 +537,9 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 // drawn first and its place in the queue left when the attempt fails.
 func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
 	if line, ok := k.(waitsInLine); ok {
-		if qe := line.join(ctx, c, ac.terms, nil); qe != nil {
+		once := ac
+		once.retry = nil
+		if qe := line.join(ctx, c, once); qe != nil {
 			return nil, qe
 		}
 	}
@@ -581,21 +585,26 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	_, err = l.extend(ctx, tm, tm.timeout)
+	_, lost, err := l.extend(ctx, tm, tm.timeout)
+	if lost {
+		l.lose(err)
+	}
 	return err
 }
 
 // extend is Extend on the terms tm with the given per-node timeout, also
-// returning what the nodes answered.
-func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ tally, err error) {
+// returning what the nodes answered, and whether they showed the lock lost:
+// the caller then ends it (Lock.lose), once the Extend is over, so that an
+// Observer told of the loss may call Release.
+func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, err error) {
 	c := l.client
 	if err := ctx.Err(); err != nil {
-		return tally{}, fmt.Errorf("redlock: extend %q: %w", l.key, err)
+		return tally{}, false, fmt.Errorf("redlock: extend %q: %w", l.key, err)
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
 	if err := l.over(); err != nil {
-		return tally{}, err
+		return tally{}, false, err
 	}
 
 	start := c.cfg.clock.Now()
@@ -608,7 +617,7 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 	elapsed := c.cfg.clock.Now().Sub(start)
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
 		l.setLease(tm, start.Add(ttl-drift))
-		return t, nil
+		return t, false, nil
 	}
 	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), t.yes, len(c.nodes), l.quorum)
 	if t.yes >= l.quorum {
@@ -623,11 +632,9 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 		detail += ", and its validity ran out"
 	default:
 		detail = fmt.Sprintf("extend of %s; the lock is still valid until %s (%v left)", detail, until.Format("15:04:05.000"), until.Sub(now).Round(time.Millisecond))
-		return t, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+		return t, false, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
 	}
-	qe := &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
-	l.lose(qe)
-	return t, qe
+	return t, true, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
 }
 
 // over returns why the lock can no longer be extended, or nil.

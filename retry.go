@@ -136,7 +136,9 @@ func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
 // have failed it returns an error matching ErrNotAcquired, joined with the
 // last attempt's *NodeError values, even if ctx has time left. Given to New
 // it sets the Client's default; given to Acquire it applies to that call.
-// TryAcquire always makes one attempt. n must be at least 1 (0 is refused
-// rather than read as "no limit"). Default: no limit, Acquire tries until
-// ctx ends.
+// TryAcquire always makes one attempt. A bounded Acquire does not wait for
+// its turn behind other Acquires of the same Client for the key (it
+// contends on the nodes at once), and a fair lock's ticket draw is bounded
+// by n draws too. n must be at least 1 (0 is refused rather than read as
+// "no limit"). Default: no limit, Acquire tries until ctx ends.
 func WithMaxAttempts(n int) RetryOption { return retryOption{bounded: true, maxAttempts: n} }
