@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,7 +280,9 @@ func TestExtend_notConfirmedIsNotLost(t *testing.T) {
 func TestExtend_majorityGoneIsLost(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Hour)
+	rc := c.client(t)
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Hour)
+	waitIdle(t, rc) // the acquire's calls have all landed: none sets the key again
 	c.servers[0].Del("k")
 	c.servers[1].Del("k")
 	err := lock.Extend(ctx, time.Hour)
@@ -391,4 +394,37 @@ func TestWithMaxAttempts_bounded(t *testing.T) {
 			t.Fatalf("err = %v, want ErrNotAcquired before the context ended", err)
 		}
 	})
+}
+
+// TestExtend_lostObserverMayRelease: an Observer that releases the lock
+// when told it was lost (OpLost) does not deadlock the renewal: Done closes.
+func TestExtend_lostObserverMayRelease(t *testing.T) {
+	c := newCluster(t, 3)
+	var lock atomic.Pointer[redlock.Lock]
+	released := make(chan error, 1)
+	obs := redlock.ObserverFunc(func(ctx context.Context, e redlock.Event) {
+		if e.Op == redlock.OpLost {
+			released <- lock.Load().Release(ctx)
+		}
+	})
+	rc := c.client(t, redlock.WithObserver(obs))
+	ctx := context.Background()
+	l, err := rc.Acquire(ctx, "k", 300*time.Millisecond, redlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Store(l)
+	waitIdle(t, rc) // the acquire's calls have all landed: none sets the key again
+	c.servers[0].Del("k")
+	c.servers[1].Del("k")
+	select {
+	case <-l.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Done never closed: the renewal is stuck")
+	}
+	select {
+	case <-released:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Observer's Release never returned")
+	}
 }
