@@ -15,30 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// events records what an Observer hears.
-type events struct {
-	mu  sync.Mutex
-	all []redlock.Event
-}
-
-func (e *events) Observe(_ context.Context, ev redlock.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.all = append(e.all, ev)
-}
-
-func (e *events) of(op redlock.Op) []redlock.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []redlock.Event
-	for _, ev := range e.all {
-		if ev.Op == op {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
 // syncBuffer is a log destination safe for concurrent writes.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -148,7 +124,7 @@ func TestAcquire_misconfiguredMinorityIsReported(t *testing.T) {
 	c := newCluster(t, 3)
 	c.servers[1].SetError("NOAUTH Authentication required.")
 	var log syncBuffer
-	var ev events
+	var ev recorder
 	rc := c.client(t, redlock.WithLogger(slog.New(slog.NewTextHandler(&log, nil))), redlock.WithObserver(&ev))
 	ctx := context.Background()
 	lock, err := rc.Acquire(ctx, "k", time.Second)
@@ -159,9 +135,9 @@ func TestAcquire_misconfiguredMinorityIsReported(t *testing.T) {
 	// just after Acquire returned.
 	waitFor(t, "the warning about node 1", func() bool {
 		s := log.String()
-		return strings.Contains(s, "level=WARN") && strings.Contains(s, "misconfigured") && strings.Contains(s, "NOAUTH") && len(ev.of(redlock.OpMisconfigured)) > 0
+		return strings.Contains(s, "level=WARN") && strings.Contains(s, "misconfigured") && strings.Contains(s, "NOAUTH") && len(ev.seen(redlock.OpMisconfigured)) > 0
 	})
-	if got := ev.of(redlock.OpMisconfigured); len(got) != 1 || got[0].Node != 1 || !errors.Is(got[0].Err, redlock.ErrMisconfigured) {
+	if got := ev.seen(redlock.OpMisconfigured); len(got) != 1 || got[0].Node != 1 || !errors.Is(got[0].Err, redlock.ErrMisconfigured) {
 		t.Errorf("OpMisconfigured events %+v, want one for node 1 with an error matching ErrMisconfigured", got)
 	}
 	if err := lock.Extend(ctx, time.Second); err != nil {
@@ -172,7 +148,7 @@ func TestAcquire_misconfiguredMinorityIsReported(t *testing.T) {
 	if n := strings.Count(log.String(), "level=WARN msg=\"redlock: a node is misconfigured"); n != 1 {
 		t.Errorf("%d warnings about the node after three operations, want 1 (once until it is fixed):\n%s", n, log.String())
 	}
-	if got := ev.of(redlock.OpMisconfigured); len(got) != 1 {
+	if got := ev.seen(redlock.OpMisconfigured); len(got) != 1 {
 		t.Errorf("%d OpMisconfigured events after three operations, want 1", len(got))
 	}
 }
@@ -187,7 +163,7 @@ func TestWithMaxAttempts(t *testing.T) {
 	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
 	defer mustRelease(t, holder)
 
-	var ev events
+	var ev recorder
 	rc := c.client(t, redlock.WithObserver(&ev), redlock.WithMaxAttempts(2),
 		redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
 	for _, tc := range []struct {
@@ -205,7 +181,7 @@ func TestWithMaxAttempts(t *testing.T) {
 		if !strings.Contains(err.Error(), "WithMaxAttempts") {
 			t.Errorf("err = %v, want it to say the attempts ran out", err)
 		}
-		acq := ev.of(redlock.OpAcquire)
+		acq := ev.seen(redlock.OpAcquire)
 		if got := acq[len(acq)-1].Attempts; got != tc.want {
 			t.Errorf("attempts = %d, want %d", got, tc.want)
 		}
@@ -225,7 +201,7 @@ func TestWithMaxAttempts(t *testing.T) {
 // own, reports 0 attempts.
 func TestObserver_handedOverCountsNoAttempt(t *testing.T) {
 	c := newCluster(t, 3)
-	var ev events
+	var ev recorder
 	rc := c.client(t, redlock.WithObserver(&ev))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -236,7 +212,7 @@ func TestObserver_handedOverCountsNoAttempt(t *testing.T) {
 	waiting := queuedAcquire(t, rc, ctx, "k", time.Minute)
 	mustRelease(t, first)
 	mustRelease(t, mustGet(t, waiting))
-	acq := ev.of(redlock.OpAcquire)
+	acq := ev.seen(redlock.OpAcquire)
 	if len(acq) != 2 || acq[0].Attempts != 1 || acq[1].Attempts != 0 {
 		t.Fatalf("OpAcquire events %+v, want attempts 1 then 0 (handed over)", acq)
 	}
@@ -347,7 +323,7 @@ func (readOnlyAcquires) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func TestAcquire_misconfiguredReplicaWarnedOnce(t *testing.T) {
 	c := newCluster(t, 3)
 	c.clients[2].AddHook(readOnlyAcquires{})
-	var ev events
+	var ev recorder
 	rc := c.client(t, redlock.WithObserver(&ev), redlock.WithBatching(false))
 	ctx := context.Background()
 	for range 5 {
@@ -358,7 +334,7 @@ func TestAcquire_misconfiguredReplicaWarnedOnce(t *testing.T) {
 		mustRelease(t, lock)
 	}
 	waitIdle(t, rc)
-	if got := ev.of(redlock.OpMisconfigured); len(got) != 1 || got[0].Node != 2 {
+	if got := ev.seen(redlock.OpMisconfigured); len(got) != 1 || got[0].Node != 2 {
 		t.Fatalf("%d OpMisconfigured events over 5 locks, want 1 for node 2: %+v", len(got), got)
 	}
 }

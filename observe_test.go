@@ -22,6 +22,19 @@ func (r *recorder) Observe(_ context.Context, e redlock.Event) {
 	r.events = append(r.events, e)
 }
 
+// seen returns the events of op, keeping them.
+func (r *recorder) seen(op redlock.Op) []redlock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []redlock.Event
+	for _, e := range r.events {
+		if e.Op == op {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func (r *recorder) take(op redlock.Op) []redlock.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()

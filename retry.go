@@ -102,29 +102,22 @@ func (o retryOption) check() error {
 	return nil
 }
 
-func (o retryOption) applyClient(c *config) error {
+// apply checks o and sets what it sets: a retry policy or an attempt bound.
+func (o retryOption) apply(retry *RetryPolicy, maxAttempts *int) error {
 	if err := o.check(); err != nil {
 		return err
 	}
 	if o.bounded {
-		c.maxAttempts = o.maxAttempts
+		*maxAttempts = o.maxAttempts
 	} else {
-		c.retry = o.policy
+		*retry = o.policy
 	}
 	return nil
 }
 
-func (o retryOption) applyAcquire(c *acquireConfig) error {
-	if err := o.check(); err != nil {
-		return err
-	}
-	if o.bounded {
-		c.maxAttempts = o.maxAttempts
-	} else {
-		c.retry = o.policy
-	}
-	return nil
-}
+func (o retryOption) applyClient(c *config) error { return o.apply(&c.retry, &c.maxAttempts) }
+
+func (o retryOption) applyAcquire(c *acquireConfig) error { return o.apply(&c.retry, &c.maxAttempts) }
 
 // WithRetry sets how long Acquire waits between attempts. Given to New it
 // sets the Client's default; given to Acquire it applies to that call.
