@@ -404,3 +404,72 @@ func TestExtend_lostObserverMayRelease(t *testing.T) {
 		t.Fatal("the Observer's Release never returned")
 	}
 }
+
+// serverIDHook makes a node answer INFO as a redis-server with the given
+// run_id does (the embedded server tells none).
+type serverIDHook string
+
+func (serverIDHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h serverIDHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if sc, ok := cmd.(*redis.StringCmd); ok && cmd.Name() == "info" {
+			sc.SetVal("# Server\r\nredis_version:7.0.15\r\nrun_id:" + string(h) + "\r\n# Cluster\r\ncluster_enabled:0\r\n")
+			return nil
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (serverIDHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestNew_sameServerTwiceIsRefused: two nodes whose servers tell the same
+// run_id (one server reached by two addresses) are found on first contact;
+// the first Acquire is refused with ErrMisconfigured naming both nodes, no
+// key is left behind, and later acquires are refused at once.
+func TestNew_sameServerTwiceIsRefused(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(map[bool]string{true: "batched", false: "unbatched"}[batching], func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.clients[0].AddHook(serverIDHook("aaaa"))
+			c.clients[1].AddHook(serverIDHook("bbbb"))
+			c.clients[2].AddHook(serverIDHook("aaaa"))
+			rc := c.client(t, redlock.WithBatching(batching))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for i := range 2 {
+				start := time.Now()
+				_, err := rc.Acquire(ctx, "k", time.Minute)
+				if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, redlock.ErrMisconfigured) {
+					t.Fatalf("acquire %d: err = %v, want ErrNotAcquired and ErrMisconfigured", i, err)
+				}
+				if msg := err.Error(); !strings.Contains(msg, "node 2") || !strings.Contains(msg, "node 0") || !strings.Contains(msg, "same server") {
+					t.Fatalf("acquire %d: %q does not name both nodes", i, msg)
+				}
+				if took := time.Since(start); took > 20*time.Second {
+					t.Fatalf("acquire %d took %v: it retried", i, took)
+				}
+			}
+			waitIdle(t, rc)
+			if got := c.holdersAny("k"); len(got) != 0 {
+				t.Fatalf("the refused acquire left its key on nodes %v", got)
+			}
+		})
+	}
+}
+
+// TestNew_distinctServersAreAccepted: nodes with distinct run_ids, and
+// nodes that tell none (named by their addresses), take locks as before.
+func TestNew_distinctServersAreAccepted(t *testing.T) {
+	c := newCluster(t, 3)
+	c.clients[0].AddHook(serverIDHook("aaaa"))
+	c.clients[1].AddHook(serverIDHook("bbbb"))
+	rc := c.client(t)
+	lock := mustTryAcquire(t, rc, context.Background(), "k", time.Minute)
+	if got := c.holders("k", lock.Token()); len(got) != 3 {
+		t.Fatalf("key on nodes %v, want all 3", got)
+	}
+	mustRelease(t, lock)
+}

@@ -205,6 +205,16 @@ func wonAt(q int) func(*tally) bool {
 // closes its connection, which costs a new dial on the next operation.
 func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*tally) bool, skip []bool, after settlement, op nodeOp) (tally, settlement) {
 	deadline := time.Now().Add(timeout)
+	if !c.idents.all.Load() {
+		// First contact: the nodes' servers are identified alongside the
+		// calls (see identity.go), and every node not known to be failing
+		// is waited for, so that two nodes on one server are found before
+		// a lock is granted.
+		c.startIdentifying(skip, deadline)
+		if inner := stop; inner != nil {
+			stop = func(t *tally) bool { return inner(t) && !c.awaits(t, settlement{}) }
+		}
+	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	replies := make(chan nodeReply, len(c.nodes))
 	settled := c.send(ctx, cancel, deadline, skip, after, op, replies)
@@ -220,16 +230,30 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 	settled := settlement{done: make([]chan struct{}, n), deadline: deadline}
 	var running atomic.Int32
 	running.Store(int32(n))
-	reply := func(r nodeReply) {
-		if !r.skipped {
-			c.noteFailing(r.node, r.err)
-			c.noteMisconfigured(ctx, r.node, r.value, r.err)
-		}
+	deliver := func(r nodeReply) {
 		replies <- r
-		close(settled.done[r.node])
 		if running.Add(-1) == 0 {
 			cancel() // every call has returned: free the timer
 		}
+	}
+	reply := func(r nodeReply) {
+		close(settled.done[r.node])
+		if r.skipped {
+			deliver(r)
+			return
+		}
+		c.noteFailing(r.node, r.err)
+		c.noteMisconfigured(ctx, r.node, r.value, r.err)
+		if r.err == nil && !c.idents.all.Load() {
+			// A reply counts once its node's server is identified; the
+			// wait is not the pipe's (it runs the node's next calls).
+			go func() {
+				r.err = c.awaitIdentity(r.node, deadline)
+				deliver(r)
+			}()
+			return
+		}
+		deliver(r)
 	}
 	for i, nd := range c.nodes {
 		settled.done[i] = make(chan struct{})

@@ -65,6 +65,7 @@ type Client struct {
 	// misconfigured: by node, whether its last failure was one that
 	// retrying cannot cure (warned once until it answers properly)
 	misconfigured []atomic.Bool
+	idents        identities // see identity.go
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -94,6 +95,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 			handOffs:    defaultHandOffs,
 		},
 	}
+	c.idents.init(len(nodes))
 	for i, rdb := range nodes {
 		if isNil(rdb) {
 			return nil, invalid("node %d is nil", i)
@@ -292,6 +294,9 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	if err := ctx.Err(); err != nil {
 		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", a.kind.describe()), cause: err, heldOn: -1}
 	}
+	if err := c.refused(); err != nil {
+		return nil, c.refusal(a, err)
+	}
 	a.start = c.cfg.clock.Now()
 	// Return as soon as a quorum holds, leaving slower nodes to the
 	// settlement. A failure waits for every node (or its timeout), so that
@@ -308,7 +313,19 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	}
 	t := a.fanOut(ctx, c, stop, nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenced))
 	c.observeNodes(ctx, OpAcquire, a.kind, wall, t)
+	if err := c.refused(); err != nil {
+		// Two nodes were found on one server during this attempt.
+		c.cleanup(ctx, a, t.answers)
+		return nil, c.refusal(a, err)
+	}
 	return c.conclude(ctx, a, t)
+}
+
+// refusal is the error of an attempt on a Client found to reach one server
+// through two nodes (err, a *NodeError that matches ErrMisconfigured).
+func (c *Client) refusal(a *acquisition, err error) *quorumError {
+	return &quorumError{sentinel: ErrNotAcquired, heldOn: -1, nodes: []error{err}, misconfigured: true,
+		detail: fmt.Sprintf("%s: refused, two nodes reach one server", a.kind.describe())}
 }
 
 // conclude is steps 3 and 4 of attempt a, which got t from the nodes: the

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,10 +38,11 @@ func DefaultServerKind() ServerKind {
 
 // nodeSpec says how to run a node.
 type nodeSpec struct {
-	kind    ServerKind
-	persist bool   // redis only: appendonly yes, appendfsync always
-	replica string // redis only: the host:port to replicate from
-	cluster bool   // redis only: cluster mode (the node owns no slot until given some)
+	kind     ServerKind
+	persist  bool   // redis only: appendonly yes, appendfsync always
+	replica  string // redis only: the host:port to replicate from
+	cluster  bool   // redis only: cluster mode (the node owns no slot until given some)
+	password string // redis only: requirepass
 }
 
 // Node is one Redis server process on a loopback port that stays the same
@@ -68,8 +70,8 @@ func (n *Node) Stop() { n.stop() }
 
 // startNode starts a node in a data directory of its own under dir.
 func startNode(dir string, spec nodeSpec) (*Node, error) {
-	if spec.kind == Embedded && (spec.persist || spec.replica != "" || spec.cluster) {
-		return nil, errors.New("chaos: the embedded server has no persistence, no replication and no cluster mode")
+	if spec.kind == Embedded && (spec.persist || spec.replica != "" || spec.cluster || spec.password != "") {
+		return nil, errors.New("chaos: the embedded server has no persistence, no replication, no cluster mode and no password")
 	}
 	var lastErr error
 	for range 3 { // a port found free can be taken before the node binds it
@@ -134,6 +136,9 @@ func (n *Node) command() (*exec.Cmd, error) {
 		if n.spec.cluster {
 			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 				"--cluster-port", strconv.Itoa(n.busPort))
+		}
+		if n.spec.password != "" {
+			args = append(args, "--requirepass", n.spec.password)
 		}
 		return exec.Command("redis-server", args...), nil
 	case Embedded:
@@ -215,7 +220,8 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
+	// A server with a password answers NOAUTH: it is up.
+	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil

@@ -1,0 +1,261 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+// The production contract on real redis-server nodes: misconfigured nodes
+// (a password, a replica, a Cluster master given as a plain node), the same
+// server given twice, and lock handles across processes.
+
+// needRedis skips (fails in CI) when redis-server is not there.
+func needRedis(t *testing.T) {
+	t.Helper()
+	if serverKind(t) != Redis {
+		t.Skip("needs redis-server")
+	}
+}
+
+// realCluster starts a Redis Cluster of n masters that share the 16384
+// slots, and returns its nodes once every node sees the cluster ok.
+func realCluster(t *testing.T, n int) []*Node {
+	t.Helper()
+	needRedis(t)
+	ctx := context.Background()
+	var nodes []*Node
+	for range n {
+		nodes = append(nodes, startTestNode(t, nodeSpec{kind: Redis, cluster: true}))
+	}
+	per := 16384 / n
+	for i, nd := range nodes {
+		from, to := i*per, (i+1)*per-1
+		if i == n-1 {
+			to = 16383
+		}
+		if _, err := doOn(ctx, nd.Addr(), "CLUSTER", "ADDSLOTSRANGE", from, to); err != nil {
+			t.Fatalf("assigning slots to %s: %v", nd.Addr(), err)
+		}
+		if i > 0 {
+			host, port, _ := net.SplitHostPort(nodes[0].Addr())
+			if _, err := doOn(ctx, nd.Addr(), "CLUSTER", "MEET", host, port, nodes[0].busPort); err != nil {
+				t.Fatalf("CLUSTER MEET: %v", err)
+			}
+		}
+	}
+	for _, nd := range nodes {
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			info, err := doOn(ctx, nd.Addr(), "CLUSTER", "INFO")
+			s, _ := info.(string)
+			if err == nil && strings.Contains(s, "cluster_state:ok") && strings.Contains(s, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s not ready: %v %v", nd.Addr(), s, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nodes
+}
+
+// mustBeMisconfigured fails t unless err is a refused acquire that matches
+// ErrNotAcquired and ErrMisconfigured and whose message holds every want.
+func mustBeMisconfigured(t *testing.T, err error, want ...string) {
+	t.Helper()
+	if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, redlock.ErrMisconfigured) {
+		t.Fatalf("err = %v, want ErrNotAcquired and ErrMisconfigured", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Fatalf("err = %q, want it to say %q", err, w)
+		}
+	}
+}
+
+// acquireWithin runs Acquire with a minute's context and fails t if it
+// took longer than a wide bound (it must not retry until the context ends).
+func acquireWithin(t *testing.T, rc *redlock.Client, key string, opts ...redlock.AcquireOption) (*redlock.Lock, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	lock, err := rc.Acquire(ctx, key, 10*time.Second, opts...)
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("Acquire took %v: it retried a configuration error", took)
+	}
+	return lock, err
+}
+
+func newRedlock(t *testing.T, nodes []redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	rc, err := redlock.New(nodes, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// events records the Observer's events.
+type events struct {
+	mu  sync.Mutex
+	all []redlock.Event
+}
+
+func (e *events) Observe(_ context.Context, ev redlock.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = append(e.all, ev)
+}
+
+func (e *events) of(op redlock.Op) []redlock.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []redlock.Event
+	for _, ev := range e.all {
+		if ev.Op == op {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// TestContract_password: nodes with requirepass reached without the
+// password stop the wait at once when they are a majority; as a minority,
+// the lock is taken and the node is reported at the first operation.
+func TestContract_password(t *testing.T) {
+	needRedis(t)
+	var locked []*Node
+	for range 3 {
+		locked = append(locked, startTestNode(t, nodeSpec{kind: Redis, password: "s3cret"}))
+	}
+	open := startTestNode(t, nodeSpec{kind: Redis})
+	noPassword := []redis.UniversalClient{client(t, locked[0].Addr()), client(t, locked[1].Addr()), client(t, open.Addr())}
+
+	t.Run("majority", func(t *testing.T) {
+		rc := newRedlock(t, noPassword)
+		for _, opts := range [][]redlock.AcquireOption{nil, {redlock.WithFencing()}, {redlock.Fair()}, {redlock.ForWrite()}} {
+			_, err := acquireWithin(t, rc, "k", opts...)
+			mustBeMisconfigured(t, err, locked[0].Addr(), locked[1].Addr(), "password")
+		}
+	})
+
+	t.Run("minority", func(t *testing.T) {
+		withPassword := func(n *Node) redis.UniversalClient {
+			rdb := redis.NewClient(&redis.Options{Addr: n.Addr(), Password: "s3cret", MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = rdb.Close() })
+			return rdb
+		}
+		var ev events
+		rc := newRedlock(t, []redis.UniversalClient{withPassword(locked[0]), withPassword(locked[1]), client(t, locked[2].Addr())},
+			redlock.WithObserver(&ev))
+		lock, err := acquireWithin(t, rc, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = lock.Release(context.Background()) }()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(ev.of(redlock.OpMisconfigured)) == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		got := ev.of(redlock.OpMisconfigured)
+		if len(got) != 1 || got[0].Node != 2 || !errors.Is(got[0].Err, redlock.ErrMisconfigured) {
+			t.Fatalf("OpMisconfigured events = %+v, want one for node 2", got)
+		}
+	})
+}
+
+// TestContract_replica: a replica given as a node answers READONLY; as a
+// majority it stops the wait, as a minority the lock is taken.
+func TestContract_replica(t *testing.T) {
+	needRedis(t)
+	masters := []*Node{startTestNode(t, nodeSpec{kind: Redis}), startTestNode(t, nodeSpec{kind: Redis})}
+	replicas := []*Node{startTestNode(t, nodeSpec{kind: Redis, replica: masters[0].Addr()}), startTestNode(t, nodeSpec{kind: Redis, replica: masters[1].Addr()})}
+
+	rc := newRedlock(t, []redis.UniversalClient{client(t, replicas[0].Addr()), client(t, replicas[1].Addr()), client(t, masters[0].Addr())})
+	_, err := acquireWithin(t, rc, "k")
+	mustBeMisconfigured(t, err, "replica")
+
+	rc = newRedlock(t, []redis.UniversalClient{client(t, masters[0].Addr()), client(t, masters[1].Addr()), client(t, replicas[0].Addr())})
+	lock, err := acquireWithin(t, rc, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestContract_sameServerTwice: one server reached as localhost and as
+// 127.0.0.1 is found on first contact, before a lock is granted.
+func TestContract_sameServerTwice(t *testing.T) {
+	needRedis(t)
+	a, b := startTestNode(t, nodeSpec{kind: Redis}), startTestNode(t, nodeSpec{kind: Redis})
+	_, port, _ := net.SplitHostPort(a.Addr())
+	nodes := []redis.UniversalClient{client(t, a.Addr()), client(t, b.Addr()), client(t, net.JoinHostPort("localhost", port))}
+	rc := newRedlock(t, nodes)
+	for range 2 {
+		_, err := acquireWithin(t, rc, "k")
+		mustBeMisconfigured(t, err, "same server", "node 0", "node 2")
+	}
+	for _, n := range []*Node{a, b} {
+		if keys, err := doOn(context.Background(), n.Addr(), "DBSIZE"); err != nil || keys.(int64) != 0 {
+			t.Fatalf("%s holds %v keys after the refused acquires (%v)", n.Addr(), keys, err)
+		}
+	}
+}
+
+// TestContract_cluster: a 3-master Redis Cluster. Three ClusterClients
+// seeded with its three masters are one node, not three, and are refused;
+// its masters given as plain nodes answer MOVED for keys they do not own,
+// which is a configuration error, not contention.
+func TestContract_cluster(t *testing.T) {
+	masters := realCluster(t, 3)
+
+	t.Run("three ClusterClients of one cluster", func(t *testing.T) {
+		var nodes []redis.UniversalClient
+		for _, m := range masters {
+			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{m.Addr()}, MaxRetries: -1})
+			t.Cleanup(func() { _ = cc.Close() })
+			nodes = append(nodes, cc)
+		}
+		rc := newRedlock(t, nodes)
+		_, err := acquireWithin(t, rc, "{order}:1")
+		mustBeMisconfigured(t, err, "same server")
+	})
+
+	t.Run("one ClusterClient is one node", func(t *testing.T) {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{masters[0].Addr()}, MaxRetries: -1})
+		t.Cleanup(func() { _ = cc.Close() })
+		rc := newRedlock(t, []redis.UniversalClient{cc})
+		lock, err := acquireWithin(t, rc, "{order}:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lock.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("masters as plain nodes", func(t *testing.T) {
+		var nodes []redis.UniversalClient
+		for _, m := range masters {
+			nodes = append(nodes, client(t, m.Addr()))
+		}
+		rc := newRedlock(t, nodes)
+		// Each key's slot is owned by one master; the other two answer
+		// MOVED, which leaves the quorum out of reach.
+		_, err := acquireWithin(t, rc, "order:1")
+		mustBeMisconfigured(t, err, "MOVED", "ClusterClient")
+	})
+}
