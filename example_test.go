@@ -286,3 +286,40 @@ func ExampleErrNotConfirmed() {
 	fmt.Println(errors.Is(err, redlock.ErrNotConfirmed), errors.Is(err, redlock.ErrLockLost), lock.Validity() > 59*time.Minute)
 	// Output: true false true
 }
+
+// A lock taken in one process is seen from another with Inspect, holder
+// and metadata, and rebuilt there with Resume, to be extended and released.
+func ExampleClient_Resume() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	ctx := context.Background()
+	build, err := redlock.New(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	lock, err := build.TryAcquire(ctx, "deploy", time.Minute, redlock.WithMetadata("step=build"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	key, token := lock.Key(), lock.Token() // handed to the next step
+
+	// The next step, in another process with its own Client.
+	release, err := redlock.New(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	in, err := release.Inspect(ctx, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(in.Held(), in.Holders[0].Token == token, in.Holders[0].Metadata, in.Holders[0].Nodes)
+
+	resumed, err := release.Resume(ctx, key, token, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(resumed.Release(ctx))
+	// Output:
+	// true true step=build 3
+	// <nil>
+}

@@ -624,6 +624,7 @@ type acquireConfig struct {
 	maxAttempts int // 0: no limit
 	fenced      bool
 	autoRenew   bool
+	metadata    string // stored after the token: see WithMetadata
 
 	// the kind of lock (see kinds.go); at most one of these is set
 	owner   string // reentrant

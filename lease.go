@@ -324,13 +324,26 @@ func (l *Lock) Key() string {
 	return l.key
 }
 
-// Token returns the random value stored under the key on each node, or ""
-// for a nil Lock.
+// Token returns the lock's random token, stored under the key on each node
+// (followed by the metadata given with WithMetadata), or "" for a nil Lock.
+// With the key, it is what Client.Resume needs to rebuild the lock in
+// another process.
 func (l *Lock) Token() string {
 	if l == nil {
 		return ""
 	}
-	return l.token
+	token, _ := splitValue(l.token)
+	return token
+}
+
+// Metadata returns the metadata the lock was acquired with (WithMetadata),
+// or "".
+func (l *Lock) Metadata() string {
+	if l == nil {
+		return ""
+	}
+	_, meta := splitValue(l.token)
+	return meta
 }
 
 // Until returns the end of the lock's validity: the start of the last

@@ -212,7 +212,7 @@ type Lock struct {
 	kind   kind
 	key    string // the first of kind.keys()
 	quorum int    // how many nodes must hold it
-	token  string
+	token  string // what the nodes store: the random token, and the metadata if any
 
 	// op serialises Extend and Release. Each sends its call to a node once
 	// the previous operation's call there has settled, so that the writes
@@ -274,7 +274,7 @@ type acquisition struct {
 // newAcquisition prepares an attempt with a fresh token, whose calls go to
 // each node after those of after.
 func newAcquisition(k kind, ac acquireConfig, after settlement) acquisition {
-	return acquisition{kind: k, token: rand.Text(), cfg: ac, settled: after}
+	return acquisition{kind: k, token: storedValue(rand.Text(), ac.metadata), cfg: ac, settled: after}
 }
 
 // fanOut runs op on the nodes (see Client.fanOut) with the attempt's node

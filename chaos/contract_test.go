@@ -259,3 +259,102 @@ func TestContract_cluster(t *testing.T) {
 		mustBeMisconfigured(t, err, "MOVED", "ClusterClient")
 	})
 }
+
+// realNodes starts n redis-server nodes and returns them with a client for
+// each (a fresh set, as another process would have, on every call of
+// connect).
+func realNodes(t *testing.T, n int) (nodes []*Node, connect func() []redis.UniversalClient) {
+	t.Helper()
+	needRedis(t)
+	for range n {
+		nodes = append(nodes, startTestNode(t, nodeSpec{kind: Redis}))
+	}
+	return nodes, func() []redis.UniversalClient {
+		var clients []redis.UniversalClient
+		for _, nd := range nodes {
+			clients = append(clients, client(t, nd.Addr()))
+		}
+		return clients
+	}
+}
+
+// TestContract_handles: a lock taken in one process with metadata is seen
+// by another with Inspect (every kind), rebuilt there with Resume, extended
+// and released; a frozen node is reported without holding Inspect up.
+func TestContract_handles(t *testing.T) {
+	nodes, connect := realNodes(t, 3)
+	ctx := context.Background()
+	first := newRedlock(t, connect())
+	second := newRedlock(t, connect(), redlock.WithNodeTimeout(300*time.Millisecond))
+
+	lock, err := first.TryAcquire(ctx, "deploy", 10*time.Second, redlock.WithMetadata("host=ci pid=1"), redlock.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := second.Inspect(ctx, "deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Held() || in.Holders[0].Token != lock.Token() || in.Holders[0].Metadata != "host=ci pid=1" || in.Holders[0].Nodes != 3 {
+		t.Fatalf("Inspect: %+v", in)
+	}
+	resumed, err := second.Resume(ctx, "deploy", lock.Token(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed.Metadata() != "host=ci pid=1" || resumed.Validity() < 50*time.Second {
+		t.Fatalf("resumed: metadata %q validity %v", resumed.Metadata(), resumed.Validity())
+	}
+
+	if err := nodes[2].freeze(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	in, err = second.Inspect(ctx, "deploy")
+	if err := nodes[2].thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("Inspect with a frozen node: %v after %v", err, time.Since(start))
+	}
+	if !in.Held() || in.Nodes[2].Err == nil || in.Holders[0].Nodes != 2 {
+		t.Fatalf("Inspect with node 2 frozen: %+v", in)
+	}
+	if err := resumed.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := resumed.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Resume(ctx, "deploy", lock.Token(), time.Minute); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("resume after release: err = %v, want ErrLockLost", err)
+	}
+
+	// Every kind is inspected with its holders on real servers.
+	for _, tc := range []struct {
+		kind string
+		opts []redlock.AcquireOption
+	}{
+		{redlock.HeldByReentrant, []redlock.AcquireOption{redlock.WithOwner("w1")}},
+		{redlock.HeldByReaders, []redlock.AcquireOption{redlock.ForRead()}},
+		{redlock.HeldBySemaphore, []redlock.AcquireOption{redlock.WithPermits(2)}},
+		{redlock.HeldByLock, []redlock.AcquireOption{redlock.ForWrite()}},
+		{redlock.HeldByLock, []redlock.AcquireOption{redlock.Fair()}},
+	} {
+		key := "kind-" + tc.kind + fmt.Sprint(len(tc.opts))
+		l, err := first.TryAcquire(ctx, key, 10*time.Second, append(tc.opts, redlock.WithMetadata("m"))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := second.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Holders) != 1 || in.Holders[0].Token != l.Token() || in.Holders[0].Metadata != "m" || in.Nodes[0].Kind != tc.kind || in.Holders[0].TTL <= 0 {
+			t.Fatalf("%s: %+v", tc.kind, in)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,360 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Lock handles across processes: metadata stored with a lock, a view of a
+// lock key on every node (Inspect), and a lock rebuilt in another process
+// from its key and token (Resume).
+
+// MaxMetadata is the longest metadata WithMetadata accepts, in bytes.
+const MaxMetadata = 1024
+
+// WithMetadata stores metadata with the lock on every node, after its
+// token and a space: a short value (at most MaxMetadata bytes) that anyone
+// may read, with Client.Inspect or redis-cli GET, to tell who holds the
+// lock (a host, a process ID, a job). It applies to every kind of lock:
+// it is stored with each hold (a reentrant lock's holds, each permit of a
+// semaphore, each reader). Lock.Metadata returns it. Default: none.
+//
+// Metadata longer than MaxMetadata gives an error matching
+// ErrInvalidArgument.
+func WithMetadata(metadata string) AcquireOption {
+	return acquireOption(func(c *acquireConfig) error {
+		if len(metadata) > MaxMetadata {
+			return invalid("metadata of %d bytes is longer than MaxMetadata (%d)", len(metadata), MaxMetadata)
+		}
+		c.metadata = metadata
+		return nil
+	})
+}
+
+// storedValue is what the nodes store for a hold: its token, and its
+// metadata after a space when there is any. Tokens hold no space.
+func storedValue(token, metadata string) string {
+	if metadata == "" {
+		return token
+	}
+	return token + " " + metadata
+}
+
+// splitValue splits a stored value into its token and its metadata.
+func splitValue(v string) (token, metadata string) {
+	token, metadata, _ = strings.Cut(v, " ")
+	return token, metadata
+}
+
+var (
+	//go:embed inspect.lua
+	inspectLua    string
+	inspectScript = redis.NewScript(inspectLua)
+)
+
+// What Inspect reports a node's key to hold: the kinds of lock as the nodes
+// store them.
+const (
+	HeldByLock      = "lock"      // a string: a plain lock (fenced, renewed, fair, multi-key or a writer)
+	HeldByReentrant = "reentrant" // a reentrant lock (WithOwner)
+	HeldByReaders   = "read"      // the readers of a read-write lock (ForRead)
+	HeldBySemaphore = "semaphore" // the permits of a semaphore (WithPermits)
+)
+
+// Inspection is what the nodes hold for a lock key, as Client.Inspect found
+// it.
+type Inspection struct {
+	Key    string
+	Quorum int        // how many nodes make a quorum
+	Nodes  []NodeHold // by node index
+	// Holders are the holders that a quorum of the nodes agree on, the
+	// longest-lived first: one for an exclusive lock; none when the key is
+	// free or its nodes disagree (a split vote, or a lock being taken or
+	// released). A holder's TTL is how long a quorum keeps it, from the
+	// nodes' remaining times to live.
+	Holders []Holder
+}
+
+// Held reports whether a quorum of the nodes agree on at least one holder.
+func (in *Inspection) Held() bool { return len(in.Holders) > 0 }
+
+// NodeHold is what one node holds for a lock key.
+type NodeHold struct {
+	Node int
+	Addr string // "" when the client does not reveal it
+	Held bool   // the key is held on this node
+	// Kind is what holds it: HeldByLock, HeldByReentrant, HeldByReaders,
+	// HeldBySemaphore, or the Redis type of a key that is not a lock; ""
+	// when free.
+	Kind     string
+	Token    string        // the first holder's token ("" for a reentrant lock's owner without holds)
+	Metadata string        // the first holder's metadata
+	Owner    string        // a reentrant lock's owner
+	TTL      time.Duration // the key's remaining time to live on this node (the first holder's, for a semaphore or readers)
+	Holders  []Holder      // every holder on this node: several for readers and a semaphore
+	Err      error         // a *NodeError when the node did not answer; the other fields are then zero
+}
+
+// Holder is one holder of a lock key.
+type Holder struct {
+	Token    string
+	Metadata string
+	Owner    string        // a reentrant lock's owner, else ""
+	TTL      time.Duration // remaining time to live
+	Nodes    int           // how many nodes hold it
+}
+
+// Inspect reads what every node holds for key, all at once, each within
+// the per-node timeout (WithNodeTimeout, or one second): per node whether
+// the key is held, by which token and metadata, and its remaining time to
+// live; and the holders a quorum of nodes agrees on. It writes nothing.
+// A node that fails is reported in its NodeHold's Err; Inspect itself
+// returns an error only for an empty key (ErrInvalidArgument) or an ended
+// ctx (ctx.Err()).
+//
+// It is a snapshot, not a lock: what it reports may change at once.
+func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
+	if key == "" {
+		return nil, invalid("empty key")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	timeout := c.cfg.nodeTimeout
+	if timeout <= 0 {
+		timeout = maxDerivedNodeTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	n := len(c.nodes)
+	in := &Inspection{Key: key, Quorum: quorumOf(n), Nodes: make([]NodeHold, n)}
+	// Buffered: a client that ignores context deadlines may reply after
+	// Inspect returned, and its goroutine must still end.
+	replies := make(chan NodeHold, n)
+	keys := []string{key, companion(key, "grants")}
+	for i, nd := range c.nodes {
+		go func() {
+			raw, err := inspectScript.Run(ctx, nd.rdb, keys).Slice()
+			h := readHold(raw, err)
+			h.Node, h.Addr = i, nd.addr
+			if h.Err != nil {
+				h.Err = c.nodeError(i, h.Err)
+			}
+			replies <- h
+		}()
+	}
+	got := make([]bool, n)
+	for received := 0; received < n; received++ {
+		select {
+		case h := <-replies:
+			in.Nodes[h.Node], got[h.Node] = h, true
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	for i, nd := range c.nodes {
+		if !got[i] {
+			in.Nodes[i] = NodeHold{Node: i, Addr: nd.addr, Err: c.nodeError(i, noReply(timeout, ctx.Err()))}
+		}
+	}
+	in.Holders = agreed(in.Nodes, in.Quorum)
+	return in, nil
+}
+
+// readHold reads one node's reply to inspect.lua.
+func readHold(raw []any, err error) NodeHold {
+	if err != nil {
+		return NodeHold{Err: misconfigured(err)}
+	}
+	if len(raw) < 3 {
+		return NodeHold{Err: fmt.Errorf("unexpected reply %v", raw)}
+	}
+	kind, _ := raw[0].(string)
+	pttl, _ := raw[1].(int64)
+	now, _ := raw[2].(int64)
+	rest := raw[3:]
+	var h NodeHold
+	keyTTL := time.Duration(max(pttl, 0)) * time.Millisecond
+	holder := func(v string, ttl time.Duration) Holder {
+		token, meta := splitValue(v)
+		return Holder{Token: token, Metadata: meta, TTL: ttl, Nodes: 1}
+	}
+	switch kind {
+	case "none":
+		return h
+	case "string":
+		v, _ := rest[0].(string)
+		h.Kind, h.Holders = HeldByLock, []Holder{holder(v, keyTTL)}
+	case "hash":
+		h.Kind = HeldByReentrant
+		h.Owner, _ = rest[0].(string)
+		for _, m := range rest[1:] {
+			v, _ := m.(string)
+			hd := holder(v, keyTTL)
+			hd.Owner = h.Owner
+			h.Holders = append(h.Holders, hd)
+		}
+		if len(h.Holders) == 0 {
+			h.Holders = []Holder{{Owner: h.Owner, TTL: keyTTL, Nodes: 1}}
+		}
+	case "zset":
+		h.Kind = HeldBySemaphore
+		for j := 0; j+1 < len(rest); j += 2 {
+			v, _ := rest[j].(string)
+			end, _ := strconv.ParseFloat(fmt.Sprint(rest[j+1]), 64)
+			if v == "readers" && math.IsInf(end, 1) {
+				h.Kind = HeldByReaders
+				continue
+			}
+			if left := time.Duration(end-float64(now)) * time.Millisecond; left > 0 {
+				h.Holders = append(h.Holders, holder(v, min(left, keyTTL)))
+			}
+		}
+		slices.SortFunc(h.Holders, func(a, b Holder) int { return cmp.Compare(b.TTL, a.TTL) })
+	default:
+		h.Kind = kind // a key that is not a lock
+		h.TTL = keyTTL
+		h.Held = true
+		return h
+	}
+	if len(h.Holders) > 0 {
+		h.Held = true
+		h.Token, h.Metadata, h.TTL = h.Holders[0].Token, h.Holders[0].Metadata, h.Holders[0].TTL
+	}
+	return h
+}
+
+// agreed returns the holders found on at least q nodes, each with the time
+// for which q nodes still hold it, the longest-lived first.
+func agreed(nodes []NodeHold, q int) []Holder {
+	type seen struct {
+		h    Holder
+		ttls []time.Duration
+	}
+	var order []string
+	by := map[string]*seen{}
+	for _, nd := range nodes {
+		for _, h := range nd.Holders {
+			id := h.Owner + "\x00" + h.Token
+			s := by[id]
+			if s == nil {
+				s = &seen{h: h}
+				by[id] = s
+				order = append(order, id)
+			}
+			s.ttls = append(s.ttls, h.TTL)
+		}
+	}
+	var out []Holder
+	for _, id := range order {
+		s := by[id]
+		if len(s.ttls) < q {
+			continue
+		}
+		slices.Sort(s.ttls)
+		h := s.h
+		h.Nodes = len(s.ttls)
+		h.TTL = s.ttls[len(s.ttls)-q] // the q-th longest: until then a quorum holds it
+		out = append(out, h)
+	}
+	slices.SortStableFunc(out, func(a, b Holder) int { return cmp.Compare(b.TTL, a.TTL) })
+	return out
+}
+
+// Resume rebuilds a plain lock in this process from its key and token
+// (Lock.Token of the lock acquired elsewhere: another process, or an
+// earlier step of a pipeline), so that it can be extended and released
+// here. It reads the value the nodes store for the token (its metadata
+// comes with it), then extends the lock to ttl on a quorum, which gives it
+// a fresh validity as an Acquire does: Until counts from the start of that
+// extend. A resumed lock carries no fencing token (FencingToken is 0): the
+// process that acquired it keeps that.
+//
+// Of the acquire options, only WithAutoRenew applies; retry options are
+// ignored (Resume makes one attempt). Resume applies to plain locks, with
+// or without fencing, renewal and hand-offs; the other kinds keep state
+// that a token alone does not name (see docs/kinds.md).
+//
+// It returns an error matching ErrLockLost when the lock is not held: a
+// majority of the nodes answered that the key does not hold the token.
+// When too few nodes answer to tell, or the extend took longer than ttl
+// allows, the error matches ErrNotConfirmed and Resume may be tried again;
+// what it extended expires with ttl. Bad input
+// (an empty key or token, a token that holds a space, a ttl not larger than
+// its drift allowance, an option other than WithAutoRenew, a key held by
+// another kind of lock) gives ErrInvalidArgument before anything is
+// written, and an ended ctx its error.
+func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	ac, err := c.acquireConfig(key, ttl, opts)
+	switch {
+	case err != nil:
+		return nil, err
+	case token == "" || strings.ContainsRune(token, ' '):
+		return nil, invalid("token %q: give the Token of the lock to resume", token)
+	case ac.fenced || ac.metadata != "" || len(ac.kinds) > 0:
+		return nil, invalid("Resume takes WithAutoRenew only: the lock's kind, fencing and metadata are those it was acquired with")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redlock: resume %q: %w", key, err)
+	}
+	k := plain{key: key}
+	n, q := len(c.nodes), quorumOf(len(c.nodes))
+	in, err := c.Inspect(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	value, absent := "", 0
+	var errs []error
+	for _, nd := range in.Nodes {
+		switch i := slices.IndexFunc(nd.Holders, func(h Holder) bool { return h.Token == token }); {
+		case nd.Err != nil:
+			errs = append(errs, nd.Err)
+		case i >= 0 && nd.Kind != HeldByLock:
+			return nil, invalid("key %q holds the token in a %s lock: Resume rebuilds plain locks", key, nd.Kind)
+		case i >= 0:
+			value = storedValue(token, nd.Holders[i].Metadata)
+		default:
+			absent++
+		}
+	}
+	if value == "" {
+		detail := fmt.Sprintf("%s: no node that answered holds token %s", k.describe(), token)
+		if absent > n-q {
+			return nil, &quorumError{sentinel: ErrLockLost, detail: detail, nodes: errs}
+		}
+		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: detail + ", and too few answered to tell", cause: ctx.Err(), nodes: errs}
+	}
+
+	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
+		done: make(chan struct{}), sooner: make(chan struct{}), renewed: ac.autoRenew}
+	start, wall := c.cfg.clock.Now(), time.Now()
+	t, settled := c.fanOut(ctx, ac.timeout, decidedAt(n, q), nil, settlement{}, k.extend(value, ttl))
+	l.settled = settled
+	c.observeNodes(ctx, OpExtend, k, wall, t)
+	elapsed := c.cfg.clock.Now().Sub(start)
+	if v := validity(ttl, elapsed, ac.drift); t.yes >= q && v > 0 && (!ac.autoRenew || v > ac.renewMargin()) {
+		l.until = start.Add(ttl - ac.drift)
+		if ac.autoRenew {
+			l.startRenewal()
+		}
+		return l, nil
+	}
+	detail := fmt.Sprintf("resume of %s: extended on %d of %d nodes, quorum %d", k.describe(), t.yes, n, q)
+	if t.no > n-q {
+		return nil, &quorumError{sentinel: ErrLockLost, detail: detail + fmt.Sprintf(", and %d nodes do not hold its token", t.no), cause: ctx.Err(), nodes: t.errs}
+	}
+	if t.yes >= q {
+		detail += fmt.Sprintf(", but its validity was spent (%v elapsed of ttl %v)", elapsed, ttl)
+	}
+	return nil, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+}

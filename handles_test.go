@@ -1,0 +1,246 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock"
+)
+
+// TestWithMetadata_storedAfterTheToken: the nodes store the metadata after
+// the token and a space (what redis-cli GET shows); Token is the token
+// alone and Metadata the metadata.
+func TestWithMetadata_storedAfterTheToken(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute, redlock.WithMetadata("host=a pid=7"))
+	defer mustRelease(t, lock)
+	if strings.Contains(lock.Token(), " ") || lock.Token() == "" {
+		t.Fatalf("Token() = %q, want the token alone", lock.Token())
+	}
+	if got := lock.Metadata(); got != "host=a pid=7" {
+		t.Fatalf("Metadata() = %q", got)
+	}
+	if got := c.holders("k", lock.Token()+" host=a pid=7"); len(got) != 3 {
+		t.Fatalf("the stored value is on nodes %v, want all 3", got)
+	}
+	if err := lock.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := rc.TryAcquire(ctx, "other", time.Minute, redlock.WithMetadata(strings.Repeat("x", redlock.MaxMetadata+1)))
+	if !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("metadata over MaxMetadata: err = %v, want ErrInvalidArgument", err)
+	}
+	if got := c.holdersAny("other"); len(got) != 0 {
+		t.Fatal("bad input wrote to the nodes")
+	}
+}
+
+// TestInspect_plainLock: per node the holder's token, metadata and TTL; a
+// quorum agrees on the holder; a split key has no agreed holder; a failed
+// node is reported in its place; a free key has none.
+func TestInspect_plainLock(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "job", time.Minute, redlock.WithMetadata("job=42"))
+
+	in, err := rc.Inspect(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Held() || len(in.Holders) != 1 || in.Holders[0].Token != lock.Token() || in.Holders[0].Metadata != "job=42" || in.Holders[0].Nodes != 3 {
+		t.Fatalf("holders = %+v, want the lock on 3 nodes", in.Holders)
+	}
+	if ttl := in.Holders[0].TTL; ttl <= 50*time.Second || ttl > time.Minute {
+		t.Fatalf("holder TTL = %v, want about a minute", ttl)
+	}
+	for i, nd := range in.Nodes {
+		if nd.Node != i || nd.Addr != c.addrs[i] || !nd.Held || nd.Kind != redlock.HeldByLock || nd.Token != lock.Token() || nd.Metadata != "job=42" || nd.TTL <= 0 || nd.Err != nil {
+			t.Fatalf("node %d: %+v", i, nd)
+		}
+	}
+
+	// One node down: the quorum still agrees; the node says why.
+	c.servers[2].Close()
+	in, err = rc.Inspect(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ne *redlock.NodeError
+	if !in.Held() || in.Holders[0].Nodes != 2 || !errors.As(in.Nodes[2].Err, &ne) || ne.Node != 2 {
+		t.Fatalf("with node 2 down: holders %+v, node 2 %+v", in.Holders, in.Nodes[2])
+	}
+	mustRelease(t, lock)
+
+	// A split: a different holder on each node.
+	for i, s := range c.servers[:2] {
+		_ = s.Set("split", []string{"AAAA", "BBBB"}[i])
+	}
+	in, err = rc.Inspect(ctx, "split")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Held() || in.Nodes[0].Token != "AAAA" || in.Nodes[1].Token != "BBBB" {
+		t.Fatalf("split key: %+v", in)
+	}
+
+	in, err = rc.Inspect(ctx, "free")
+	if err != nil || in.Held() || in.Nodes[0].Held || in.Nodes[0].Kind != "" {
+		t.Fatalf("free key: %+v, %v", in, err)
+	}
+	if _, err := rc.Inspect(ctx, ""); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("empty key: err = %v", err)
+	}
+}
+
+// TestInspect_kinds: every kind of lock is reported with its holders and
+// their metadata.
+func TestInspect_kinds(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	meta := redlock.WithMetadata("who")
+	check := func(key, kind string, holders int, owner string) {
+		t.Helper()
+		in, err := rc.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Holders) != holders || in.Nodes[0].Kind != kind {
+			t.Fatalf("%s: kind %q with holders %+v, want %s with %d", key, in.Nodes[0].Kind, in.Holders, kind, holders)
+		}
+		for _, h := range in.Holders {
+			if h.Metadata != "who" || h.Owner != owner || h.TTL <= 0 {
+				t.Fatalf("%s: holder %+v", key, h)
+			}
+		}
+	}
+	var locks []*redlock.Lock
+	take := func(key string, opts ...redlock.AcquireOption) {
+		t.Helper()
+		locks = append(locks, mustTryAcquire(t, rc, ctx, key, time.Minute, append(opts, meta)...))
+	}
+	take("re", redlock.WithOwner("worker-1"))
+	take("re", redlock.WithOwner("worker-1"))
+	check("re", redlock.HeldByReentrant, 2, "worker-1")
+	take("rw", redlock.ForRead())
+	take("rw", redlock.ForRead())
+	check("rw", redlock.HeldByReaders, 2, "")
+	take("sem", redlock.WithPermits(3))
+	check("sem", redlock.HeldBySemaphore, 1, "")
+	take("w", redlock.ForWrite())
+	check("w", redlock.HeldByLock, 1, "")
+	take("f", redlock.Fair())
+	check("f", redlock.HeldByLock, 1, "")
+	all, err := rc.TryAcquireAll(ctx, []string{"m1", "m2"}, time.Minute, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks = append(locks, all)
+	check("m2", redlock.HeldByLock, 1, "")
+	for _, l := range locks {
+		mustRelease(t, l)
+	}
+	check("sem", "", 0, "") // released: the set is gone
+}
+
+// TestResume_acrossProcesses: a lock taken by one Client (process) is
+// rebuilt by another from its key and token, with a fresh validity, its
+// metadata, and works there: Extend and Release; the first process then
+// finds it gone.
+func TestResume_acrossProcesses(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	first := mustNew(t, c.connect(t))
+	lock := mustTryAcquire(t, first, ctx, "deploy", 10*time.Second, redlock.WithMetadata("step=build"))
+
+	second := mustNew(t, c.connect(t))
+	resumed, err := second.Resume(ctx, "deploy", lock.Token(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed.Token() != lock.Token() || resumed.Metadata() != "step=build" || resumed.Key() != "deploy" {
+		t.Fatalf("resumed %q %q %q", resumed.Key(), resumed.Token(), resumed.Metadata())
+	}
+	if v := resumed.Validity(); v <= 50*time.Second {
+		t.Fatalf("resumed validity %v, want about the minute it was extended to", v)
+	}
+	if err := resumed.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := resumed.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.holdersAny("deploy"); len(got) != 0 {
+		t.Fatalf("key left on %v after the resumed lock's release", got)
+	}
+	if err := lock.Extend(ctx, time.Minute); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("the first process's Extend after the release: err = %v, want ErrLockLost", err)
+	}
+	// Released: nothing to resume.
+	if _, err := second.Resume(ctx, "deploy", lock.Token(), time.Minute); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("resume of a released lock: err = %v, want ErrLockLost", err)
+	}
+}
+
+// TestResume_notHeldOrNotConfirmed: another holder's token, or none, is
+// lost; too few nodes to tell is not confirmed; bad input changes nothing.
+func TestResume_notHeldOrNotConfirmed(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+	other := mustNew(t, c.connect(t))
+	if _, err := other.Resume(ctx, "k", "NOTTHETOKEN", time.Minute); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("another token: err = %v, want ErrLockLost", err)
+	}
+	for name, tc := range map[string]struct {
+		key, token string
+		ttl        time.Duration
+		opts       []redlock.AcquireOption
+	}{
+		"empty key":        {"", lock.Token(), time.Minute, nil},
+		"empty token":      {"k", "", time.Minute, nil},
+		"token with space": {"k", lock.Token() + " x", time.Minute, nil},
+		"zero ttl":         {"k", lock.Token(), 0, nil},
+		"kind option":      {"k", lock.Token(), time.Minute, []redlock.AcquireOption{redlock.ForRead()}},
+		"fencing":          {"k", lock.Token(), time.Minute, []redlock.AcquireOption{redlock.WithFencing()}},
+	} {
+		if _, err := other.Resume(ctx, tc.key, tc.token, tc.ttl, tc.opts...); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Fatalf("%s: err = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	re := mustTryAcquire(t, rc, ctx, "re", time.Minute, redlock.WithOwner("o"))
+	if _, err := other.Resume(ctx, "re", re.Token(), time.Minute); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("a reentrant lock's token: err = %v, want ErrInvalidArgument", err)
+	}
+	mustRelease(t, re)
+
+	c.servers[1].Close()
+	c.servers[2].Close()
+	_, err := other.Resume(ctx, "k", lock.Token(), time.Minute)
+	if !errors.Is(err, redlock.ErrNotConfirmed) || errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("two of three nodes down: err = %v, want ErrNotConfirmed", err)
+	}
+	_ = lock.Release(ctx)
+}
+
+// TestResume_autoRenew: a resumed lock may be renewed in its new process.
+func TestResume_autoRenew(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, mustNew(t, c.connect(t)), ctx, "k", time.Minute)
+	resumed, err := mustNew(t, c.connect(t)).Resume(ctx, "k", lock.Token(), 300*time.Millisecond, redlock.WithAutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := resumed.Until()
+	waitFor(t, "a renewal", func() bool { return resumed.Until().After(first) })
+	mustRelease(t, resumed)
+}
