@@ -115,6 +115,7 @@ type tally struct {
 	broken  int             // nodes that failed with an error retrying cannot cure (ErrMisconfigured)
 	took    []time.Duration // by node: from the fan-out's start to its reply; nil without an Observer
 	begun   time.Time       // when the fan-out began waiting for replies
+	lastAt  time.Duration   // from begun to the last reply without an error
 }
 
 type nodeReply struct {
@@ -361,6 +362,9 @@ func newTally(n int, timed bool) tally {
 func (t *tally) record(c *Client, r nodeReply) {
 	if t.took != nil {
 		t.took[r.node] = time.Since(t.begun)
+	}
+	if r.err == nil && !r.skipped {
+		t.lastAt = time.Since(t.begun)
 	}
 	switch {
 	case r.err != nil:

@@ -288,3 +288,42 @@ func TestCompanion(t *testing.T) {
 		t.Errorf("a key without a tag: %q, want the name it has always had, {order:1}:fence", got)
 	}
 }
+
+// TestDesignated: of a split vote's holders, the one with the most nodes
+// goes on, and among as many, the lowest name; a refusal that names no
+// holder (another kind of lock) designates nobody.
+func TestDesignated(t *testing.T) {
+	me := "MMMMMMMMtoken"
+	lower, higher := holderName("AAAAAAAAother"), holderName("ZZZZZZZZother")
+	if !(lower > holderName(me) && holderName(me) > higher) {
+		t.Fatalf("names: lower %d, mine %d, higher %d", lower, holderName(me), higher)
+	}
+	tallyOf := func(answers []answer, values []int64) tally {
+		tl := tally{answers: answers, values: values}
+		for _, a := range answers {
+			if a == holds {
+				tl.yes++
+			}
+		}
+		return tl
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []answer
+		values  []int64
+		want    bool
+	}{
+		{"most nodes", []answer{holds, holds, holdsNot}, []int64{1, 1, lower}, true},
+		{"fewer nodes", []answer{holds, holdsNot, holdsNot}, []int64{1, higher, higher}, false},
+		{"tie, lowest name", []answer{holds, holdsNot, holdsNot}, []int64{1, higher, higher - 5}, true},
+		{"tie, higher name", []answer{holds, holdsNot, failed}, []int64{1, lower, 0}, false},
+		{"tie, failed node", []answer{holds, holdsNot, failed}, []int64{1, higher, 0}, true},
+		{"holds nothing", []answer{holdsNot, holdsNot, holdsNot}, []int64{lower, higher, higher}, false},
+		{"another kind", []answer{holds, holdsNot, holdsNot}, []int64{1, 0, higher}, false},
+	} {
+		tl := tallyOf(tc.answers, tc.values)
+		if got := designated(&tl, me); got != tc.want {
+			t.Errorf("%s: designated = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -312,6 +312,9 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 		stop = decidedAt(len(c.nodes), q)
 	}
 	t := a.fanOut(ctx, c, stop, nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenced))
+	if t.yes < q && !t.outOfReach(q) {
+		t = c.resolveSplit(ctx, a, t, q)
+	}
 	c.observeNodes(ctx, OpAcquire, a.kind, wall, t)
 	if err := c.refused(); err != nil {
 		// Two nodes were found on one server during this attempt.

@@ -358,3 +358,63 @@ func TestContract_handles(t *testing.T) {
 		}
 	}
 }
+
+// TestContract_oneWinner: 100 separate Clients (each its own connections,
+// as 100 processes) TryAcquire one free key at the same moment on real
+// servers: exactly one wins in at least 95 % of runs at N = 3 and N = 5,
+// never two.
+func TestContract_oneWinner(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			_, connect := realNodes(t, n)
+			ctx := context.Background()
+			rcs := make([]*redlock.Client, 100)
+			for i := range rcs {
+				rcs[i] = newRedlock(t, connect())
+				l, err := rcs[i].TryAcquire(ctx, "warm-up", time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = l.Release(ctx)
+			}
+			const runs = 20
+			none := 0
+			for run := range runs {
+				var (
+					wg    sync.WaitGroup
+					start = make(chan struct{})
+					mu    sync.Mutex
+					won   []*redlock.Lock
+				)
+				for _, rc := range rcs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						if l, err := rc.TryAcquire(ctx, fmt.Sprint("leader", run), 10*time.Second); err == nil {
+							mu.Lock()
+							won = append(won, l)
+							mu.Unlock()
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				for _, l := range won {
+					_ = l.Release(ctx)
+				}
+				switch len(won) {
+				case 0:
+					none++
+				case 1:
+				default:
+					t.Fatalf("run %d: %d winners", run, len(won))
+				}
+			}
+			t.Logf("N=%d: no winner in %d of %d runs", n, none, runs)
+			if none > 1 {
+				t.Fatalf("no winner in %d of %d runs, want at most 1 (95 %%)", none, runs)
+			}
+		})
+	}
+}

@@ -1,0 +1,143 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Split votes. When many clients try a free key at the same moment, each
+// node gives it to whoever reaches it first, and the nodes may pick
+// different clients: nobody holds a quorum, every attempt fails and
+// releases, and a leader election by one TryAcquire each elects nobody.
+//
+// The acquire script names the holder of a key it refuses (a number from
+// its token's first bytes), so after one round every client of a split
+// knows who holds which node. They all designate the same one of them to go
+// on: the holder of the most nodes, and among holders of as many, the one
+// with the lowest name. The designated client keeps its keys and tries the
+// nodes it lacks again, at most splitRounds more times, waiting between
+// rounds for the others to release; every other client releases at once,
+// as after any failed attempt. The lock's validity still counts from the
+// first round, so it is never longer than one attempt's. Safety does not
+// rest on this: a key holds one token at a time, and a lock still needs a
+// quorum of nodes. Clients whose views differ (one reached a node after
+// another's release) at worst both go on or both give up, as before.
+
+// splitRounds is how many more rounds a designated client makes at most.
+const splitRounds = 3
+
+// holderName is what the acquire scripts answer for a key that token
+// holds: minus one more than a number made of its first 8 bytes, 6 bits
+// each (see acquire.lua).
+func holderName(token string) int64 {
+	var n int64
+	for i := range min(8, len(token)) {
+		n = n*64 + int64(token[i]%64)
+	}
+	return -(n + 1)
+}
+
+// designated reports whether the attempt with token, whose round got t,
+// is the one a split vote designates to go on: it holds a node, every node
+// that refused named its holder, and no holder has more nodes than it, nor
+// as many with a lower name.
+func designated(t *tally, token string) bool {
+	if t.yes == 0 {
+		return false
+	}
+	mine := holderName(token)
+	held := map[int64]int{}
+	for i, a := range t.answers {
+		if a != holdsNot {
+			continue
+		}
+		if t.values[i] >= 0 || t.values[i] == mine {
+			return false // a lock of another kind, or a holder it cannot name
+		}
+		held[t.values[i]]++
+	}
+	for name, n := range held {
+		// Names are negative: the lower name is the one nearer zero.
+		if n > t.yes || n == t.yes && name > mine {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveSplit goes on with attempt a, whose first round got t, while a
+// split vote designates it: it waits for the others to release (as long
+// as its round took to hear the last answer, then twice that, ...), tries the nodes it does not hold again (it keeps the ones it
+// holds), and returns the tally of every node. It stops when a quorum
+// holds, when it is no longer designated, after splitRounds rounds, or
+// when another round could not leave the lock any validity.
+func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q int) tally {
+	wait := max(t.lastAt, time.Millisecond)
+	for range splitRounds {
+		if t.yes >= q || !designated(&t, a.token) {
+			return t
+		}
+		elapsed := c.cfg.clock.Now().Sub(a.start)
+		if validity(a.cfg.ttl, elapsed+wait+a.cfg.timeout, a.cfg.drift) <= a.cfg.renewMargin() {
+			return t
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return t
+		case <-timer.C:
+		}
+		wait *= 2
+		// Only the nodes another client of the split holds are tried again:
+		// a node that failed is no likelier to answer now.
+		retried := make([]bool, len(t.answers))
+		skip := make([]bool, len(t.answers))
+		for i, ans := range t.answers {
+			retried[i] = ans == holdsNot
+			skip[i] = !retried[i]
+		}
+		r := a.fanOut(ctx, c, wonAt(q-t.yes), skip, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenced))
+		t = merged(t, r, retried)
+	}
+	return t
+}
+
+// merged is t with the answers of round r for the nodes it retried.
+func merged(t, r tally, retried []bool) tally {
+	out := tally{answers: t.answers, values: t.values, took: t.took, begun: t.begun}
+	for _, err := range t.errs {
+		if ne, ok := err.(*NodeError); !ok || !retried[ne.Node] {
+			out.errs = append(out.errs, err)
+		}
+	}
+	for _, err := range r.errs {
+		if ne, ok := err.(*NodeError); !ok || retried[ne.Node] {
+			out.errs = append(out.errs, err)
+		}
+	}
+	for i, again := range retried {
+		if again {
+			out.answers[i], out.values[i] = r.answers[i], r.values[i]
+			if out.took != nil && r.took != nil {
+				out.took[i] = r.took[i]
+			}
+		}
+	}
+	for _, a := range out.answers {
+		switch a {
+		case holds:
+			out.yes++
+		case holdsNot:
+			out.no++
+		}
+	}
+	out.notYes = len(out.answers) - out.yes
+	for _, err := range out.errs {
+		if errors.Is(err, ErrMisconfigured) {
+			out.broken++
+		}
+	}
+	return out
+}
