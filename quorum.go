@@ -116,6 +116,9 @@ type tally struct {
 	took    []time.Duration // by node: from the fan-out's start to its reply; nil without an Observer
 	begun   time.Time       // when the fan-out began waiting for replies
 	lastAt  time.Duration   // from begun to the last reply without an error
+	// graceEnd, once set by a stop condition (see withGrace), is when
+	// fanOut returns, decided, without waiting for the nodes yet to answer
+	graceEnd time.Time
 }
 
 type nodeReply struct {
@@ -126,13 +129,27 @@ type nodeReply struct {
 }
 
 // settlement tells when each node's call of one operation has returned, or
-// the operation's deadline has passed. The zero value is settled.
+// its deadline has passed. The zero value is settled.
 type settlement struct {
-	done     []chan struct{} // by node, closed when its call returns
-	deadline time.Time
+	done      []chan struct{} // by node, closed when its call returns
+	deadlines []time.Time     // by node: a call that first waited for the call before it has its own timeout after that one's deadline
 }
 
-// waitNode blocks until node i's call has returned or the deadline passed.
+// pending reports whether node i's call has neither returned nor passed
+// its deadline.
+func (s settlement) pending(i int) bool {
+	if s.done == nil {
+		return false
+	}
+	select {
+	case <-s.done[i]:
+		return false
+	default:
+		return time.Now().Before(s.deadlines[i])
+	}
+}
+
+// waitNode blocks until node i's call has returned or its deadline passed.
 func (s settlement) waitNode(i int) {
 	if s.done == nil {
 		return
@@ -142,7 +159,7 @@ func (s settlement) waitNode(i int) {
 		return
 	default:
 	}
-	t := time.NewTimer(time.Until(s.deadline))
+	t := time.NewTimer(time.Until(s.deadlines[i]))
 	defer t.Stop()
 	select {
 	case <-s.done[i]:
@@ -150,7 +167,7 @@ func (s settlement) waitNode(i int) {
 	}
 }
 
-// overdue reports whether node i's call is still out after the deadline:
+// overdue reports whether node i's call is still out after its deadline:
 // the node is frozen, cut off or down.
 func (s settlement) overdue(i int) bool {
 	if s.done == nil {
@@ -160,7 +177,7 @@ func (s settlement) overdue(i int) bool {
 	case <-s.done[i]:
 		return false
 	default:
-		return time.Now().After(s.deadline)
+		return time.Now().After(s.deadlines[i])
 	}
 }
 
@@ -172,6 +189,30 @@ func decidedAt(n, q int) func(*tally) bool {
 	return func(t *tally) bool {
 		won, lost := decide(n, q, t.yes, t.notYes)
 		return won || lost
+	}
+}
+
+// graceFloor is the least withGrace waits for the nodes yet to answer
+// once the outcome is known: on loopback a round trip is well under a
+// millisecond, and a node that answers within a few is not worth leaving.
+const graceFloor = 5 * time.Millisecond
+
+// withGrace stops when stop does, or once decided says the outcome is
+// known and as long again has passed (at least graceFloor): the nodes that
+// answer about as fast as the deciding ones are still waited for, so that
+// their keys are known (and a release confirmed there), but a frozen or
+// slow node is not; its call finishes in the background, in order with
+// the node's next ones (see fanOut).
+func withGrace(stop, decided func(*tally) bool) func(*tally) bool {
+	return func(t *tally) bool {
+		if stop(t) {
+			return true
+		}
+		if t.graceEnd.IsZero() && decided(t) {
+			d := time.Since(t.begun)
+			t.graceEnd = t.begun.Add(d + max(d, graceFloor))
+		}
+		return !t.graceEnd.IsZero() && !time.Now().Before(t.graceEnd)
 	}
 }
 
@@ -228,7 +269,7 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 // has returned.
 func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline time.Time, skip []bool, after settlement, op nodeOp, replies chan<- nodeReply) settlement {
 	n := len(c.nodes)
-	settled := settlement{done: make([]chan struct{}, n), deadline: deadline}
+	settled := settlement{done: make([]chan struct{}, n), deadlines: make([]time.Time, n)}
 	var running atomic.Int32
 	running.Store(int32(n))
 	deliver := func(r nodeReply) {
@@ -258,6 +299,12 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 	}
 	for i, nd := range c.nodes {
 		settled.done[i] = make(chan struct{})
+		settled.deadlines[i] = deadline
+		if nd.pipe == nil && after.pending(i) {
+			// This call waits for the one before; the next operation's
+			// must not give up on it before it had its own timeout.
+			settled.deadlines[i] = after.deadlines[i].Add(time.Until(deadline))
+		}
 		switch {
 		case skip != nil && skip[i]:
 			reply(nodeReply{node: i, skipped: true})
@@ -272,8 +319,16 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 			}})
 		default:
 			go func() {
+				callCtx := ctx
+				if dl := settled.deadlines[i]; !dl.Equal(deadline) {
+					// Its own timeout after the call before: the node's
+					// calls finish in order in the background.
+					var cancelCall context.CancelFunc
+					callCtx, cancelCall = context.WithDeadline(context.WithoutCancel(ctx), dl)
+					defer cancelCall()
+				}
 				after.waitNode(i)
-				v, err := op.run(ctx, nd.rdb)
+				v, err := op.run(callCtx, nd.rdb)
 				reply(nodeReply{node: i, value: v, err: err})
 			}()
 		}
@@ -323,15 +378,24 @@ func (c *Client) noteMisconfigured(ctx context.Context, i int, value int64, err 
 func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*tally) bool, replies <-chan nodeReply) tally {
 	n := len(c.nodes)
 	t := newTally(n, c.cfg.observer != nil)
+	var grace <-chan time.Time // set once the outcome is known
 	for received := 0; received < n; {
 		if stop != nil && stop(&t) {
 			t.failFailing(c)
 			return t
 		}
+		if grace == nil && !t.graceEnd.IsZero() {
+			timer := time.NewTimer(time.Until(t.graceEnd))
+			defer timer.Stop()
+			grace = timer.C
+		}
 		select {
 		case r := <-replies:
 			t.record(c, r)
 			received++
+		case <-grace:
+			t.failFailing(c)
+			return t
 		case <-ctx.Done():
 			// Replies that came in together with the deadline still count.
 			for ; received < n; received++ {
@@ -467,16 +531,21 @@ func (c *Client) settledOrFailing(q int) func(*tally) bool {
 // releasedAt is Release's stop condition: every node has answered, or q
 // nodes (counting base confirmed before) deleted the token and the nodes
 // yet to answer are failing, or still out past the deadline of the lock's
-// previous operation there (before). Release waits for the nodes that
-// answer, not only a quorum, so that a program that closes its clients or
-// exits right after Release leaves no key behind on the node that answered
-// last; it does not wait out the timeout of a node that is frozen or cut
-// off, whose key expires with the ttl anyway. Waiters are woken by each
-// node's delete, so the wait costs the next holder nothing.
-func (c *Client) releasedAt(q, base int, before settlement) func(*tally) bool {
-	return func(t *tally) bool {
+// previous operation there (before); or, once q nodes (with base) are known
+// to be free of the token, the grace of withGrace has passed. Release
+// waits for the nodes that answer about as fast as the quorum, so that a
+// program that closes its clients or exits right after Release leaves no
+// key behind on them; it does not wait for a node that is frozen, cut off
+// or much slower, whose delete finishes in the background (and whose key
+// expires with the ttl anyway). Waiters are woken by each node's delete,
+// so the wait costs the next holder nothing. skipped is how many nodes the
+// fan-out skips (they count as holdsNot in its tally).
+func (c *Client) releasedAt(q, base, skipped int, before settlement) func(*tally) bool {
+	return withGrace(func(t *tally) bool {
 		return base+t.yes >= q && !c.awaits(t, before)
-	}
+	}, func(t *tally) bool {
+		return base+t.yes+t.no-skipped >= q
+	})
 }
 
 // awaits reports whether a node yet to answer in t is worth waiting for:

@@ -299,15 +299,14 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	}
 	a.start = c.cfg.clock.Now()
 	// Return as soon as a quorum holds, leaving slower nodes to the
-	// settlement. A failure waits for every node (or its timeout), so that
-	// the cleanup sees which nodes took the key: returning as soon as the
-	// quorum was out of reach left slow nodes holding keys of attempts that
-	// had moved on, and with one slow node the suite's workload ran at a
-	// quarter of its speed. It does not wait for nodes known to be failing
-	// (frozen or cut off): each attempt would lose their whole timeout.
+	// settlement. A failure waits for the nodes that answer about as fast
+	// as those that decided it (withGrace), so that the cleanup sees which
+	// of them took the key, but not for a frozen or slow node: its delete
+	// follows its SET in the background. It does not wait at all for nodes
+	// known to be failing (frozen or cut off).
 	q := a.kind.quorum(len(c.nodes))
 	wall := time.Now()
-	stop := c.settledOrFailing(q)
+	stop := withGrace(c.settledOrFailing(q), decidedAt(len(c.nodes), q))
 	if eager {
 		stop = decidedAt(len(c.nodes), q)
 	}
@@ -726,7 +725,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	t, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, 0, l.settled), nil, l.settled, l.kind.release(l.token))
+	t, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, 0, 0, l.settled), nil, l.settled, l.kind.release(l.token))
 	l.settled = settled
 	c.observeNodes(ctx, OpRelease, l.kind, wall, t)
 	l.finish()
