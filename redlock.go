@@ -676,11 +676,13 @@ func (l *Lock) over() error {
 // once; a key that holds another token is left alone. It runs even if ctx
 // has ended (it keeps ctx's values, not its cancellation), bounded by the
 // per-node timeout, so `defer lock.Release(ctx)` is always right. It
-// waits for every node to answer, so a program may close its Redis clients
-// and exit right after it; once a quorum has confirmed, it does not wait
-// for a node whose last call timed out (its key expires with the
-// ttl). After Release, Validity is zero and Extend fails; calling Release
-// again does nothing and returns nil.
+// returns once a quorum of nodes is known to be free of the token and the
+// nodes that answer about as fast have answered (as long again as the
+// quorum took, at least 5 ms); a slow or frozen node's delete finishes in
+// the background, and its key expires with the ttl if it cannot. So a
+// program may close its Redis clients and exit right after it, leaving at
+// most a slow node's key to its ttl. After Release, Validity is zero and
+// Extend fails; calling Release again does nothing and returns nil.
 //
 // It returns nil when a quorum of nodes is free of the token afterwards
 // and the lock held until the release: a quorum still had the token, or the
