@@ -323,3 +323,55 @@ func ExampleClient_Resume() {
 	// true true step=build 3
 	// <nil>
 }
+
+// The metadata stored with a lock tells anyone who holds it.
+func ExampleWithMetadata() {
+	nodes, servers, stop := embeddedNodes(3)
+	defer stop()
+	locker, err := redlock.New(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	lock, err := locker.TryAcquire(ctx, "nightly-report", time.Minute, redlock.WithMetadata("host=web-1 pid=4242"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+
+	stored, _ := servers[0].Get("nightly-report") // what redis-cli GET shows
+	fmt.Println(stored == lock.Token()+" host=web-1 pid=4242", lock.Metadata())
+	// Output: true host=web-1 pid=4242
+}
+
+// Inspect tells, per node, who holds a key and for how long, and whether a
+// quorum agrees.
+func ExampleClient_Inspect() {
+	nodes, servers, stop := embeddedNodes(3)
+	defer stop()
+	locker, err := redlock.New(nodes)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	lock, err := locker.TryAcquire(ctx, "orders:42", time.Minute, redlock.WithMetadata("job=7"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	servers[2].Del("orders:42") // as if node 2 had lost it
+
+	in, err := locker.Inspect(ctx, "orders:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, nd := range in.Nodes {
+		fmt.Println(nd.Node, nd.Held, nd.Metadata, nd.TTL > 59*time.Second)
+	}
+	fmt.Println(in.Held(), in.Holders[0].Metadata, in.Holders[0].Nodes, "of", len(in.Nodes), "quorum", in.Quorum)
+	// Output:
+	// 0 true job=7 true
+	// 1 true job=7 true
+	// 2 false  false
+	// true job=7 2 of 3 quorum 2
+}
