@@ -418,3 +418,132 @@ func TestContract_oneWinner(t *testing.T) {
 		})
 	}
 }
+
+// TestContract_extendAndRetries: on real servers, an Extend that a frozen
+// node could not confirm is not lost and the lock stays usable; one that a
+// majority no longer holds is lost; WithMaxAttempts ends a wait on a held
+// key after its attempts, before the context.
+func TestContract_extendAndRetries(t *testing.T) {
+	nodes, connect := realNodes(t, 3)
+	ctx := context.Background()
+	rc := newRedlock(t, connect(), redlock.WithNodeTimeout(200*time.Millisecond))
+	lock, err := rc.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes[1:] {
+		if err := n.freeze(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = lock.Extend(ctx, time.Minute)
+	for _, n := range nodes[1:] {
+		if err := n.thaw(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !errors.Is(err, redlock.ErrNotConfirmed) || errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend with 2 of 3 nodes frozen: err = %v, want ErrNotConfirmed", err)
+	}
+	select {
+	case <-lock.Done():
+		t.Fatal("Done closed after an Extend that was only not confirmed")
+	default:
+	}
+	if err := lock.Extend(ctx, time.Minute); err != nil {
+		t.Fatalf("Extend once the nodes are back: %v", err)
+	}
+	for _, n := range nodes[:2] {
+		if _, err := doOn(ctx, n.Addr(), "DEL", "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lock.Extend(ctx, time.Minute); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend with the key gone from 2 of 3 nodes: err = %v, want ErrLockLost", err)
+	}
+	_ = lock.Release(ctx)
+
+	held, err := rc.TryAcquire(ctx, "held", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(ctx) }()
+	var ev events
+	other := newRedlock(t, connect(), redlock.WithObserver(&ev))
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err = other.Acquire(wait, "held", time.Minute, redlock.WithMaxAttempts(3), redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
+	if !errors.Is(err, redlock.ErrNotAcquired) || wait.Err() != nil {
+		t.Fatalf("bounded Acquire: err = %v (ctx %v), want ErrNotAcquired before the context ended", err, wait.Err())
+	}
+	if got := ev.of(redlock.OpAcquire); len(got) != 1 || got[0].Attempts != 3 {
+		t.Fatalf("OpAcquire events %+v, want one with 3 attempts", got)
+	}
+}
+
+// TestContract_outcomeKnown: with 3 of 5 nodes held by another and 2 nodes
+// newly frozen, a failed attempt returns long before the node timeout, and
+// so does a Release with 2 nodes newly frozen; once thawed, the frozen
+// nodes keep nothing of ours past the ttl.
+func TestContract_outcomeKnown(t *testing.T) {
+	nodes, connect := realNodes(t, 5)
+	ctx := context.Background()
+	const nodeTimeout = 2 * time.Second
+	rc := newRedlock(t, connect(), redlock.WithNodeTimeout(nodeTimeout))
+	for _, n := range nodes[:3] {
+		if _, err := doOn(ctx, n.Addr(), "SET", "theirs", "another holder", "PX", 60000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ttl = 3 * time.Second
+	mine, err := rc.TryAcquire(ctx, "mine", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes[3:] {
+		if err := n.freeze(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	thawed := false
+	thaw := func() {
+		if thawed {
+			return
+		}
+		thawed = true
+		for _, n := range nodes[3:] {
+			_ = n.thaw()
+		}
+	}
+	defer thaw()
+
+	start := time.Now()
+	_, err = rc.TryAcquire(ctx, "theirs", ttl)
+	if !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire: err = %v, want ErrNotAcquired", err)
+	}
+	if took := time.Since(start); took > nodeTimeout/2 {
+		t.Fatalf("the failed attempt took %v: three refusals had decided it", took)
+	}
+	start = time.Now()
+	if err := mine.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if took := time.Since(start); took > nodeTimeout/2 {
+		t.Fatalf("Release took %v: a quorum had confirmed it", took)
+	}
+	thaw()
+	deadline := time.Now().Add(ttl + 5*time.Second)
+	for _, n := range nodes[3:] {
+		for {
+			keys, err := doOn(ctx, n.Addr(), "DBSIZE")
+			if err == nil && keys.(int64) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds %v keys after the ttl (%v)", n.Addr(), keys, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
