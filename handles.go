@@ -295,44 +295,18 @@ func agreed(nodes []NodeHold, q int) []Holder {
 // another kind of lock) gives ErrInvalidArgument before anything is
 // written, and an ended ctx its error.
 func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
-	ac, err := c.acquireConfig(key, ttl, opts)
-	switch {
-	case err != nil:
+	ac, err := c.resumeConfig(key, token, ttl, opts)
+	if err != nil {
 		return nil, err
-	case token == "" || strings.ContainsRune(token, ' '):
-		return nil, invalid("token %q: give the Token of the lock to resume", token)
-	case ac.fenced || ac.metadata != "" || len(ac.kinds) > 0:
-		return nil, invalid("Resume takes WithAutoRenew only: the lock's kind, fencing and metadata are those it was acquired with")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: resume %q: %w", key, err)
 	}
 	k := plain{key: key}
 	n, q := len(c.nodes), quorumOf(len(c.nodes))
-	in, err := c.Inspect(ctx, key)
+	value, err := c.heldValue(ctx, k, token)
 	if err != nil {
 		return nil, err
-	}
-	value, absent := "", 0
-	var errs []error
-	for _, nd := range in.Nodes {
-		switch i := slices.IndexFunc(nd.Holders, func(h Holder) bool { return h.Token == token }); {
-		case nd.Err != nil:
-			errs = append(errs, nd.Err)
-		case i >= 0 && nd.Kind != HeldByLock:
-			return nil, invalid("key %q holds the token in a %s lock: Resume rebuilds plain locks", key, nd.Kind)
-		case i >= 0:
-			value = storedValue(token, nd.Holders[i].Metadata)
-		default:
-			absent++
-		}
-	}
-	if value == "" {
-		detail := fmt.Sprintf("%s: no node that answered holds token %s", k.describe(), token)
-		if absent > n-q {
-			return nil, &quorumError{sentinel: ErrLockLost, detail: detail, nodes: errs}
-		}
-		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: detail + ", and too few answered to tell", cause: ctx.Err(), nodes: errs}
 	}
 
 	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
@@ -357,4 +331,48 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 		detail += fmt.Sprintf(", but its validity was spent (%v elapsed of ttl %v)", elapsed, ttl)
 	}
 	return nil, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+}
+
+// resumeConfig checks Resume's arguments and returns its terms and
+// options.
+func (c *Client) resumeConfig(key, token string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
+	ac, err := c.acquireConfig(key, ttl, opts)
+	switch {
+	case err != nil:
+		return ac, err
+	case token == "" || strings.ContainsRune(token, ' '):
+		return ac, invalid("token %q: give the Token of the lock to resume", token)
+	case ac.fenced || ac.metadata != "" || len(ac.kinds) > 0:
+		return ac, invalid("Resume takes WithAutoRenew only: the lock's kind, fencing and metadata are those it was acquired with")
+	}
+	return ac, nil
+}
+
+// heldValue returns the value the nodes store for token under k's key
+// (the token and its metadata), or Resume's error when no node that
+// answered holds it.
+func (c *Client) heldValue(ctx context.Context, k plain, token string) (string, error) {
+	in, err := c.Inspect(ctx, k.key)
+	if err != nil {
+		return "", err
+	}
+	absent := 0
+	var errs []error
+	for _, nd := range in.Nodes {
+		switch i := slices.IndexFunc(nd.Holders, func(h Holder) bool { return h.Token == token }); {
+		case nd.Err != nil:
+			errs = append(errs, nd.Err)
+		case i >= 0 && nd.Kind != HeldByLock:
+			return "", invalid("key %q holds the token in a %s lock: Resume rebuilds plain locks", k.key, nd.Kind)
+		case i >= 0:
+			return storedValue(token, nd.Holders[i].Metadata), nil
+		default:
+			absent++
+		}
+	}
+	detail := fmt.Sprintf("%s: no node that answered holds token %s", k.describe(), token)
+	if absent > len(c.nodes)-in.Quorum {
+		return "", &quorumError{sentinel: ErrLockLost, detail: detail, nodes: errs}
+	}
+	return "", &quorumError{sentinel: ErrNotConfirmed, detail: detail + ", and too few answered to tell", cause: ctx.Err(), nodes: errs}
 }

@@ -125,19 +125,25 @@ func merged(t, r tally, retried []bool) tally {
 			}
 		}
 	}
-	for _, a := range out.answers {
+	out.recount()
+	return out
+}
+
+// recount works out t's counts from its answers and errors.
+func (t *tally) recount() {
+	t.yes, t.no, t.broken = 0, 0, 0
+	for _, a := range t.answers {
 		switch a {
 		case holds:
-			out.yes++
+			t.yes++
 		case holdsNot:
-			out.no++
+			t.no++
 		}
 	}
-	out.notYes = len(out.answers) - out.yes
-	for _, err := range out.errs {
+	t.notYes = len(t.answers) - t.yes
+	for _, err := range t.errs {
 		if errors.Is(err, ErrMisconfigured) {
-			out.broken++
+			t.broken++
 		}
 	}
-	return out
 }
