@@ -476,3 +476,104 @@ func TestNew_distinctServersAreAccepted(t *testing.T) {
 	}
 	mustRelease(t, lock)
 }
+
+// identityHook answers INFO as a redis-server with run_id *id would; an
+// empty id answers LOADING (the node cannot tell yet). oneSection answers
+// INFO with more than one argument with a syntax error, as Redis before 7
+// does.
+type identityHook struct {
+	id         *atomic.Pointer[string]
+	oneSection bool
+}
+
+func newIdentityHook(id string, oneSection bool) identityHook {
+	h := identityHook{id: &atomic.Pointer[string]{}, oneSection: oneSection}
+	h.id.Store(&id)
+	return h
+}
+
+func (identityHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h identityHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		sc, ok := cmd.(*redis.StringCmd)
+		if !ok || cmd.Name() != "info" {
+			return next(ctx, cmd)
+		}
+		id := *h.id.Load()
+		switch {
+		case h.oneSection && len(cmd.Args()) > 2:
+			sc.SetErr(serverError("ERR syntax error"))
+		case id == "":
+			sc.SetErr(serverError("LOADING Redis is loading the dataset in memory"))
+		default:
+			sc.SetVal("# Server\r\nredis_version:6.2.14\r\nrun_id:" + id + "\r\n# Cluster\r\ncluster_enabled:0\r\n")
+		}
+		return sc.Err()
+	}
+}
+
+func (identityHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestNew_sameServerTwiceOnRedis6: a server that takes one INFO section at
+// a time (Redis before 7) is still identified by its run_id.
+func TestNew_sameServerTwiceOnRedis6(t *testing.T) {
+	c := newCluster(t, 3)
+	c.clients[0].AddHook(newIdentityHook("aaaa", true))
+	c.clients[1].AddHook(newIdentityHook("bbbb", true))
+	c.clients[2].AddHook(newIdentityHook("aaaa", true))
+	_, err := c.client(t).TryAcquire(context.Background(), "k", time.Minute)
+	if !errors.Is(err, redlock.ErrMisconfigured) {
+		t.Fatalf("err = %v, want ErrMisconfigured", err)
+	}
+}
+
+// TestNew_duplicateFoundLaterRefusesEverything: a node that could not be
+// identified at first contact, and turns out later to be another node's
+// server, stops every way of holding a lock on that Client: a waiting
+// goroutine is not handed the lock, Extend is not confirmed (the lock,
+// granted on distinct servers, stays valid until its Until), and Resume is
+// refused.
+func TestNew_duplicateFoundLaterRefusesEverything(t *testing.T) {
+	c := newCluster(t, 3)
+	c.clients[0].AddHook(newIdentityHook("aaaa", false))
+	c.clients[1].AddHook(newIdentityHook("bbbb", false))
+	late := newIdentityHook("", false) // node 2 cannot tell yet
+	c.clients[2].AddHook(late)
+	rc := c.client(t)
+	ctx := context.Background()
+	lock, err := rc.Acquire(ctx, "h", time.Minute) // holds the local turn: its release may hand over
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	waiter := make(chan error, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "h", time.Minute)
+		if err == nil {
+			_ = l.Release(ctx)
+			err = errors.New("the waiter got the lock")
+		}
+		waiter <- err
+	}()
+	waitFor(t, "the waiter to queue", func() bool { return redlock.LocalWaiters(rc, "h") == 1 })
+
+	aaaa := "aaaa"
+	late.id.Store(&aaaa) // node 2 is node 0's server
+	err = lock.Extend(ctx, time.Minute)
+	if !errors.Is(err, redlock.ErrNotConfirmed) || !errors.Is(err, redlock.ErrMisconfigured) || errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend: err = %v, want ErrNotConfirmed and ErrMisconfigured", err)
+	}
+	if lock.Validity() <= 0 {
+		t.Fatal("the lock, granted on distinct servers, was ended")
+	}
+	if _, err := rc.Resume(ctx, "h", lock.Token(), time.Minute); !errors.Is(err, redlock.ErrMisconfigured) {
+		t.Fatalf("Resume: err = %v, want ErrMisconfigured", err)
+	}
+	mustRelease(t, lock)
+	if err := <-waiter; !errors.Is(err, redlock.ErrMisconfigured) {
+		t.Fatalf("waiter: err = %v, want ErrMisconfigured (no hand-off)", err)
+	}
+}

@@ -3,6 +3,7 @@ package redlock
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"fmt"
 	"math"
@@ -40,6 +41,28 @@ func WithMetadata(metadata string) AcquireOption {
 	})
 }
 
+// newToken returns a fresh token for a hold of kind k: 26 random
+// characters (crypto/rand, base 32), and for a kind other than the plain
+// lock a dot and the kind's name, so that Inspect can tell a fair lock, a
+// writer or a multi-key lock from a plain one (all store a string) and
+// Resume can refuse them. The acquire scripts name a holder by its token's
+// first 8 bytes, which stay random.
+func newToken(k kind) string {
+	if n := k.name(); n != "plain" {
+		return rand.Text() + "." + n
+	}
+	return rand.Text()
+}
+
+// kindOf returns the kind a token names (see newToken): "plain" for a
+// token without a mark.
+func kindOf(token string) string {
+	if _, mark, ok := strings.Cut(token, "."); ok {
+		return mark
+	}
+	return "plain"
+}
+
 // storedValue is what the nodes store for a hold: its token, and its
 // metadata after a space when there is any. Tokens hold no space.
 func storedValue(token, metadata string) string {
@@ -64,7 +87,10 @@ var (
 // What Inspect reports a node's key to hold: the kinds of lock as the nodes
 // store them.
 const (
-	HeldByLock      = "lock"      // a string: a plain lock (fenced, renewed, fair, multi-key or a writer)
+	HeldByLock      = "lock"      // a plain lock (fenced, renewed or not)
+	HeldByFair      = "fair"      // a fair lock (Fair)
+	HeldByWriter    = "write"     // the writer of a read-write lock (ForWrite)
+	HeldByMultiKey  = "multi-key" // a lock on several keys (AcquireAll); each key shows it
 	HeldByReentrant = "reentrant" // a reentrant lock (WithOwner)
 	HeldByReaders   = "read"      // the readers of a read-write lock (ForRead)
 	HeldBySemaphore = "semaphore" // the permits of a semaphore (WithPermits)
@@ -92,9 +118,9 @@ type NodeHold struct {
 	Node int
 	Addr string // "" when the client does not reveal it
 	Held bool   // the key is held on this node
-	// Kind is what holds it: HeldByLock, HeldByReentrant, HeldByReaders,
-	// HeldBySemaphore, or the Redis type of a key that is not a lock; ""
-	// when free.
+	// Kind is what holds it: HeldByLock, HeldByFair, HeldByWriter,
+	// HeldByMultiKey, HeldByReentrant, HeldByReaders, HeldBySemaphore, or
+	// the Redis type of a key that is not a lock; "" when free.
 	Kind     string
 	Token    string        // the first holder's token ("" for a reentrant lock's owner without holds)
 	Metadata string        // the first holder's metadata
@@ -194,7 +220,11 @@ func readHold(raw []any, err error) NodeHold {
 		return h
 	case "string":
 		v, _ := rest[0].(string)
-		h.Kind, h.Holders = HeldByLock, []Holder{holder(v, keyTTL)}
+		hd := holder(v, keyTTL)
+		h.Kind, h.Holders = HeldByLock, []Holder{hd}
+		if k := kindOf(hd.Token); k != "plain" {
+			h.Kind = k // HeldByFair, HeldByWriter or HeldByMultiKey
+		}
 	case "hash":
 		h.Kind = HeldByReentrant
 		h.Owner, _ = rest[0].(string)
@@ -280,6 +310,10 @@ func agreed(nodes []NodeHold, q int) []Holder {
 // extend. A resumed lock carries no fencing token (FencingToken is 0): the
 // process that acquired it keeps that.
 //
+// The token is a capability: once a process hands it on for Resume, it
+// must stop using its own Lock, and not release it either; two processes
+// that both extend or release one token may undo each other's work.
+//
 // Of the acquire options, only WithAutoRenew applies; retry options are
 // ignored (Resume makes one attempt). Resume applies to plain locks, with
 // or without fencing, renewal and hand-offs; the other kinds keep state
@@ -308,6 +342,9 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
+	if err := c.refused(); err != nil {
+		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
+	}
 
 	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
 		done: make(chan struct{}), sooner: make(chan struct{}), renewed: ac.autoRenew}
@@ -316,6 +353,9 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	l.settled = settled
 	c.observeNodes(ctx, OpExtend, k, wall, t)
 	elapsed := c.cfg.clock.Now().Sub(start)
+	if err := c.refused(); err != nil {
+		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
+	}
 	if v := validity(ttl, elapsed, ac.drift); t.yes >= q && v > 0 && (!ac.autoRenew || v > ac.renewMargin()) {
 		l.until = start.Add(ttl - ac.drift)
 		if ac.autoRenew {
@@ -342,6 +382,8 @@ func (c *Client) resumeConfig(key, token string, ttl time.Duration, opts []Acqui
 		return ac, err
 	case token == "" || strings.ContainsRune(token, ' '):
 		return ac, invalid("token %q: give the Token of the lock to resume", token)
+	case kindOf(token) != "plain":
+		return ac, invalid("token %q is a %s lock's: Resume rebuilds plain locks", token, kindOf(token))
 	case ac.fenced || ac.metadata != "" || len(ac.kinds) > 0:
 		return ac, invalid("Resume takes WithAutoRenew only: the lock's kind, fencing and metadata are those it was acquired with")
 	}

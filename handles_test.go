@@ -135,15 +135,16 @@ func TestInspect_kinds(t *testing.T) {
 	take("sem", redlock.WithPermits(3))
 	check("sem", redlock.HeldBySemaphore, 1, "")
 	take("w", redlock.ForWrite())
-	check("w", redlock.HeldByLock, 1, "")
+	check("w", redlock.HeldByWriter, 1, "")
 	take("f", redlock.Fair())
-	check("f", redlock.HeldByLock, 1, "")
+	check("f", redlock.HeldByFair, 1, "")
 	all, err := rc.TryAcquireAll(ctx, []string{"m1", "m2"}, time.Minute, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
 	locks = append(locks, all)
-	check("m2", redlock.HeldByLock, 1, "")
+	check("m2", redlock.HeldByMultiKey, 1, "")
+	check("k", "", 0, "")
 	for _, l := range locks {
 		mustRelease(t, l)
 	}
@@ -216,15 +217,30 @@ func TestResume_notHeldOrNotConfirmed(t *testing.T) {
 			t.Fatalf("%s: err = %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	re := mustTryAcquire(t, rc, ctx, "re", time.Minute, redlock.WithOwner("o"))
-	if _, err := other.Resume(ctx, "re", re.Token(), time.Minute); !errors.Is(err, redlock.ErrInvalidArgument) {
-		t.Fatalf("a reentrant lock's token: err = %v, want ErrInvalidArgument", err)
+	// Other kinds keep state a token alone does not name: refused before
+	// anything is written.
+	for name, opts := range map[string][]redlock.AcquireOption{
+		"reentrant": {redlock.WithOwner("o")}, "fair": {redlock.Fair()}, "writer": {redlock.ForWrite()},
+		"reader": {redlock.ForRead()}, "semaphore": {redlock.WithPermits(2)},
+	} {
+		l := mustTryAcquire(t, rc, ctx, "kind-"+name, time.Minute, opts...)
+		if _, err := other.Resume(ctx, "kind-"+name, l.Token(), time.Minute); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Fatalf("a %s lock's token: err = %v, want ErrInvalidArgument", name, err)
+		}
+		mustRelease(t, l)
 	}
-	mustRelease(t, re)
+	multi, err := rc.TryAcquireAll(ctx, []string{"m1", "m2"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Resume(ctx, "m1", multi.Token(), time.Minute); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("a multi-key lock's token: err = %v, want ErrInvalidArgument", err)
+	}
+	mustRelease(t, multi)
 
 	c.servers[1].Close()
 	c.servers[2].Close()
-	_, err := other.Resume(ctx, "k", lock.Token(), time.Minute)
+	_, err = other.Resume(ctx, "k", lock.Token(), time.Minute)
 	if !errors.Is(err, redlock.ErrNotConfirmed) || errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("two of three nodes down: err = %v, want ErrNotConfirmed", err)
 	}

@@ -75,6 +75,9 @@ func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult 
 // contends for the key as anyone would.
 func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err error) {
 	c := l.client
+	if c.refused() != nil {
+		return false, nil // no lock is granted on a Client that reaches one server twice
+	}
 	w := t.qs.nextForHandOff(t.q, l, c.cfg.handOffs)
 	if w == nil {
 		return false, nil

@@ -163,7 +163,9 @@ func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 		}
 		return ids, "the same cluster", nil
 	}
-	info, err := rdb.Info(ctx, "server", "cluster").Result()
+	// INFO without arguments: its default sections hold run_id and
+	// cluster_enabled, and Redis before 7 takes at most one section.
+	info, err := rdb.Info(ctx).Result()
 	if err != nil {
 		var re redis.Error
 		if errors.As(err, &re) && !transient(re) {

@@ -320,6 +320,7 @@ func TestDesignated(t *testing.T) {
 		{"tie, failed node", []answer{holds, holdsNot, failed}, []int64{1, higher, 0}, true},
 		{"holds nothing", []answer{holdsNot, holdsNot, holdsNot}, []int64{lower, higher, higher}, false},
 		{"another kind", []answer{holds, holdsNot, holdsNot}, []int64{1, 0, higher}, false},
+		{"another kind's -1", []answer{holds, holds, holdsNot, holdsNot, failed}, []int64{1, 1, -1, higher, 0}, false},
 	} {
 		tl := tallyOf(tc.answers, tc.values)
 		if got := designated(&tl, me); got != tc.want {

@@ -27,7 +27,6 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -274,7 +273,7 @@ type acquisition struct {
 // newAcquisition prepares an attempt with a fresh token, whose calls go to
 // each node after those of after.
 func newAcquisition(k kind, ac acquireConfig, after settlement) acquisition {
-	return acquisition{kind: k, token: storedValue(rand.Text(), ac.metadata), cfg: ac, settled: after}
+	return acquisition{kind: k, token: storedValue(newToken(k), ac.metadata), cfg: ac, settled: after}
 }
 
 // fanOut runs op on the nodes (see Client.fanOut) with the attempt's node
@@ -315,11 +314,6 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 		t = c.resolveSplit(ctx, a, t, q)
 	}
 	c.observeNodes(ctx, OpAcquire, a.kind, wall, t)
-	if err := c.refused(); err != nil {
-		// Two nodes were found on one server during this attempt.
-		c.cleanup(ctx, a, t.answers)
-		return nil, c.refusal(a, err)
-	}
 	return c.conclude(ctx, a, t)
 }
 
@@ -335,6 +329,12 @@ func (c *Client) refusal(a *acquisition, err error) *quorumError {
 // once a quorum stores its fencing token), or else the release of the key
 // wherever it may have been taken.
 func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, *quorumError) {
+	if err := c.refused(); err != nil {
+		// Two nodes were found on one server (during this attempt, or
+		// since a hand-off began): no lock is granted.
+		c.cleanup(ctx, a, t.answers)
+		return nil, c.refusal(a, err)
+	}
 	k, ttl, drift := a.kind, a.cfg.ttl, a.cfg.drift
 	q := k.quorum(len(c.nodes))
 	var fence int64
@@ -592,8 +592,11 @@ func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig, attempts
 // its new validity was spent) but nothing shows the lock lost, it returns
 // an error matching ErrNotConfirmed that says until when the lock is still
 // valid; the lock stays usable, Until is left as it was, and Extend may be
-// tried again. A lock that was released, lost, or whose validity has run
-// out is over: Extend returns ErrLockLost without contacting the nodes. Bad input gives
+// tried again. On a Client found to reach one server through two nodes
+// (see ErrMisconfigured), Extend is not confirmed either, and the error
+// also matches ErrMisconfigured. A lock that was released, lost, or whose
+// validity has run out is over: Extend returns ErrLockLost without
+// contacting the nodes. Bad input gives
 // ErrInvalidArgument, and an ended ctx its error, before any node is
 // contacted. On a nil Lock it returns ErrNotAcquired.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
@@ -625,6 +628,9 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 	if err := l.over(); err != nil {
 		return tally{}, false, err
 	}
+	if err := l.refusedExtend(); err != nil {
+		return tally{}, false, err
+	}
 
 	start := c.cfg.clock.Now()
 	wall := time.Now()
@@ -634,6 +640,9 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 	defer func() { l.observeOp(ctx, OpExtend, wall, err) }()
 	ttl, drift := tm.ttl, tm.drift
 	elapsed := c.cfg.clock.Now().Sub(start)
+	if err := l.refusedExtend(); err != nil {
+		return t, false, err
+	}
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
 		l.setLease(tm, start.Add(ttl-drift))
 		return t, false, nil
@@ -654,6 +663,20 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 		return t, false, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
 	}
 	return t, true, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+}
+
+// refusedExtend returns the error of an extend on a Client found to reach
+// one server through two nodes: a quorum of its replies may be fewer
+// servers. The lock, granted before that was found, stays valid until its
+// Until.
+func (l *Lock) refusedExtend() error {
+	err := l.client.refused()
+	if err == nil {
+		return nil
+	}
+	_, until, _ := l.lease()
+	return &quorumError{sentinel: ErrNotConfirmed, nodes: []error{err},
+		detail: fmt.Sprintf("extend of %s refused, two nodes reach one server; the lock is still valid until %s", l.kind.describe(), until.Format("15:04:05.000"))}
 }
 
 // over returns why the lock can no longer be extended, or nil.

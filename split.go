@@ -52,8 +52,10 @@ func designated(t *tally, token string) bool {
 		if a != holdsNot {
 			continue
 		}
-		if t.values[i] >= 0 || t.values[i] == mine {
-			return false // a lock of another kind, or a holder it cannot name
+		// -1 is a lock of another kind: no token's name (see acquire.lua;
+		// a token's first byte is never 0 modulo 64).
+		if t.values[i] >= -1 || t.values[i] == mine {
+			return false
 		}
 		held[t.values[i]]++
 	}

@@ -338,8 +338,8 @@ func TestContract_handles(t *testing.T) {
 		{redlock.HeldByReentrant, []redlock.AcquireOption{redlock.WithOwner("w1")}},
 		{redlock.HeldByReaders, []redlock.AcquireOption{redlock.ForRead()}},
 		{redlock.HeldBySemaphore, []redlock.AcquireOption{redlock.WithPermits(2)}},
-		{redlock.HeldByLock, []redlock.AcquireOption{redlock.ForWrite()}},
-		{redlock.HeldByLock, []redlock.AcquireOption{redlock.Fair()}},
+		{redlock.HeldByWriter, []redlock.AcquireOption{redlock.ForWrite()}},
+		{redlock.HeldByFair, []redlock.AcquireOption{redlock.Fair()}},
 	} {
 		key := "kind-" + tc.kind + fmt.Sprint(len(tc.opts))
 		l, err := first.TryAcquire(ctx, key, 10*time.Second, append(tc.opts, redlock.WithMetadata("m"))...)
