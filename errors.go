@@ -37,8 +37,8 @@ var (
 	// plain client (MOVED, ASK), keys that hash to different slots
 	// (CROSSSLOT), a key that holds a value of another type (WRONGTYPE), a
 	// server that does not run the scripts (NOSCRIPT after a reload, an
-	// unknown command). The message of each such node's *NodeError says
-	// what to change.
+	// unknown command), or two nodes that reach one server (see New). The
+	// message of each such node's *NodeError says what to change.
 	//
 	// When such nodes leave the quorum out of reach, Acquire returns at once
 	// with an error matching both ErrNotAcquired and ErrMisconfigured,

@@ -72,7 +72,13 @@ type Client struct {
 // with the same API; an even number is allowed, with quorum N/2+1.
 //
 // Any go-redis client type may be given, e.g. []*redis.Client or
-// []redis.UniversalClient. New does not contact the nodes.
+// []redis.UniversalClient. New does not contact the nodes. The first
+// operation identifies each node's server (INFO run_id; a ClusterClient by
+// its cluster's node IDs) alongside its call, and no lock is granted before
+// every reachable node is identified: two nodes that reach one server
+// (localhost:6379 and 127.0.0.1:6379, or ClusterClients of one cluster)
+// make every acquire fail with ErrMisconfigured. A server that does not
+// answer INFO (an ACL user without it) is known by its address only.
 //
 // It returns an error matching ErrInvalidArgument when nodes is empty, a
 // node is nil, the same node appears twice (the same client, or clients with
