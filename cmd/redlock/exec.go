@@ -5,26 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
 )
 
-// Exit statuses of redlock exec besides the command's own.
+// Exit statuses of redlock exec besides the command's own (sysexits.h
+// where one fits).
 const (
-	exitNotAcquired = 75 // EX_TEMPFAIL: another host holds the lock; try again later
-	exitLockLost    = 76 // the lock was lost while the command ran; it was stopped
+	exitNotAcquired   = 75  // EX_TEMPFAIL: another holder has the lock; try again later
+	exitLockLost      = 76  // the lock was lost while the command ran; it was stopped
+	exitUnavailable   = 69  // EX_UNAVAILABLE: nodes unreachable, the quorum out of reach
+	exitConfig        = 78  // EX_CONFIG: a bad address, a wrong password, a replica, MOVED...
+	exitNotExecutable = 126 // the command was found but cannot be run
+	exitNotFound      = 127 // the command was not found
 )
 
 type execConfig struct {
-	addrs string
+	nodes *nodeFlags
 	key   string
 	ttl   time.Duration
 	wait  time.Duration
@@ -39,12 +47,20 @@ like flock(1) across hosts: for a cron job that must run on one host only,
 put the same line on every host. The lock is renewed every third of TTL
 while the command runs and released when it exits. If the lock is lost
 (a majority of the nodes no longer hold it, or it could not be renewed in
-time), the command gets SIGTERM, and SIGKILL after --grace.
+time), the command gets SIGTERM, and SIGKILL after --grace. The lock
+carries this host, pid and command as its metadata: 'redlock status KEY'
+shows who holds it.
 
-Exit status: the command's own (128+n when a signal n ended it);
-75 when the lock was not acquired (the command did not run);
-76 when the lock was lost and the command was stopped;
-2 for bad usage; 1 when the command could not be started.
+Exit status:
+  the command's own (128+n when a signal n ended it)
+  75   another holder has the lock (the command did not run)
+  76   the lock was lost and the command was stopped
+  69   nodes unreachable: no quorum could answer (the command did not run)
+  78   a configuration error: a bad address, a wrong or missing password,
+       a replica or a Cluster node given as a node (the command did not run)
+  126  the command cannot be run; 127 the command was not found
+  130, 143  interrupted (SIGINT, SIGTERM) while waiting with --wait
+  2    bad usage
 
 Flags:
 `
@@ -52,8 +68,7 @@ Flags:
 func parseExec(args []string, stderr io.Writer) (execConfig, int, bool) {
 	var cfg execConfig
 	fs := newFlags("exec", execHelp, stderr)
-	fs.StringVar(&cfg.addrs, "addrs", os.Getenv("REDLOCK_ADDRS"),
-		"comma-separated host:port of independent Redis masters (default $REDLOCK_ADDRS; required)")
+	cfg.nodes = registerNodeFlags(fs, "required")
 	fs.StringVar(&cfg.key, "key", "", "the lock key (required)")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "the lock's time to live, renewed every third of it (required)")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait for the lock when another host holds it (0: do not wait)")
@@ -69,7 +84,7 @@ func parseExec(args []string, stderr io.Writer) (execConfig, int, bool) {
 		fmt.Fprintln(stderr, "redlock exec: --ttl is required and must be positive, e.g. --ttl 30s")
 	case cfg.wait < 0 || cfg.grace < 0:
 		fmt.Fprintln(stderr, "redlock exec: --wait and --grace cannot be negative")
-	case len(splitAddrs(cfg.addrs)) == 0:
+	case len(cfg.nodes.addrList()) == 0:
 		fmt.Fprintln(stderr, "redlock exec: no nodes: give --addrs or set REDLOCK_ADDRS (a lock shared across hosts needs shared nodes)")
 	case len(cfg.argv) == 0:
 		fmt.Fprintln(stderr, "redlock exec: no command: put it after --, e.g. redlock exec --key nightly --ttl 1m -- ./report.sh")
@@ -88,43 +103,63 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exit
 	}
-	addrs := splitAddrs(cfg.addrs)
-	clients := make([]redis.UniversalClient, len(addrs))
-	for i, a := range addrs {
-		clients[i] = redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, DialerRetries: 1,
-			ReadTimeout: cfg.ttl, WriteTimeout: cfg.ttl})
-	}
-	defer func() {
-		for _, c := range clients {
-			_ = c.Close()
-		}
-	}()
-	locker, err := redlock.New(clients)
+	clients, err := cfg.nodes.clients(cfg.ttl)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
-		return 2
+		return exitConfig
+	}
+	defer closeAll(clients)
+	failures := &nodeFailures{}
+	locker, err := redlock.New(clients, redlock.WithObserver(failures))
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
+		return exitConfig
 	}
 
-	lock, err := acquireForExec(ctx, locker, cfg)
-	if err != nil {
-		if errors.Is(err, redlock.ErrInvalidArgument) {
-			fmt.Fprintf(stderr, "redlock exec: %v\n", err)
-			return 2
+	// Signals while waiting end the wait; once the command runs they are
+	// the command's (see below).
+	waitSigs := make(chan os.Signal, 1)
+	signal.Notify(waitSigs, syscall.SIGINT, syscall.SIGTERM)
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	var interrupted atomic.Value
+	go func() {
+		select {
+		case s := <-waitSigs:
+			interrupted.Store(s)
+			stopWaiting()
+		case <-waitCtx.Done():
 		}
+	}()
+	lock, err := acquireForExec(waitCtx, locker, cfg)
+	stopWaiting()
+	signal.Stop(waitSigs)
+	if err != nil {
+		if s, ok := interrupted.Load().(os.Signal); ok {
+			fmt.Fprintf(stderr, "redlock exec: interrupted (%v) while waiting for %q; %s not run\n", s, cfg.key, cfg.argv[0])
+			return 128 + int(s.(syscall.Signal))
+		}
+		exit := notAcquiredStatus(locker, cfg.key, err)
 		fmt.Fprintf(stderr, "redlock exec: lock %q not acquired, %s not run: %v\n", cfg.key, cfg.argv[0], err)
-		return exitNotAcquired
+		return exit
 	}
 	defer func() {
 		if err := lock.Release(context.Background()); err != nil && !errors.Is(err, redlock.ErrLockLost) {
 			fmt.Fprintf(stderr, "redlock exec: releasing %q: %v\n", cfg.key, err)
 		}
 	}()
+	if failed := failures.take(); len(failed) > 0 {
+		fmt.Fprintf(stderr, "redlock exec: warning: lock %q taken without %d of %d nodes: %s\n",
+			cfg.key, len(failed), len(clients), strings.Join(failed, "; "))
+	}
 
 	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
-		return 1
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitNotExecutable
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -152,12 +187,88 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func acquireForExec(ctx context.Context, locker *redlock.Client, cfg execConfig) (*redlock.Lock, error) {
+	opts := []redlock.AcquireOption{redlock.WithAutoRenew(), redlock.WithMetadata(execMetadata(cfg.argv))}
 	if cfg.wait == 0 {
-		return locker.TryAcquire(ctx, cfg.key, cfg.ttl, redlock.WithAutoRenew())
+		return locker.TryAcquire(ctx, cfg.key, cfg.ttl, opts...)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.wait)
 	defer cancel()
-	return locker.Acquire(ctx, cfg.key, cfg.ttl, redlock.WithAutoRenew())
+	return locker.Acquire(ctx, cfg.key, cfg.ttl, opts...)
+}
+
+// execMetadata tells who holds an exec's lock: host, pid and command, cut
+// to fit the library's limit.
+func execMetadata(argv []string) string {
+	host, _ := os.Hostname()
+	m := fmt.Sprintf("host=%s pid=%d cmd=%s", host, os.Getpid(), strings.Join(argv, " "))
+	if len(m) > redlock.MaxMetadata {
+		m = m[:redlock.MaxMetadata]
+	}
+	return m
+}
+
+// notAcquiredStatus is exec's exit status when the lock was not acquired
+// with err: a configuration error (78), nodes that do not answer (69), or
+// another holder (75).
+func notAcquiredStatus(locker *redlock.Client, key string, err error) int {
+	switch {
+	case errors.Is(err, redlock.ErrMisconfigured) || errors.Is(err, redlock.ErrInvalidArgument):
+		return exitConfig
+	}
+	// Ask the nodes: another holder, or nodes out of reach?
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	in, ierr := locker.Inspect(ctx, key)
+	if ierr != nil {
+		return exitUnavailable
+	}
+	answered, held := 0, 0
+	for _, nd := range in.Nodes {
+		if nd.Err == nil {
+			answered++
+			if nd.Held {
+				held++
+			}
+		}
+	}
+	if held > 0 && answered >= in.Quorum || in.Held() {
+		return exitNotAcquired
+	}
+	return exitUnavailable
+}
+
+// nodeFailures collects, as an Observer, the nodes whose last call of an
+// acquire failed.
+type nodeFailures struct {
+	mu     sync.Mutex
+	failed map[int]string
+}
+
+func (f *nodeFailures) Observe(_ context.Context, e redlock.Event) {
+	if e.Op != redlock.OpNode || e.NodeOp != redlock.OpAcquire {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failed == nil {
+		f.failed = map[int]string{}
+	}
+	if e.Err != nil {
+		f.failed[e.Node] = e.Err.Error()
+	} else {
+		delete(f.failed, e.Node)
+	}
+}
+
+// take returns the nodes failing so far, in node order.
+func (f *nodeFailures) take() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, i := range slices.Sorted(maps.Keys(f.failed)) {
+		out = append(out, f.failed[i])
+	}
+	return out
 }
 
 // stopCommand sends SIGTERM, and SIGKILL if the command has not exited

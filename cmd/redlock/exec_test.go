@@ -126,3 +126,94 @@ func TestExec_usage(t *testing.T) {
 		t.Errorf("exec --help: exit %d, %q", exit, out+errOut)
 	}
 }
+
+// TestExec_exitCodes: a cron wrapper can tell another holder (75) from
+// nodes out of reach (69), a configuration error (78), and a command that
+// is missing (127) or not executable (126).
+func TestExec_exitCodes(t *testing.T) {
+	servers, addrs := execNodes(t)
+	notExec := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"not found", []string{"--addrs", addrs, "--", "no-such-command-here"}, exitNotFound},
+		{"not executable", []string{"--addrs", addrs, "--", notExec}, exitNotExecutable},
+		{"bad URL", []string{"--addrs", "redis://user:s3cret@host:notaport/x", "--", "true"}, exitConfig},
+		{"unreachable", []string{"--addrs", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "--", "true"}, exitUnavailable},
+	} {
+		exit, _, errOut := runCmd(t, append([]string{"exec", "--key", "k", "--ttl", "2s"}, tc.args...)...)
+		if exit != tc.want {
+			t.Errorf("%s: exit %d, want %d (%s)", tc.name, exit, tc.want, errOut)
+		}
+		if strings.Contains(errOut, "s3cret") {
+			t.Errorf("%s: the password was printed: %s", tc.name, errOut)
+		}
+	}
+	for _, s := range servers[:2] {
+		s.RequireAuth("pw")
+	}
+	exit, _, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "k", "--ttl", "2s", "--", "true")
+	if exit != exitConfig || !strings.Contains(errOut, "password") {
+		t.Errorf("missing password: exit %d, want %d (%s)", exit, exitConfig, errOut)
+	}
+	t.Setenv("REDLOCK_PASSWORD", "pw")
+	servers[2].RequireAuth("pw")
+	if exit, _, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "k", "--ttl", "2s", "--", "true"); exit != 0 {
+		t.Errorf("password from REDLOCK_PASSWORD: exit %d (%s)", exit, errOut)
+	}
+}
+
+// TestStatusAndUnlock: status shows the holder's token and the metadata
+// exec stores; unlock refuses without the token, and releases with it.
+func TestStatusAndUnlock(t *testing.T) {
+	_, addrs := execNodes(t)
+	started := make(chan struct{})
+	done := make(chan int, 1)
+	marker := filepath.Join(t.TempDir(), "started")
+	go func() {
+		exit, _, _ := runCmd(t, "exec", "--addrs", addrs, "--key", "job", "--ttl", "5s", "--", "sh", "-c", "touch "+marker+"; exec sleep 30")
+		done <- exit
+	}()
+	go func() {
+		for {
+			if _, err := os.Stat(marker); err == nil {
+				close(started)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	<-started
+	exit, out, errOut := runCmd(t, "status", "--addrs", addrs, "job")
+	if exit != 0 || !strings.Contains(out, "held by ") || !strings.Contains(out, "cmd=sh -c touch") || !strings.Contains(out, "on 3 of 3 nodes") {
+		t.Fatalf("status: exit %d\n%s%s", exit, out, errOut)
+	}
+	token := strings.Fields(out[strings.Index(out, "held by ")+len("held by "):])[0]
+
+	if exit, _, errOut := runCmd(t, "unlock", "--addrs", addrs, "job"); exit != 2 || !strings.Contains(errOut, "--token is required") {
+		t.Fatalf("unlock without a token: exit %d (%s)", exit, errOut)
+	}
+	if exit, _, errOut := runCmd(t, "unlock", "--addrs", addrs, "--token", "NOTTHETOKEN", "job"); exit != 1 {
+		t.Fatalf("unlock with another token: exit %d (%s)", exit, errOut)
+	}
+	if exit, out, errOut := runCmd(t, "unlock", "--addrs", addrs, "--token", token, "job"); exit != 0 || !strings.Contains(out, "released") {
+		t.Fatalf("unlock: exit %d (%s%s)", exit, out, errOut)
+	}
+	// exec finds its lock gone at its next renewal and stops the command.
+	select {
+	case exit := <-done:
+		if exit != exitLockLost {
+			t.Fatalf("exec: exit %d, want %d", exit, exitLockLost)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("exec did not stop after its lock was released elsewhere")
+	}
+	if exit, out, _ := runCmd(t, "status", "--addrs", addrs, "job"); exit != 0 || !strings.Contains(out, "not held") {
+		t.Fatalf("status after unlock: exit %d\n%s", exit, out)
+	}
+}

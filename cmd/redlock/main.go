@@ -6,6 +6,9 @@
 //	redlock demo [flags]    flash sale over a quorum of nodes, 2 of which fail
 //	redlock exec [flags] -- COMMAND [ARGS...]
 //	                        run a command while holding a lock, like flock(1) across hosts
+//	redlock status KEY      who holds a lock on each node
+//	redlock unlock --token T KEY
+//	                        release a lock taken elsewhere
 //	redlock chaos [flags]   fault-injection scenarios, with every violation counted
 //	redlock lab [flags]     the experiment matrix and measurements, as an HTML report
 //	redlock bench [-- ...]  the comparison benchmarks of the bench/ module
@@ -36,13 +39,18 @@ Usage:
   redlock demo [flags]   flash sale: many buyers, one stock, nodes failing mid-sale
   redlock exec --key K --ttl D [flags] -- COMMAND [ARGS...]
                          run COMMAND while holding lock K (cron jobs on one host only)
+  redlock status KEY     who holds lock KEY on each node, and whether a quorum agrees
+  redlock unlock --token T KEY
+                         release lock KEY held under token T, from any host
   redlock chaos [flags]  kill, freeze, restart, partition nodes mid-run; count violations
   redlock lab [flags]    configurations × faults, latency against N: an HTML report
   redlock bench [-- FLAGS]  this library against redsync, redislock, go-redis (from a checkout)
 
 Run 'redlock <command> --help' for the flags of a command.
-Node addresses: --addrs host:port,... or REDLOCK_ADDRS; without either,
-embedded nodes are started in this process.
+Node addresses: --addrs or REDLOCK_ADDRS, each host:port or a redis:// or
+rediss:// URL; a password from REDLOCK_PASSWORD or REDISCLI_AUTH; --tls-ca,
+--tls-cert, --tls-key, --tls-server-name for TLS. Without addresses, demo,
+chaos and lab start embedded nodes in this process.
 `
 
 func main() {
@@ -69,6 +77,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "exec":
 		return runExec(ctx, args[1:], stdout, stderr)
+	case "status":
+		return runStatus(ctx, args[1:], stdout, stderr)
+	case "unlock":
+		return runUnlock(ctx, args[1:], stdout, stderr)
 	case "chaos":
 		return runChaos(ctx, args[1:], stdout, stderr)
 	case "lab":

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// How the commands reach real servers: addresses as host:port or redis://
+// and rediss:// URLs (with user, password and database), a password from
+// the environment, and TLS. No message ever prints a password.
+
+// nodeFlags are the flags that say how to reach the nodes.
+type nodeFlags struct {
+	addrs                           *string
+	tls                             bool
+	caFile, certFile, keyFile, name string
+}
+
+// registerNodeFlags registers --addrs (help tells what empty means) and the
+// TLS flags on fs.
+func registerNodeFlags(fs *flag.FlagSet, emptyMeans string) *nodeFlags {
+	nf := &nodeFlags{addrs: fs.String("addrs", os.Getenv("REDLOCK_ADDRS"),
+		"comma-separated independent Redis masters, each host:port or a redis:// or rediss:// URL "+
+			"(redis://user:password@host:port/db) (default $REDLOCK_ADDRS; "+emptyMeans+"); "+
+			"a password not in the URL comes from $REDLOCK_PASSWORD or $REDISCLI_AUTH")}
+	fs.BoolVar(&nf.tls, "tls", false, "use TLS to every node (implied by rediss:// and by the other --tls flags)")
+	fs.StringVar(&nf.caFile, "tls-ca", "", "PEM file of the CA that signed the nodes' certificates (default: the system's)")
+	fs.StringVar(&nf.certFile, "tls-cert", "", "PEM file of the client certificate, for nodes that require one (with --tls-key)")
+	fs.StringVar(&nf.keyFile, "tls-key", "", "PEM file of the client certificate's key")
+	fs.StringVar(&nf.name, "tls-server-name", "", "the name the nodes' certificates must carry (default: each node's host)")
+	return nf
+}
+
+// addrList returns the addresses given.
+func (nf *nodeFlags) addrList() []string { return splitAddrs(*nf.addrs) }
+
+// errConfig marks a configuration error: exit status 78 (EX_CONFIG).
+var errConfig = errors.New("configuration error")
+
+// clients returns a go-redis client for each address, each call bounded
+// by timeout. Its errors match errConfig and never hold a password.
+func (nf *nodeFlags) clients(timeout time.Duration) ([]redis.UniversalClient, error) {
+	tlsConf, err := nf.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	password := os.Getenv("REDLOCK_PASSWORD")
+	if password == "" {
+		password = os.Getenv("REDISCLI_AUTH")
+	}
+	var clients []redis.UniversalClient
+	for i, a := range nf.addrList() {
+		opts, err := nodeOptions(a)
+		if err != nil {
+			closeAll(clients)
+			return nil, fmt.Errorf("%w: address %d (%s): %v", errConfig, i+1, redact(a), err)
+		}
+		if opts.Password == "" {
+			opts.Password = password
+		}
+		if tlsConf != nil || opts.TLSConfig != nil {
+			opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConf)
+		}
+		opts.MaxRetries, opts.DialerRetries = -1, 1
+		opts.ReadTimeout, opts.WriteTimeout = timeout, timeout
+		clients = append(clients, redis.NewClient(opts))
+	}
+	return clients, nil
+}
+
+// nodeOptions parses one address: a URL, or host:port. Its error never
+// repeats the address.
+func nodeOptions(a string) (*redis.Options, error) {
+	if !strings.Contains(a, "://") {
+		if !strings.Contains(a, ":") {
+			return nil, errors.New("want host:port or a redis:// URL")
+		}
+		return &redis.Options{Addr: a}, nil
+	}
+	opts, err := redis.ParseURL(a)
+	if err != nil {
+		// go-redis's messages may quote parts of the URL: name the
+		// problem without them.
+		u, perr := url.Parse(a)
+		switch {
+		case perr != nil:
+			return nil, errors.New("not a valid URL")
+		case u.Scheme != "redis" && u.Scheme != "rediss":
+			return nil, fmt.Errorf("scheme %q: want redis:// or rediss://", u.Scheme)
+		default:
+			return nil, errors.New("not a valid redis:// URL (redis://[user:password@]host:port[/db])")
+		}
+	}
+	return opts, nil
+}
+
+// redact returns an address fit to print: a URL's password replaced, an
+// address that does not parse not repeated at all.
+func redact(a string) string {
+	if !strings.Contains(a, "://") {
+		return a
+	}
+	u, err := url.Parse(a)
+	if err != nil {
+		return "a URL that does not parse"
+	}
+	return u.Redacted()
+}
+
+// tlsConfig returns the TLS configuration the flags ask for, or nil.
+func (nf *nodeFlags) tlsConfig() (*tls.Config, error) {
+	if !nf.tls && nf.caFile == "" && nf.certFile == "" && nf.keyFile == "" && nf.name == "" {
+		return nil, nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: nf.name}
+	if nf.caFile != "" {
+		pem, err := os.ReadFile(nf.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --tls-ca: %v", errConfig, err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: --tls-ca %s holds no PEM certificate", errConfig, nf.caFile)
+		}
+	}
+	if (nf.certFile == "") != (nf.keyFile == "") {
+		return nil, fmt.Errorf("%w: --tls-cert and --tls-key go together", errConfig)
+	}
+	if nf.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(nf.certFile, nf.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --tls-cert/--tls-key: %v", errConfig, err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return conf, nil
+}
+
+// mergeTLS returns the flags' TLS configuration (flags) with the server
+// name of a rediss:// URL's (fromURL) when the flags name none.
+func mergeTLS(fromURL, flags *tls.Config) *tls.Config {
+	if flags == nil {
+		return fromURL
+	}
+	c := flags.Clone()
+	if c.ServerName == "" && fromURL != nil {
+		c.ServerName = fromURL.ServerName
+	}
+	return c
+}
+
+func closeAll(clients []redis.UniversalClient) {
+	for _, c := range clients {
+		_ = c.Close()
+	}
+}
