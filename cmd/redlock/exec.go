@@ -134,9 +134,17 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	stopWaiting()
 	signal.Stop(waitSigs)
 	if err != nil {
-		if s, ok := interrupted.Load().(os.Signal); ok {
+		s, ok := interrupted.Load().(os.Signal)
+		if !ok && ctx.Err() != nil {
+			s, ok = syscall.SIGINT, true // run's own handler saw it first
+		}
+		if ok {
 			fmt.Fprintf(stderr, "redlock exec: interrupted (%v) while waiting for %q; %s not run\n", s, cfg.key, cfg.argv[0])
 			return 128 + int(s.(syscall.Signal))
+		}
+		if errors.Is(err, redlock.ErrInvalidArgument) {
+			fmt.Fprintf(stderr, "redlock exec: %v\n", err)
+			return 2
 		}
 		exit := notAcquiredStatus(locker, cfg.key, err)
 		fmt.Fprintf(stderr, "redlock exec: lock %q not acquired, %s not run: %v\n", cfg.key, cfg.argv[0], err)
@@ -211,8 +219,7 @@ func execMetadata(argv []string) string {
 // with err: a configuration error (78), nodes that do not answer (69), or
 // another holder (75).
 func notAcquiredStatus(locker *redlock.Client, key string, err error) int {
-	switch {
-	case errors.Is(err, redlock.ErrMisconfigured) || errors.Is(err, redlock.ErrInvalidArgument):
+	if errors.Is(err, redlock.ErrMisconfigured) {
 		return exitConfig
 	}
 	// Ask the nodes: another holder, or nodes out of reach?
@@ -222,17 +229,14 @@ func notAcquiredStatus(locker *redlock.Client, key string, err error) int {
 	if ierr != nil {
 		return exitUnavailable
 	}
-	answered, held := 0, 0
+	answered := 0
 	for _, nd := range in.Nodes {
 		if nd.Err == nil {
 			answered++
-			if nd.Held {
-				held++
-			}
 		}
 	}
-	if held > 0 && answered >= in.Quorum || in.Held() {
-		return exitNotAcquired
+	if answered >= in.Quorum {
+		return exitNotAcquired // the nodes answer: the lock is, or was just, another's
 	}
 	return exitUnavailable
 }
