@@ -45,12 +45,16 @@ Flags:
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", demoHelp, stderr)
-	addrs := addrsFlag(fs)
+	// Not REDLOCK_ADDRS: the demo freezes the nodes it is given, and the
+	// variable names the nodes of real jobs (redlock exec). Real servers
+	// only when named here.
+	addrs := fs.String("addrs", "", "comma-separated Redis masters to run on instead of embedded nodes; "+
+		"the demo writes keys there and freezes --fail of them with CLIENT PAUSE (REDLOCK_ADDRS is not read)")
 	cfg := demoConfig{}
 	fs.IntVar(&cfg.nodes, "nodes", 5, "number of embedded nodes (ignored with --addrs)")
 	fs.IntVar(&cfg.stock, "stock", 100, "items for sale")
 	fs.IntVar(&cfg.buyers, "buyers", 32, "concurrent buyers, each with its own lock client")
-	fs.IntVar(&cfg.fail, "fail", 2, "nodes to fail partway through")
+	fs.IntVar(&cfg.fail, "fail", -1, "nodes to fail partway through (default: a minority, (N-1)/2)")
 	fs.IntVar(&cfg.failAfter, "fail-after", 40, "fail the nodes once this many items are sold")
 	fs.DurationVar(&cfg.failFor, "fail-for", 10*time.Second, "how long real nodes stay frozen (embedded nodes stay closed)")
 	fs.DurationVar(&cfg.ttl, "ttl", time.Second, "lock ttl")
@@ -62,6 +66,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.addrs = splitAddrs(*addrs)
 	if len(cfg.addrs) > 0 {
 		cfg.nodes = len(cfg.addrs)
+	}
+	if cfg.fail == -1 {
+		cfg.fail = (cfg.nodes - 1) / 2 // the most the quorum survives
 	}
 	if err := cfg.check(); err != nil {
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)

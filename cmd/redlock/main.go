@@ -49,8 +49,10 @@ Usage:
 Run 'redlock <command> --help' for the flags of a command.
 Node addresses: --addrs or REDLOCK_ADDRS, each host:port or a redis:// or
 rediss:// URL; a password from REDLOCK_PASSWORD or REDISCLI_AUTH; --tls-ca,
---tls-cert, --tls-key, --tls-server-name for TLS. Without addresses, demo,
-chaos and lab start embedded nodes in this process.
+--tls-cert, --tls-key, --tls-server-name for TLS (exec, status, unlock).
+The demo runs on real servers only when --addrs names them (it never reads
+REDLOCK_ADDRS); without addresses, demo, chaos and lab start embedded nodes
+in this process.
 `
 
 func main() {
@@ -132,12 +134,6 @@ func parseArgs(fs *flag.FlagSet, args []string) (exit int, ok bool) {
 		return 2, false
 	}
 	return 0, true
-}
-
-// addrsFlag registers --addrs, defaulting to REDLOCK_ADDRS.
-func addrsFlag(fs *flag.FlagSet) *string {
-	return fs.String("addrs", os.Getenv("REDLOCK_ADDRS"),
-		"comma-separated host:port of independent Redis masters (default $REDLOCK_ADDRS; empty: embedded nodes)")
 }
 
 func splitAddrs(s string) []string {

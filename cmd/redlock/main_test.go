@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -94,5 +96,29 @@ func TestChaos_embeddedRun(t *testing.T) {
 		if !strings.Contains(out+errOut, want) {
 			t.Errorf("output lacks %q:\n%s\n%s", want, out, errOut)
 		}
+	}
+}
+
+// TestDemo_ignoresREDLOCK_ADDRS: the variable that names a cron job's real
+// nodes does not send the demo there: it runs on embedded nodes and leaves
+// the live server untouched.
+func TestDemo_ignoresREDLOCK_ADDRS(t *testing.T) {
+	live := miniredis.RunT(t)
+	t.Setenv("REDLOCK_ADDRS", live.Addr())
+	exit, out, errOut := runCmd(t, "demo", "--stock", "20", "--buyers", "4", "--fail-after", "5")
+	if exit != 0 || !strings.Contains(out, "embedded nodes") {
+		t.Fatalf("exit %d\n%s%s", exit, out, errOut)
+	}
+	if keys := live.Keys(); len(keys) != 0 {
+		t.Fatalf("the demo wrote %v to the server named by REDLOCK_ADDRS", keys)
+	}
+}
+
+// TestDemo_failsAMinorityByDefault: with 3 nodes the demo fails 1, not 2,
+// and the sale completes.
+func TestDemo_failsAMinorityByDefault(t *testing.T) {
+	exit, out, errOut := runCmd(t, "demo", "--nodes", "3", "--stock", "20", "--buyers", "4", "--fail-after", "5")
+	if exit != 0 || !strings.Contains(out, "nodes [2] failed") {
+		t.Fatalf("exit %d\n%s%s", exit, out, errOut)
 	}
 }
