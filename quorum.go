@@ -135,9 +135,8 @@ type settlement struct {
 	deadlines []time.Time     // by node: a call that first waited for the call before it has its own timeout after that one's deadline
 }
 
-// pending reports whether node i's call has neither returned nor passed
-// its deadline.
-func (s settlement) pending(i int) bool {
+// out reports whether node i's call has not returned yet.
+func (s settlement) out(i int) bool {
 	if s.done == nil {
 		return false
 	}
@@ -145,39 +144,32 @@ func (s settlement) pending(i int) bool {
 	case <-s.done[i]:
 		return false
 	default:
-		return time.Now().Before(s.deadlines[i])
+		return true
 	}
+}
+
+// pending reports whether node i's call has neither returned nor passed
+// its deadline.
+func (s settlement) pending(i int) bool {
+	return s.out(i) && time.Now().Before(s.deadlines[i])
+}
+
+// overdue reports whether node i's call is still out after its deadline:
+// the node is frozen, cut off or down.
+func (s settlement) overdue(i int) bool {
+	return s.out(i) && time.Now().After(s.deadlines[i])
 }
 
 // waitNode blocks until node i's call has returned or its deadline passed.
 func (s settlement) waitNode(i int) {
-	if s.done == nil {
+	if !s.out(i) {
 		return
-	}
-	select {
-	case <-s.done[i]:
-		return
-	default:
 	}
 	t := time.NewTimer(time.Until(s.deadlines[i]))
 	defer t.Stop()
 	select {
 	case <-s.done[i]:
 	case <-t.C:
-	}
-}
-
-// overdue reports whether node i's call is still out after its deadline:
-// the node is frozen, cut off or down.
-func (s settlement) overdue(i int) bool {
-	if s.done == nil {
-		return false
-	}
-	select {
-	case <-s.done[i]:
-		return false
-	default:
-		return time.Now().After(s.deadlines[i])
 	}
 }
 
