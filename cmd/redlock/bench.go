@@ -26,9 +26,9 @@ Flags:
 `
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("bench", benchHelp, stderr)
+	fs := newFlags("bench", benchHelp, stdout, stderr)
 	dir := fs.String("dir", "", "the bench module's directory (default: bench/ in this directory or the nearest one above that has it)")
-	if exit, ok := parseArgs(fs, args); !ok {
+	if exit, ok := fs.parse(args, argsAfter); !ok {
 		return exit
 	}
 	if *dir == "" {

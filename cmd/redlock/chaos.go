@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,7 +38,7 @@ Flags:
 `
 
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("chaos", fmt.Sprintf(chaosHelp, strings.Join(scenarioNames(), ", ")), stderr)
+	fs := newFlags("chaos", fmt.Sprintf(chaosHelp, strings.Join(scenarioNames(), ", ")), stdout, stderr)
 	var (
 		cfg      chaos.Config
 		server   = fs.String("server", string(chaos.DefaultServerKind()), "node program: redis (redis-server) or embedded")
@@ -56,8 +57,21 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		replay    = fs.String("replay", "", "explore: run the schedule in this JSON file (as a failure prints it)")
 		noShrink  = fs.Bool("no-shrink", false, "explore: report a failing schedule as drawn")
 	)
-	if exit, ok := parseFlags(fs, args); !ok {
+	if exit, ok := fs.parse(args, noArgs); !ok {
 		return exit
+	}
+	err := fs.positive("nodes", "size", "timeout", "lanes")
+	for _, name := range []string{"schedules", "duration"} {
+		if err == nil && fs.isSet(name) {
+			err = fs.positive(name)
+		}
+	}
+	if err == nil {
+		err = checkChaosFlags(*server, *only, cfg.Size)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
+		return 2
 	}
 	if *explore {
 		ec := chaos.ExploreConfig{Server: chaos.ServerKind(*server), Seed: cfg.Seed, Schedules: *schedules,
@@ -190,6 +204,24 @@ func runExplore(ctx context.Context, cfg chaos.ExploreConfig, replay, jsonPath s
 	}
 	fmt.Fprintln(stdout, "violations 0")
 	return 0
+}
+
+// checkChaosFlags checks what chaos.Run would refuse, before anything is
+// printed or started.
+func checkChaosFlags(server, only string, size int) error {
+	if k := chaos.ServerKind(server); k != chaos.Redis && k != chaos.Embedded {
+		return fmt.Errorf("--server: unknown server kind %q (redis or embedded)", server)
+	}
+	if size < 10 {
+		return fmt.Errorf("--size %d: need at least 10 sections", size)
+	}
+	names := scenarioNames()
+	for _, name := range splitAddrs(only) {
+		if !slices.Contains(names, name) {
+			return fmt.Errorf("--only: no scenario named %s (%s)", name, strings.Join(names, ", "))
+		}
+	}
+	return nil
 }
 
 func scenarioNames() []string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,52 +38,84 @@ A flash sale: buyers, each its own lock client as separate processes would
 be, take the lock, read the stock, pause, and write it back one lower. A
 read and a write apart are only safe under mutual exclusion: an item sold
 twice shows as "oversold". Partway through, --fail nodes stop answering
-(embedded nodes are closed; real ones are frozen with CLIENT PAUSE for
---fail-for). The exit status is 0 when every item was sold exactly once.
+(embedded nodes are closed). The exit status is 0 when every item was sold
+exactly once, 1 when not, 130 or 143 when interrupted.
+
+Without --addrs the nodes are embedded in this process. With --addrs (and
+only then: REDLOCK_ADDRS is not read) the demo runs on those servers: it
+takes and releases its lock key there (flash-sale:stock, with a TTL of
+--ttl), and freezes --fail of them for lock writes with CLIENT PAUSE WRITE
+for at most --fail-for, lifted with CLIENT UNPAUSE as soon as the sale
+ends, whatever ends it. It says so before it starts.
 
 Flags:
 `
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", demoHelp, stderr)
+	fs := newFlags("demo", demoHelp, stdout, stderr)
 	// Not REDLOCK_ADDRS: the demo freezes the nodes it is given, and the
 	// variable names the nodes of real jobs (redlock exec). Real servers
 	// only when named here.
-	addrs := fs.String("addrs", "", "comma-separated Redis masters to run on instead of embedded nodes; "+
-		"the demo writes keys there and freezes --fail of them with CLIENT PAUSE (REDLOCK_ADDRS is not read)")
+	nf := registerNodeFlagsHelp(fs.FlagSet, "", "comma-separated Redis masters to run on instead of embedded nodes, "+
+		"each host:port or a redis:// or rediss:// URL; the demo takes its lock key there and freezes --fail of them "+
+		"with CLIENT PAUSE WRITE (REDLOCK_ADDRS is not read)")
 	cfg := demoConfig{}
-	fs.IntVar(&cfg.nodes, "nodes", 5, "number of embedded nodes (ignored with --addrs)")
+	fs.IntVar(&cfg.nodes, "nodes", 5, "number of embedded nodes (with --addrs, the addresses given)")
 	fs.IntVar(&cfg.stock, "stock", 100, "items for sale")
 	fs.IntVar(&cfg.buyers, "buyers", 32, "concurrent buyers, each with its own lock client")
-	fs.IntVar(&cfg.fail, "fail", -1, "nodes to fail partway through (default: a minority, (N-1)/2)")
-	fs.IntVar(&cfg.failAfter, "fail-after", 40, "fail the nodes once this many items are sold")
-	fs.DurationVar(&cfg.failFor, "fail-for", 10*time.Second, "how long real nodes stay frozen (embedded nodes stay closed)")
+	fs.IntVar(&cfg.fail, "fail", 0, "nodes to fail partway through (default: a minority, (N-1)/2, the most the quorum survives)")
+	fs.IntVar(&cfg.failAfter, "fail-after", 40, "fail the nodes once this many items are sold (0: from the start)")
+	fs.DurationVar(&cfg.failFor, "fail-for", 10*time.Second, "the longest real nodes stay frozen (they are unpaused when the sale ends)")
 	fs.DurationVar(&cfg.ttl, "ttl", time.Second, "lock ttl")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up if the sale has not ended by then")
-	fs.BoolVar(&cfg.noLock, "no-lock", false, "sell without the lock, to see what the lock prevents")
-	if exit, ok := parseFlags(fs, args); !ok {
+	fs.BoolVar(&cfg.noLock, "no-lock", false, "sell without the lock (and without nodes), to see what the lock prevents")
+	if exit, ok := fs.parse(args, noArgs); !ok {
 		return exit
 	}
-	cfg.addrs = splitAddrs(*addrs)
+	err := errors.Join(fs.positive("nodes", "stock", "buyers", "fail-for", "ttl", "timeout"),
+		fs.notNegative("fail", "fail-after"))
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
+		return 2
+	}
+	cfg.addrs = nf.addrList()
 	if len(cfg.addrs) > 0 {
+		if fs.isSet("nodes") && cfg.nodes != len(cfg.addrs) {
+			fmt.Fprintf(stderr, "redlock demo: --nodes %d but --addrs names %d servers\n", cfg.nodes, len(cfg.addrs))
+			return 2
+		}
 		cfg.nodes = len(cfg.addrs)
 	}
-	if cfg.fail == -1 {
+	if !fs.isSet("fail") {
 		cfg.fail = (cfg.nodes - 1) / 2 // the most the quorum survives
+	}
+	if cfg.noLock {
+		cfg.fail, cfg.addrs = 0, nil // nothing to fail, no server touched
 	}
 	if err := cfg.check(); err != nil {
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
 		return 2
 	}
 
-	nodes, err := startNodes(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
-		return 1
+	var nodes *demoNodes
+	if !cfg.noLock {
+		if nodes, err = startNodes(cfg, nf); err != nil {
+			fmt.Fprintf(stderr, "redlock demo: %v\n", err)
+			if errors.Is(err, errConfig) {
+				return exitConfig
+			}
+			return 1
+		}
+		defer nodes.stop(stderr)
+		nodes.announce(stderr, cfg)
 	}
-	defer nodes.stop()
 
 	rep, err := flashSale(ctx, cfg, nodes, stderr)
+	if s, ok := interruptedBy(ctx); ok {
+		rep.print(stdout)
+		fmt.Fprintf(stderr, "redlock demo: interrupted (%v)\n", s)
+		return 128 + int(s)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
 	}
@@ -95,45 +128,43 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func (c demoConfig) check() error {
 	switch {
-	case c.nodes < 1:
-		return fmt.Errorf("--nodes %d: need at least one node", c.nodes)
-	case c.stock < 1:
-		return fmt.Errorf("--stock %d: need at least one item", c.stock)
-	case c.buyers < 1:
-		return fmt.Errorf("--buyers %d: need at least one buyer", c.buyers)
-	case c.fail < 0 || c.fail > c.nodes:
-		return fmt.Errorf("--fail %d: must be between 0 and the %d nodes", c.fail, c.nodes)
-	case c.failAfter < 0 || c.failAfter > c.stock:
-		return fmt.Errorf("--fail-after %d: must be between 0 and the stock of %d", c.failAfter, c.stock)
-	case c.failFor <= 0:
-		return fmt.Errorf("--fail-for %v: must be positive", c.failFor)
-	case c.ttl <= 0:
-		return fmt.Errorf("--ttl %v: must be positive", c.ttl)
-	case c.timeout <= 0:
-		return fmt.Errorf("--timeout %v: must be positive", c.timeout)
+	case c.fail > c.nodes:
+		return fmt.Errorf("--fail %d: there are only %d nodes", c.fail, c.nodes)
+	case c.failAfter > c.stock:
+		return fmt.Errorf("--fail-after %d: must be at most the stock of %d", c.failAfter, c.stock)
 	}
 	return nil
 }
 
 // demoNodes are the lock nodes: embedded ones started here, or real servers.
 type demoNodes struct {
-	addrs    []string
+	addrs    []string         // as given: printed redacted
+	opts     []*redis.Options // how to reach each node
 	embedded []*embedded.Node // nil for real servers
+
+	mu     sync.Mutex
+	paused []int // real nodes paused, to unpause
 }
 
-func startNodes(cfg demoConfig) (*demoNodes, error) {
+func startNodes(cfg demoConfig, nf *nodeFlags) (*demoNodes, error) {
 	if len(cfg.addrs) > 0 {
-		return &demoNodes{addrs: cfg.addrs}, nil
+		opts, err := nf.options(time.Second)
+		if err != nil {
+			return nil, err
+		}
+		return &demoNodes{addrs: cfg.addrs, opts: opts}, nil
 	}
 	d := &demoNodes{}
 	for range cfg.nodes {
 		s, err := embedded.Start()
 		if err != nil {
-			d.stop()
+			d.stop(io.Discard)
 			return nil, fmt.Errorf("starting an embedded node: %w", err)
 		}
 		d.embedded = append(d.embedded, s)
 		d.addrs = append(d.addrs, s.Addr())
+		d.opts = append(d.opts, &redis.Options{Addr: s.Addr(), MaxRetries: -1, DialerRetries: 1,
+			ReadTimeout: time.Second, WriteTimeout: time.Second})
 	}
 	return d, nil
 }
@@ -145,42 +176,93 @@ func (d *demoNodes) kind() string {
 	return "redis-server"
 }
 
-// fail makes node i stop answering: an embedded node is closed; a real one
-// is frozen with CLIENT PAUSE, which it lifts by itself after failFor.
+// failing returns the nodes the demo fails: the last cfg.fail.
+func (d *demoNodes) failing(cfg demoConfig) []int {
+	var idx []int
+	for i := len(d.addrs) - cfg.fail; i < len(d.addrs); i++ {
+		idx = append(idx, i)
+	}
+	return idx
+}
+
+// announce says, before the sale, what the demo will do to real servers.
+func (d *demoNodes) announce(w io.Writer, cfg demoConfig) {
+	if d.embedded != nil {
+		return
+	}
+	var names, failing []string
+	for _, a := range d.addrs {
+		names = append(names, redact(a))
+	}
+	for _, i := range d.failing(cfg) {
+		failing = append(failing, redact(d.addrs[i]))
+	}
+	fmt.Fprintf(w, "redlock demo: running on %d real servers: %s\n", len(d.addrs), strings.Join(names, ", "))
+	fmt.Fprintf(w, "  it takes and releases the lock key %q on each (ttl %v);\n", saleKey, cfg.ttl)
+	if len(failing) > 0 {
+		fmt.Fprintf(w, "  after %d sales it freezes lock writes on %s with CLIENT PAUSE WRITE for at most %v,\n"+
+			"  and unpauses them (CLIENT UNPAUSE) as soon as the sale ends\n", cfg.failAfter, strings.Join(failing, ", "), cfg.failFor)
+	}
+}
+
+// fail makes node i stop answering lock calls: an embedded node is
+// closed; a real one is paused for writes (lock scripts write), which it
+// lifts by itself after failFor if the demo cannot unpause it.
 func (d *demoNodes) fail(ctx context.Context, i int, failFor time.Duration) error {
 	if d.embedded != nil {
 		d.embedded[i].Close()
 		return nil
 	}
-	admin := redis.NewClient(&redis.Options{Addr: d.addrs[i]})
+	admin := d.client(i)
 	defer admin.Close()
-	return admin.Do(ctx, "CLIENT", "PAUSE", failFor.Milliseconds(), "ALL").Err()
+	d.mu.Lock()
+	d.paused = append(d.paused, i) // before: an interrupted call may still pause it
+	d.mu.Unlock()
+	// Not ctx: a pause sent must be known to have landed before the
+	// demo unpauses.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := admin.Do(ctx, "CLIENT", "PAUSE", failFor.Milliseconds(), "WRITE").Err()
+	if err != nil {
+		return fmt.Errorf("node %d (%s): CLIENT PAUSE: %w", i, redact(d.addrs[i]), err)
+	}
+	return nil
+}
+
+// client returns a new client of node i, as a separate process would open.
+func (d *demoNodes) client(i int) *redis.Client {
+	o := *d.opts[i]
+	return redis.NewClient(&o)
 }
 
 // connect returns new connections to every node, as a separate process
 // would open them.
 func (d *demoNodes) connect() ([]redis.UniversalClient, func()) {
 	clients := make([]redis.UniversalClient, len(d.addrs))
-	for i, a := range d.addrs {
-		// The lock enforces its own per-node timeout; a late reply is read
-		// by the call that sent it, so the connection is kept (see
-		// docs/algorithm.md on client settings).
-		clients[i] = redis.NewClient(&redis.Options{
-			Addr: a, MaxRetries: -1, DialerRetries: 1,
-			ReadTimeout: time.Second, WriteTimeout: time.Second,
-		})
+	for i := range d.addrs {
+		clients[i] = d.client(i)
 	}
-	return clients, func() {
-		for _, c := range clients {
-			_ = c.Close()
-		}
-	}
+	return clients, func() { closeAll(clients) }
 }
 
-func (d *demoNodes) stop() {
+// stop closes the embedded nodes, and unpauses the real ones the demo
+// paused, reporting on w any it could not.
+func (d *demoNodes) stop(w io.Writer) {
 	for _, s := range d.embedded {
 		s.Close()
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, i := range d.paused {
+		admin := d.client(i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+			fmt.Fprintf(w, "redlock demo: could not unpause node %d (%s): %v; its pause ends by itself\n", i, redact(d.addrs[i]), err)
+		}
+		cancel()
+		_ = admin.Close()
+	}
+	d.paused = nil
 }
 
 // stockStore is the resource the lock protects, kept outside the lock
@@ -195,7 +277,7 @@ type saleReport struct {
 	cfg          demoConfig
 	kind         string
 	quorum       int
-	sold         int64
+	sold         int64 // sales recorded: a buyer wrote the stock one lower
 	left         int64
 	afterFailure int64 // items sold after the nodes failed
 	failedNodes  []int
@@ -211,23 +293,26 @@ func (r saleReport) ok() bool {
 }
 
 func (r saleReport) print(w io.Writer) {
-	lock := fmt.Sprintf("quorum lock on %d %s nodes (quorum %d)", r.cfg.nodes, r.kind, r.quorum)
 	if r.cfg.noLock {
-		lock = "no lock"
+		r.printNoLock(w)
+		return
 	}
-	fmt.Fprintf(w, "flash sale: %d items, %d buyers, %s\n", r.cfg.stock, r.cfg.buyers, lock)
+	fmt.Fprintf(w, "flash sale: %d items, %d buyers, quorum lock on %d %s nodes (quorum %d)\n",
+		r.cfg.stock, r.cfg.buyers, r.cfg.nodes, r.kind, r.quorum)
 	if len(r.failedNodes) > 0 {
 		fmt.Fprintf(w, "  nodes %v failed after %d sales\n", r.failedNodes, r.cfg.failAfter)
 	}
 	fmt.Fprintf(w, "  sold                 %6d\n", r.sold)
 	fmt.Fprintf(w, "  stock left           %6d\n", r.left)
 	fmt.Fprintf(w, "  oversold             %6d\n", r.oversold())
-	fmt.Fprintf(w, "  sold after failures  %6d\n", r.afterFailure)
+	if len(r.failedNodes) > 0 {
+		fmt.Fprintf(w, "  sold after failures  %6d\n", r.afterFailure)
+	}
 	fmt.Fprintf(w, "  locks lost           %6d\n", r.lost)
 	fmt.Fprintf(w, "  elapsed              %6.2fs\n", r.elapsed.Seconds())
 	switch {
 	case r.ok() && len(r.failedNodes) > 0:
-		fmt.Fprintf(w, "OK: every item sold exactly once, through %d node failures\n", len(r.failedNodes))
+		fmt.Fprintf(w, "OK: every item sold exactly once, through %d of %d nodes failing\n", len(r.failedNodes), r.cfg.nodes)
 	case r.ok():
 		fmt.Fprintln(w, "OK: every item sold exactly once")
 	case r.oversold() != 0:
@@ -237,8 +322,38 @@ func (r saleReport) print(w io.Writer) {
 	}
 }
 
-func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progress io.Writer) (saleReport, error) {
-	rep := saleReport{cfg: cfg, kind: nodes.kind(), quorum: len(nodes.addrs)/2 + 1}
+// printNoLock reports a sale without the lock: sales against items, and
+// how many sales were of an item already sold.
+func (r saleReport) printNoLock(w io.Writer) {
+	fmt.Fprintf(w, "flash sale: %d items, %d buyers, no lock (no nodes used)\n", r.cfg.stock, r.cfg.buyers)
+	fmt.Fprintf(w, "  sales made           %6d  for %d items\n", r.sold, r.cfg.stock)
+	fmt.Fprintf(w, "  stock left           %6d\n", r.left)
+	fmt.Fprintf(w, "  oversold             %6d  (sales of an item already sold)\n", r.oversold())
+	fmt.Fprintf(w, "  elapsed              %6.2fs\n", r.elapsed.Seconds())
+	switch {
+	case r.ok():
+		fmt.Fprintln(w, "OK: every item sold exactly once, this time (without the lock nothing makes it so)")
+	case r.oversold() > 0:
+		fmt.Fprintf(w, "FAIL: %d of %d sales were of an item already sold: buyers read the same stock and overwrote each other's sale\n",
+			r.oversold(), r.sold)
+	default:
+		fmt.Fprintln(w, "FAIL: the sale did not finish")
+	}
+}
+
+// progressLine is the demo's status line: sales so far, and nodes down.
+func (r saleReport) progressLine(sold int64, left int64, down int, elapsed time.Duration) string {
+	if r.cfg.noLock {
+		return fmt.Sprintf("  sales %d  stock left %d of %d  %.1fs", sold, left, r.cfg.stock, elapsed.Seconds())
+	}
+	return fmt.Sprintf("  sold %d/%d  nodes down %d/%d  %.1fs", sold, r.cfg.stock, down, r.cfg.nodes, elapsed.Seconds())
+}
+
+func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progressTo io.Writer) (saleReport, error) {
+	rep := saleReport{cfg: cfg, quorum: cfg.nodes/2 + 1}
+	if nodes != nil {
+		rep.kind = nodes.kind()
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 
@@ -253,7 +368,7 @@ func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progress i
 	failNodes := func() {
 		go func() {
 			var errs []error
-			for i := len(nodes.addrs) - cfg.fail; i < len(nodes.addrs); i++ {
+			for _, i := range nodes.failing(cfg) {
 				errs = append(errs, nodes.fail(ctx, i, cfg.failFor))
 				rep.failedNodes = append(rep.failedNodes, i)
 			}
@@ -261,10 +376,6 @@ func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progress i
 			failDone <- errors.Join(errs...)
 		}()
 	}
-	if cfg.fail > 0 && cfg.failAfter == 0 {
-		failOnce.Do(failNodes)
-	}
-
 	recordSale := func() {
 		if failedAt.Load() {
 			afterFailure.Add(1)
@@ -277,7 +388,7 @@ func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progress i
 	// buy sells one item under the lock; it reports false once sold out.
 	buy := func(locker *redlock.Client) (bool, error) {
 		var lock *redlock.Lock
-		if !cfg.noLock {
+		if locker != nil {
 			var err error
 			if lock, err = locker.Acquire(ctx, saleKey, cfg.ttl); err != nil {
 				return false, err
@@ -287,6 +398,8 @@ func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progress i
 					lost.Add(1)
 				}
 			}()
+		} else if ctx.Err() != nil {
+			return false, ctx.Err()
 		}
 		left := store.read()
 		if left <= 0 {
@@ -301,49 +414,64 @@ func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progress i
 		return true, nil
 	}
 
+	// Each buyer its own lock client, as separate processes would have.
+	lockers := make([]*redlock.Client, cfg.buyers)
+	closers := make([]func(), cfg.buyers)
+	for b := range cfg.buyers {
+		closers[b] = func() {}
+		if nodes == nil {
+			continue
+		}
+		var clients []redis.UniversalClient
+		clients, closers[b] = nodes.connect()
+		var err error
+		if lockers[b], err = redlock.New(clients); err != nil {
+			for _, c := range closers[:b+1] {
+				c()
+			}
+			return rep, err
+		}
+	}
 	start := time.Now()
 	var (
 		wg   sync.WaitGroup
 		errs = make(chan error, cfg.buyers)
 	)
-	// A live line on stderr: sales so far, nodes down, time.
+	// A status line on stderr: sales so far, nodes down, time.
 	stopProgress := make(chan struct{})
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
+		p := newProgress(progressTo)
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
-		line := func() {
+		line := func() string {
 			down := 0
 			if failedAt.Load() {
 				down = cfg.fail
 			}
-			fmt.Fprintf(progress, "\r  sold %d/%d  nodes down %d/%d  %.1fs ", sold.Load(), cfg.stock, down, len(nodes.addrs), time.Since(start).Seconds())
+			return rep.progressLine(sold.Load(), store.read(), down, time.Since(start))
 		}
 		for {
 			select {
 			case <-t.C:
-				line()
+				p.update(line())
 			case <-stopProgress:
-				line()
-				fmt.Fprintln(progress)
+				p.done(line())
 				return
 			}
 		}
 	}()
-	for range cfg.buyers {
-		clients, closeClients := nodes.connect()
-		locker, err := redlock.New(clients)
-		if err != nil {
-			closeClients()
-			return rep, err
-		}
+	if cfg.fail > 0 && cfg.failAfter == 0 {
+		failOnce.Do(failNodes)
+	}
+	for b := range cfg.buyers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer closeClients()
+			defer closers[b]()
 			for {
-				more, err := buy(locker)
+				more, err := buy(lockers[b])
 				if err != nil {
 					errs <- err
 					return

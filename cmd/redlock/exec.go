@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,6 +50,12 @@ time), the command gets SIGTERM, and SIGKILL after --grace. The lock
 carries this host, pid and command as its metadata: 'redlock status KEY'
 shows who holds it.
 
+Signals: SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to redlock are passed
+to the command, and the lock is renewed until the command exits. A Ctrl-C
+typed in the terminal reaches the command once: the terminal signals it
+directly, so redlock does not pass that one on. While waiting with --wait,
+SIGINT or SIGTERM ends the wait without running the command.
+
 Exit status:
   the command's own (128+n when a signal n ended it)
   75   another holder has the lock (the command did not run)
@@ -65,15 +70,15 @@ Exit status:
 Flags:
 `
 
-func parseExec(args []string, stderr io.Writer) (execConfig, int, bool) {
+func parseExec(args []string, stdout, stderr io.Writer) (execConfig, int, bool) {
 	var cfg execConfig
-	fs := newFlags("exec", execHelp, stderr)
-	cfg.nodes = registerNodeFlags(fs, "required")
+	fs := newFlags("exec", execHelp, stdout, stderr)
+	cfg.nodes = registerNodeFlags(fs.FlagSet, "required")
 	fs.StringVar(&cfg.key, "key", "", "the lock key (required)")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "the lock's time to live, renewed every third of it (required)")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait for the lock when another host holds it (0: do not wait)")
 	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
-	if exit, ok := parseArgs(fs, args); !ok {
+	if exit, ok := fs.parse(args, argsAfter); !ok {
 		return cfg, exit, false
 	}
 	cfg.argv = fs.Args()
@@ -99,7 +104,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// files (a terminal stays a terminal); otherwise exec's goroutines copy
 	// its output, and our messages go to the same writer.
 	stdout, stderr = lockedUnlessFile(stdout), lockedUnlessFile(stderr)
-	cfg, exit, ok := parseExec(args, stderr)
+	cfg, exit, ok := parseExec(args, stdout, stderr)
 	if !ok {
 		return exit
 	}
@@ -116,31 +121,13 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 
-	// Signals while waiting end the wait; once the command runs they are
-	// the command's (see below).
-	waitSigs := make(chan os.Signal, 1)
-	signal.Notify(waitSigs, syscall.SIGINT, syscall.SIGTERM)
-	waitCtx, stopWaiting := context.WithCancel(ctx)
-	var interrupted atomic.Value
-	go func() {
-		select {
-		case s := <-waitSigs:
-			interrupted.Store(s)
-			stopWaiting()
-		case <-waitCtx.Done():
-		}
-	}()
-	lock, err := acquireForExec(waitCtx, locker, cfg)
-	stopWaiting()
-	signal.Stop(waitSigs)
+	// A SIGINT or SIGTERM while waiting ends the wait (run's context);
+	// once the command runs, signals are the command's (see below).
+	lock, err := acquireForExec(ctx, locker, cfg)
 	if err != nil {
-		s, ok := interrupted.Load().(os.Signal)
-		if !ok && ctx.Err() != nil {
-			s, ok = syscall.SIGINT, true // run's own handler saw it first
-		}
-		if ok {
+		if s, ok := interruptedBy(ctx); ok {
 			fmt.Fprintf(stderr, "redlock exec: interrupted (%v) while waiting for %q; %s not run\n", s, cfg.key, cfg.argv[0])
-			return 128 + int(s.(syscall.Signal))
+			return 128 + int(s)
 		}
 		if errors.Is(err, redlock.ErrInvalidArgument) {
 			fmt.Fprintf(stderr, "redlock exec: %v\n", err)
@@ -172,9 +159,12 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	// Signals to redlock go to the command, which decides what they mean.
+	// Signals to redlock go to the command, which decides what they mean;
+	// redlock keeps renewing the lock until the command exits. A Ctrl-C
+	// (or Ctrl-\, or a hang-up) in a terminal already reached the command,
+	// which shares redlock's process group: it is not sent a second time.
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
 	for {
@@ -182,6 +172,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case err := <-exited:
 			return exitStatus(err)
 		case s := <-sigs:
+			if s != syscall.SIGTERM && inTerminalForeground() {
+				continue
+			}
 			_ = cmd.Process.Signal(s)
 		case <-lock.Done():
 			if lock.Validity() > 0 {
@@ -229,16 +222,23 @@ func notAcquiredStatus(locker *redlock.Client, key string, err error) int {
 	if ierr != nil {
 		return exitUnavailable
 	}
-	answered := 0
+	answered, misconfigured := 0, 0
 	for _, nd := range in.Nodes {
-		if nd.Err == nil {
+		switch {
+		case nd.Err == nil:
 			answered++
+		case configError(nd.Err):
+			misconfigured++
 		}
 	}
-	if answered >= in.Quorum {
+	switch {
+	case answered >= in.Quorum:
 		return exitNotAcquired // the nodes answer: the lock is, or was just, another's
+	case misconfigured > 0 || configError(err):
+		return exitConfig // out of reach because of how nodes are reached
+	default:
+		return exitUnavailable
 	}
-	return exitUnavailable
 }
 
 // nodeFailures collects, as an Observer, the nodes whose last call of an

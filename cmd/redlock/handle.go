@@ -40,14 +40,14 @@ Flags:
 `
 
 // handleCommand parses the flags of status or unlock, and connects.
-func handleCommand(name, help string, args []string, stderr io.Writer, token *string) (*redlock.Client, string, func(), int) {
-	fs := newFlags(name, help, stderr)
-	nodes := registerNodeFlags(fs, "required")
+func handleCommand(name, help string, args []string, stdout, stderr io.Writer, token *string) (*redlock.Client, string, func(), int) {
+	fs := newFlags(name, help, stdout, stderr)
+	nodes := registerNodeFlags(fs.FlagSet, "required")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long each node is waited for")
 	if token != nil {
 		fs.StringVar(token, "token", "", "the token of the lock to release (required)")
 	}
-	if exit, ok := parseArgs(fs, args); !ok {
+	if exit, ok := fs.parse(args, interspersed); !ok {
 		return nil, "", nil, exit
 	}
 	switch {
@@ -79,7 +79,7 @@ func handleCommand(name, help string, args []string, stderr io.Writer, token *st
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	locker, key, done, exit := handleCommand("status", statusHelp, args, stderr, nil)
+	locker, key, done, exit := handleCommand("status", statusHelp, args, stdout, stderr, nil)
 	if locker == nil {
 		return exit
 	}
@@ -95,7 +95,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	for _, nd := range in.Nodes {
 		if nd.Err != nil {
 			fmt.Fprintf(tw, "%d\t%s\t?\t\t\t\t%v\n", nd.Node, nd.Addr, nd.Err)
-			if errors.Is(nd.Err, redlock.ErrMisconfigured) {
+			if configError(nd.Err) {
 				misconfigured++
 			}
 			continue
@@ -131,7 +131,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 func runUnlock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var token string
-	locker, key, done, exit := handleCommand("unlock", unlockHelp, args, stderr, &token)
+	locker, key, done, exit := handleCommand("unlock", unlockHelp, args, stdout, stderr, &token)
 	if locker == nil {
 		return exit
 	}
@@ -144,7 +144,7 @@ func runUnlock(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case err == nil:
 		fmt.Fprintf(stdout, "released %q (token %s)\n", key, token)
 		return 0
-	case errors.Is(err, redlock.ErrMisconfigured):
+	case configError(err):
 		fmt.Fprintf(stderr, "redlock unlock: %v\n", err)
 		return exitConfig
 	case errors.Is(err, redlock.ErrInvalidArgument):

@@ -78,7 +78,7 @@ Flags:
 `
 
 func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("lab", labHelp, stderr)
+	fs := newFlags("lab", labHelp, stdout, stderr)
 	var (
 		cfg       chaos.Config
 		server    = fs.String("server", string(chaos.DefaultServerKind()), "node program: redis (redis-server) or embedded")
@@ -90,8 +90,16 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Size, "size", 1000, "critical sections in each count-bounded scenario")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the random choices (0: from the time; printed)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 2*time.Minute, "give up on a scenario after this long")
-	if exit, ok := parseFlags(fs, args); !ok {
+	if exit, ok := fs.parse(args, noArgs); !ok {
 		return exit
+	}
+	err := errors.Join(fs.positive("size", "timeout"), fs.notNegative("measure"))
+	if err == nil {
+		err = checkChaosFlags(*server, "", cfg.Size)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock lab: %v\n", err)
+		return 2
 	}
 	cfg.Server = chaos.ServerKind(*server)
 	cfg.Nodes = 5
@@ -99,8 +107,8 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.Seed = uint64(time.Now().UnixNano())
 	}
 	ns, err := parseNs(*measureNs)
-	if err != nil || *measure < 0 {
-		fmt.Fprintf(stderr, "redlock lab: -ns takes node counts like 1,3,5 and -measure a duration not below 0\n")
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock lab: --ns %s: %v\n", *measureNs, err)
 		return 2
 	}
 	rows := map[string]labRow{}
@@ -181,12 +189,12 @@ func parseNs(s string) ([]int, error) {
 	for _, part := range splitAddrs(s) {
 		var n int
 		if _, err := fmt.Sscan(part, &n); err != nil || n < 1 || n > 9 {
-			return nil, fmt.Errorf("bad N %q", part)
+			return nil, fmt.Errorf("%q is not a node count from 1 to 9 (give them like 1,3,5)", part)
 		}
 		ns = append(ns, n)
 	}
 	if len(ns) == 0 {
-		return nil, errors.New("no N")
+		return nil, errors.New("no node count (give them like 1,3,5)")
 	}
 	return ns, nil
 }

@@ -21,12 +21,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,6 +45,7 @@ Usage:
   redlock chaos [flags]  kill, freeze, restart, partition nodes mid-run; count violations
   redlock lab [flags]    configurations × faults, latency against N: an HTML report
   redlock bench [-- FLAGS]  this library against redsync, redislock, go-redis (from a checkout)
+  redlock version        this command's version (also --version)
 
 Run 'redlock <command> --help' for the flags of a command.
 Node addresses: --addrs or REDLOCK_ADDRS, each host:port or a redis:// or
@@ -71,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signalContext()
 	defer stop()
 
 	switch args[0] {
@@ -90,50 +91,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" && args[1] != "help" {
+			return run([]string{args[1], "--help"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, versionLine())
+		return 0
 	default:
-		fmt.Fprintf(stderr, "redlock: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "redlock: unknown command %q (see 'redlock --help')\n", args[0])
 		return 2
 	}
-}
-
-// newFlags returns the flag set of subcommand name: errors and --help go
-// to stderr, the help being usage followed by the flags' defaults.
-func newFlags(name, usage string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseFlags parses args into fs and reports the exit status to return when
-// parsing ends the command (help asked for, or bad flags).
-func parseFlags(fs *flag.FlagSet, args []string) (exit int, ok bool) {
-	if exit, ok := parseArgs(fs, args); !ok {
-		return exit, false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "redlock %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return 2, false
-	}
-	return 0, true
-}
-
-// parseArgs is parseFlags for a command that takes arguments after its
-// flags (after --).
-func parseArgs(fs *flag.FlagSet, args []string) (exit int, ok bool) {
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return 0, false
-	case err != nil:
-		return 2, false
-	}
-	return 0, true
 }
 
 func splitAddrs(s string) []string {
@@ -144,6 +113,43 @@ func splitAddrs(s string) []string {
 		}
 	}
 	return addrs
+}
+
+// signalContext returns a context canceled by SIGINT or SIGTERM, whose
+// cause tells which (see interruptedBy). Until stop is called, further
+// signals are absorbed: a second Ctrl-C does not kill redlock before it
+// has cleaned up (released its lock, unpaused the demo's nodes).
+func signalContext() (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(interrupted{s.(syscall.Signal)})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// interrupted is the cause of a context canceled by a signal.
+type interrupted struct{ sig syscall.Signal }
+
+func (i interrupted) Error() string { return "interrupted by " + i.sig.String() }
+
+// interruptedBy reports the signal that canceled ctx, if one did.
+func interruptedBy(ctx context.Context) (syscall.Signal, bool) {
+	var i interrupted
+	if errors.As(context.Cause(ctx), &i) {
+		return i.sig, true
+	}
+	return 0, false
 }
 
 type quietLogger struct{}

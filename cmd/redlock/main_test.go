@@ -53,35 +53,78 @@ func TestDemo_withoutLockOversells(t *testing.T) {
 	}
 }
 
+// TestRun_usage: help and the version on stdout with exit 0; a bad flag,
+// a stray argument or a value of zero or below where a positive one is
+// needed gives one line on stderr naming it, and exit 2.
 func TestRun_usage(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
 		exit int
-		want string
+		want string // on stdout when exit is 0, else on stderr
 	}{
-		{nil, 2, "Usage:"},
-		{[]string{"nope"}, 2, `unknown command "nope"`},
-		{[]string{"demo", "--stock", "0"}, 2, "--stock 0"},
-		{[]string{"demo", "--fail", "6"}, 2, "--fail 6"},
-		{[]string{"demo", "--bogus"}, 2, "flag provided but not defined"},
-		{[]string{"demo", "stray"}, 2, `unexpected argument "stray"`},
+		{[]string{"--help"}, 0, "redlock exec --key K"},
+		{[]string{"help"}, 0, "redlock exec --key K"},
+		{[]string{"help", "exec"}, 0, "flock(1)"},
+		{[]string{"--version"}, 0, "redlock "},
+		{[]string{"version"}, 0, "redlock "},
 		{[]string{"demo", "--help"}, 0, "A flash sale"},
+		{[]string{"chaos", "--help"}, 0, "minority-freeze, "},
+		{[]string{"lab", "--help"}, 0, "experiment matrix"},
+		{[]string{"bench", "--help"}, 0, "comparison benchmarks"},
+		{[]string{"exec", "--help"}, 0, "130, 143"},
+		{[]string{"status", "-h"}, 0, "whether a quorum of the nodes agrees"},
+		{[]string{"unlock", "--help"}, 0, "TOKEN"},
+
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"demo", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"exec", "--key"}, 2, "flag needs an argument: -key"},
+		{[]string{"exec", "--ttl", "soon"}, 2, `invalid value "soon" for flag -ttl`},
+		{[]string{"demo", "stray"}, 2, `unexpected argument "stray"`},
+		{[]string{"lab", "stray"}, 2, `unexpected argument "stray"`},
+		{[]string{"demo", "--fail", "6"}, 2, "--fail 6"},
+		{[]string{"demo", "--fail", "-1"}, 2, "--fail -1: cannot be negative"},
+		{[]string{"demo", "--stock", "0"}, 2, "--stock 0: must be above zero"},
+		{[]string{"demo", "--nodes", "0"}, 2, "--nodes 0: must be above zero"},
+		{[]string{"demo", "--buyers", "-3"}, 2, "--buyers -3: must be above zero"},
+		{[]string{"demo", "--ttl", "0s"}, 2, "--ttl 0s: must be above zero"},
+		{[]string{"demo", "--timeout", "-1s"}, 2, "--timeout -1s: must be above zero"},
+		{[]string{"demo", "--fail-for", "0s"}, 2, "--fail-for 0s: must be above zero"},
 		{[]string{"chaos", "--server", "bogus"}, 2, `unknown server kind "bogus"`},
 		{[]string{"chaos", "--only", "nope"}, 2, "no scenario named nope"},
 		{[]string{"chaos", "--size", "3"}, 2, "size 3"},
-		{[]string{"chaos", "--help"}, 0, "minority-freeze, "},
-		{[]string{"lab", "--help"}, 0, "experiment matrix"},
+		{[]string{"chaos", "--size", "0"}, 2, "--size 0: must be above zero"},
+		{[]string{"chaos", "--nodes", "-1"}, 2, "--nodes -1: must be above zero"},
+		{[]string{"chaos", "--timeout", "0s"}, 2, "--timeout 0s: must be above zero"},
+		{[]string{"chaos", "--explore", "--lanes", "0"}, 2, "--lanes 0: must be above zero"},
+		{[]string{"chaos", "--explore", "--schedules", "0"}, 2, "--schedules 0: must be above zero"},
+		{[]string{"chaos", "--explore", "--duration", "0s"}, 2, "--duration 0s: must be above zero"},
 		{[]string{"lab", "--only", "nope"}, 2, `no scenario "nope" in the matrix`},
-		{[]string{"lab", "--ns", "0"}, 2, "-ns takes node counts"},
-		{[]string{"lab", "stray"}, 2, `unexpected argument "stray"`},
-		{[]string{"bench", "--help"}, 0, "comparison benchmarks"},
-		{[]string{"exec", "--help"}, 0, "flock(1)"},
-		{[]string{"help"}, 0, "redlock exec --key K"},
+		{[]string{"lab", "--ns", "0"}, 2, `--ns 0: "0" is not a node count`},
+		{[]string{"lab", "--size", "0"}, 2, "--size 0: must be above zero"},
+		{[]string{"lab", "--timeout", "0s"}, 2, "--timeout 0s: must be above zero"},
+		{[]string{"lab", "--measure", "-1s"}, 2, "--measure -1s: cannot be negative"},
+		{[]string{"exec", "--addrs", "127.0.0.1:1", "--key", "k", "--ttl", "0s", "--", "true"}, 2, "--ttl is required and must be positive"},
+		{[]string{"exec", "--addrs", "127.0.0.1:1", "--key", "k", "--ttl", "1s", "--wait", "-1s", "--", "true"}, 2, "cannot be negative"},
+		{[]string{"status", "--addrs", "127.0.0.1:1", "--timeout", "0s", "k"}, 2, "--timeout must be positive"},
+		{[]string{"unlock", "--addrs", "127.0.0.1:1", "k"}, 2, "--token is required"},
+		{[]string{"status", "--addrs", "127.0.0.1:1"}, 2, "give one KEY"},
 	} {
 		exit, out, errOut := runCmd(t, tt.args...)
-		if exit != tt.exit || !strings.Contains(out+errOut, tt.want) {
-			t.Errorf("redlock %v: exit %d, output %q; want exit %d mentioning %q", tt.args, exit, out+errOut, tt.exit, tt.want)
+		got, other := out, errOut
+		if tt.exit != 0 {
+			got, other = errOut, out
 		}
+		if exit != tt.exit || !strings.Contains(got, tt.want) || other != "" {
+			t.Errorf("redlock %v: exit %d, stdout %q, stderr %q; want exit %d with %q on the %s alone",
+				tt.args, exit, out, errOut, tt.exit, tt.want, map[bool]string{true: "stdout", false: "stderr"}[tt.exit == 0])
+		}
+		if tt.exit == 2 && strings.Count(errOut, "\n") != 1 {
+			t.Errorf("redlock %v: %d lines on stderr, want one:\n%s", tt.args, strings.Count(errOut, "\n"), errOut)
+		}
+	}
+	// No arguments at all: the usage, on stderr.
+	if exit, _, errOut := runCmd(t); exit != 2 || !strings.Contains(errOut, "Usage:") {
+		t.Errorf("redlock: exit %d, stderr %q", exit, errOut)
 	}
 }
 

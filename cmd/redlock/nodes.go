@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
 )
 
 // How the commands reach real servers: addresses as host:port or redis://
@@ -25,13 +27,19 @@ type nodeFlags struct {
 	caFile, certFile, keyFile, name string
 }
 
-// registerNodeFlags registers --addrs (help tells what empty means) and the
-// TLS flags on fs.
+// registerNodeFlags registers --addrs, with REDLOCK_ADDRS as its default
+// (help tells what empty means), and the TLS flags on fs.
 func registerNodeFlags(fs *flag.FlagSet, emptyMeans string) *nodeFlags {
-	nf := &nodeFlags{addrs: fs.String("addrs", os.Getenv("REDLOCK_ADDRS"),
+	return registerNodeFlagsHelp(fs, os.Getenv("REDLOCK_ADDRS"),
 		"comma-separated independent Redis masters, each host:port or a redis:// or rediss:// URL "+
 			"(redis://user:password@host:port/db) (default $REDLOCK_ADDRS; "+emptyMeans+"); "+
-			"a password not in the URL comes from $REDLOCK_PASSWORD or $REDISCLI_AUTH")}
+			"a password not in the URL comes from $REDLOCK_PASSWORD or $REDISCLI_AUTH")
+}
+
+// registerNodeFlagsHelp registers --addrs with its default and help, and
+// the TLS flags.
+func registerNodeFlagsHelp(fs *flag.FlagSet, addrs, help string) *nodeFlags {
+	nf := &nodeFlags{addrs: fs.String("addrs", addrs, help)}
 	fs.BoolVar(&nf.tls, "tls", false, "use TLS to every node (implied by rediss:// and by the other --tls flags)")
 	fs.StringVar(&nf.caFile, "tls-ca", "", "PEM file of the CA that signed the nodes' certificates (default: the system's)")
 	fs.StringVar(&nf.certFile, "tls-cert", "", "PEM file of the client certificate, for nodes that require one (with --tls-key)")
@@ -49,6 +57,20 @@ var errConfig = errors.New("configuration error")
 // clients returns a go-redis client for each address, each call bounded
 // by timeout. Its errors match errConfig and never hold a password.
 func (nf *nodeFlags) clients(timeout time.Duration) ([]redis.UniversalClient, error) {
+	opts, err := nf.options(timeout)
+	if err != nil {
+		return nil, err
+	}
+	clients := make([]redis.UniversalClient, len(opts))
+	for i, o := range opts {
+		clients[i] = redis.NewClient(o)
+	}
+	return clients, nil
+}
+
+// options returns the go-redis options of each address, each call bounded
+// by timeout. Its errors match errConfig and never hold a password.
+func (nf *nodeFlags) options(timeout time.Duration) ([]*redis.Options, error) {
 	tlsConf, err := nf.tlsConfig()
 	if err != nil {
 		return nil, err
@@ -57,11 +79,10 @@ func (nf *nodeFlags) clients(timeout time.Duration) ([]redis.UniversalClient, er
 	if password == "" {
 		password = os.Getenv("REDISCLI_AUTH")
 	}
-	var clients []redis.UniversalClient
+	var all []*redis.Options
 	for i, a := range nf.addrList() {
 		opts, err := nodeOptions(a)
 		if err != nil {
-			closeAll(clients)
 			return nil, fmt.Errorf("%w: address %d (%s): %v", errConfig, i+1, redact(a), err)
 		}
 		if opts.Password == "" {
@@ -70,11 +91,14 @@ func (nf *nodeFlags) clients(timeout time.Duration) ([]redis.UniversalClient, er
 		if tlsConf != nil || opts.TLSConfig != nil {
 			opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConf)
 		}
+		// The lock enforces its own per-node timeout; a late reply is read
+		// by the call that sent it, so the connection is kept (see
+		// docs/algorithm.md on client settings).
 		opts.MaxRetries, opts.DialerRetries = -1, 1
 		opts.ReadTimeout, opts.WriteTimeout = timeout, timeout
-		clients = append(clients, redis.NewClient(opts))
+		all = append(all, opts)
 	}
-	return clients, nil
+	return all, nil
 }
 
 // nodeOptions parses one address: a URL, or host:port. Its error never
@@ -162,4 +186,24 @@ func closeAll(clients []redis.UniversalClient) {
 	for _, c := range clients {
 		_ = c.Close()
 	}
+}
+
+// configError reports whether err, a node's failure, is one that waiting
+// does not mend: a refused password, a replica or Cluster node given as a
+// master (the library's ErrMisconfigured), or TLS that cannot work (an
+// unknown CA, a wrong server name, a rejected client certificate, TLS to a
+// port that does not speak it).
+func configError(err error) bool {
+	var (
+		unknownCA  x509.UnknownAuthorityError
+		hostname   x509.HostnameError
+		invalid    x509.CertificateInvalidError
+		verify     *tls.CertificateVerificationError
+		alert      tls.AlertError
+		record     tls.RecordHeaderError
+		remoteTLS  = err != nil && strings.Contains(err.Error(), "remote error: tls:")
+		misconfigd = errors.Is(err, redlock.ErrMisconfigured)
+	)
+	return misconfigd || remoteTLS || errors.As(err, &unknownCA) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &record)
 }
