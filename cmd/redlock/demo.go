@@ -342,11 +342,11 @@ func (r saleReport) printNoLock(w io.Writer) {
 }
 
 // progressLine is the demo's status line: sales so far, and nodes down.
-func (r saleReport) progressLine(sold int64, left int64, down int, elapsed time.Duration) string {
-	if r.cfg.noLock {
-		return fmt.Sprintf("  sales %d  stock left %d of %d  %.1fs", sold, left, r.cfg.stock, elapsed.Seconds())
+func progressLine(cfg demoConfig, sold int64, left int64, down int, elapsed time.Duration) string {
+	if cfg.noLock {
+		return fmt.Sprintf("  sales %d  stock left %d of %d  %.1fs", sold, left, cfg.stock, elapsed.Seconds())
 	}
-	return fmt.Sprintf("  sold %d/%d  nodes down %d/%d  %.1fs", sold, r.cfg.stock, down, r.cfg.nodes, elapsed.Seconds())
+	return fmt.Sprintf("  sold %d/%d  nodes down %d/%d  %.1fs", sold, cfg.stock, down, cfg.nodes, elapsed.Seconds())
 }
 
 func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progressTo io.Writer) (saleReport, error) {
@@ -450,7 +450,7 @@ func flashSale(ctx context.Context, cfg demoConfig, nodes *demoNodes, progressTo
 			if failedAt.Load() {
 				down = cfg.fail
 			}
-			return rep.progressLine(sold.Load(), store.read(), down, time.Since(start))
+			return progressLine(cfg, sold.Load(), store.read(), down, time.Since(start))
 		}
 		for {
 			select {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -14,9 +16,20 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	chaos.ServeEmbeddedFromEnv() // embedded chaos nodes are this test binary
+	runTestChild()               // a command for redlock exec is this test binary
+	chaos.ServeEmbeddedFromEnv() // so are embedded chaos nodes
 	redis.SetLogger(quietLogger{})
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines left behind: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func runCmd(t *testing.T, args ...string) (exit int, stdout, stderr string) {

@@ -1,19 +1,37 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// passwordServer starts a redis-server that requires password pw on a free
-// loopback port and returns its address; it is stopped by PID when the test
-// ends. Without redis-server the test is skipped, except in CI.
-func passwordServer(t *testing.T, pw string) string {
+// The command as a user runs it: the built binary, real processes, real
+// redis-server nodes. Without redis-server these tests are skipped, except
+// in CI (CI=true), where a missing server is a failure.
+
+// needRedisServer skips or fails the test when redis-server is missing.
+func needRedisServer(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -21,63 +39,688 @@ func passwordServer(t *testing.T, pw string) string {
 		}
 		t.Skip("needs redis-server")
 	}
+}
+
+// freePort returns a loopback port nothing listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "",
-		"--appendonly", "no", "--requirepass", pw, "--dir", t.TempDir())
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startRedis starts a redis-server on a free loopback port with the extra
+// arguments args(port) and returns its address; it is stopped by PID when
+// the test ends.
+func startRedis(t *testing.T, args func(port int) []string) string {
+	t.Helper()
+	needRedisServer(t)
+	port := freePort(t)
+	argv := append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args(port)...)
+	cmd := exec.Command("redis-server", argv...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	waitFor(t, 10*time.Second, "redis-server on "+addr+" to listen", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			_ = c.Close()
-			return addr
 		}
+		return err == nil
+	})
+	return addr
+}
+
+// plainServer starts a redis-server with no password.
+func plainServer(t *testing.T) string {
+	return startRedis(t, func(port int) []string { return []string{"--port", strconv.Itoa(port)} })
+}
+
+// passwordServer starts a redis-server that requires password pw.
+func passwordServer(t *testing.T, pw string) string {
+	return startRedis(t, func(port int) []string {
+		return []string{"--port", strconv.Itoa(port), "--requirepass", pw}
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !cond(); {
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not start", addr)
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// TestExec_realServerWithPassword: exec and status reach redis-server
-// nodes with requirepass through redis:// URLs and through
-// REDLOCK_PASSWORD; without the password the exit status is 78, and the
-// password is never printed.
-func TestExec_realServerWithPassword(t *testing.T) {
+// admin returns a client of a real server, closed when the test ends.
+func admin(t *testing.T, addr, password string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+// redlockBinary builds the command once per test run and returns its path.
+func redlockBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "redlock-bin-"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "redlock")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// proc is a running redlock process.
+type proc struct {
+	cmd         *exec.Cmd
+	out, errOut syncBuffer
+	done        chan struct{}
+	exit        int
+}
+
+// startBin starts the built command with args; env holds the only
+// REDLOCK_* and REDISCLI_AUTH variables it sees.
+func startBin(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(redlockBinary(t), args...), done: make(chan struct{})}
+	p.cmd.Env = append(cleanEnv(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
+	p.cmd.WaitDelay = 10 * time.Second // a command left behind may hold the output open
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		p.exit = exitStatus(err)
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait returns the process's exit status, failing the test after limit.
+func (p *proc) wait(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.exit
+	case <-time.After(limit):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("redlock %v still running after %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], limit, p.out.String(), p.errOut.String())
+		return 0
+	}
+}
+
+// runBin runs the built command to its end.
+func runBin(t *testing.T, env []string, args ...string) (exit int, stdout, stderr string) {
+	t.Helper()
+	p := startBin(t, env, args...)
+	exit = p.wait(t, time.Minute)
+	return exit, p.out.String(), p.errOut.String()
+}
+
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "REDLOCK_") && !strings.HasPrefix(kv, "REDISCLI_AUTH=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The test binary doubles as the command that redlock exec runs (see
+// runTestChild): it records the signals it gets, or holds until told.
+const (
+	childModeEnv = "REDLOCK_TEST_CHILD"
+	childFileEnv = "REDLOCK_TEST_FILE"
+)
+
+// child is a command for redlock exec: this test binary in a mode. Its
+// ready file appears once it runs with its signal handlers installed.
+type child struct {
+	file string
+	argv []string
+}
+
+func newChild(t *testing.T, mode string) child {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), mode)
+	return child{file: file, argv: []string{"env", childModeEnv + "=" + mode, childFileEnv + "=" + file, self}}
+}
+
+func (c child) waitReady(t *testing.T) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the command to start", func() bool {
+		_, err := os.Stat(c.file + ".ready")
+		return err == nil
+	})
+}
+
+// release tells a holding child to exit 0.
+func (c child) release(t *testing.T) {
+	if err := os.WriteFile(c.file+".go", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// signals returns the signals a recording child got, in order.
+func (c child) signals(t *testing.T) []string {
+	b, err := os.ReadFile(c.file)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(b))
+}
+
+// runTestChild runs this binary as a child command when the environment
+// asks for one, and never returns then:
+//   - signals: records each SIGINT, SIGTERM, SIGHUP and SIGQUIT it gets,
+//     one name per line, and exits 0 one second after the last (or after a
+//     minute without any);
+//   - hold: exits 0 once the file's ".go" companion exists.
+func runTestChild() {
+	mode, file := os.Getenv(childModeEnv), os.Getenv(childFileEnv)
+	if mode == "" {
+		return
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	if err := os.WriteFile(file+".ready", nil, 0o644); err != nil {
+		os.Exit(3)
+	}
+	switch mode {
+	case "signals":
+		quiet := time.NewTimer(time.Minute)
+		for {
+			select {
+			case s := <-sigs:
+				f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+				if err != nil {
+					os.Exit(3)
+				}
+				fmt.Fprintln(f, unixSignalName(s))
+				_ = f.Close()
+				quiet.Reset(time.Second)
+			case <-quiet.C:
+				os.Exit(0)
+			}
+		}
+	case "hold":
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(file + ".go"); err == nil {
+				os.Exit(0)
+			}
+		}
+		os.Exit(4)
+	}
+	os.Exit(5)
+}
+
+func unixSignalName(s os.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "INT"
+	case syscall.SIGTERM:
+		return "TERM"
+	case syscall.SIGHUP:
+		return "HUP"
+	case syscall.SIGQUIT:
+		return "QUIT"
+	}
+	return s.String()
+}
+
+// certs are a CA and the server and client certificates it signed, as
+// PEM files.
+type certs struct {
+	ca, serverCert, serverKey, clientCert, clientKey string
+}
+
+// writeCerts generates a CA, a server certificate for 127.0.0.1 and
+// localhost, and a client certificate, into dir.
+func writeCerts(t *testing.T, dir string) certs {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redlock test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	c := certs{ca: filepath.Join(dir, "ca.pem")}
+	writePEM(t, c.ca, "CERTIFICATE", caDER)
+	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key")
+		writePEM(t, certFile, "CERTIFICATE", der)
+		writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
+		return certFile, keyFile
+	}
+	c.serverCert, c.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
+	c.clientCert, c.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
+	return c
+}
+
+func writePEM(t *testing.T, path, kind string, der []byte) {
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tlsServer starts a redis-server that speaks TLS only and requires a
+// client certificate signed by c's CA.
+func tlsServer(t *testing.T, c certs) string {
+	return startRedis(t, func(port int) []string {
+		return []string{"--port", "0", "--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", c.serverCert, "--tls-key-file", c.serverKey, "--tls-ca-cert-file", c.ca,
+			"--tls-auth-clients", "yes"}
+	})
+}
+
+// holdWith starts redlock exec holding key on addrs (through args) with a
+// holding child, and returns once the child runs.
+func holdWith(t *testing.T, env []string, key string, args ...string) (*proc, child) {
+	t.Helper()
+	c := newChild(t, "hold")
+	argv := append([]string{"exec", "--key", key, "--ttl", "10s"}, args...)
+	p := startBin(t, env, append(append(argv, "--"), c.argv...)...)
+	c.waitReady(t)
+	return p, c
+}
+
+// TestBinary_passwordThroughURLAndEnvironment: exec, status and unlock
+// reach redis-server nodes with requirepass through redis:// URLs and
+// through REDLOCK_PASSWORD (kept out of the process list); status shows the
+// holder's host, pid and command; the password is never printed.
+func TestBinary_passwordThroughURLAndEnvironment(t *testing.T) {
+	const pw = "s3cret-pw"
 	var plain, urls []string
 	for range 3 {
-		a := passwordServer(t, "s3cret")
+		a := passwordServer(t, pw)
 		plain = append(plain, a)
-		urls = append(urls, "redis://:s3cret@"+a+"/0")
+		urls = append(urls, "redis://:"+pw+"@"+a+"/0")
 	}
-	t.Setenv("REDLOCK_PASSWORD", "")
-	t.Setenv("REDISCLI_AUTH", "")
-	exit, out, errOut := runCmd(t, "exec", "--addrs", strings.Join(urls, ","), "--key", "k", "--ttl", "5s", "--", "echo", "ran")
-	if exit != 0 || !strings.Contains(out, "ran") {
-		t.Fatalf("through URLs: exit %d (%s%s)", exit, out, errOut)
+	envPW := []string{"REDLOCK_PASSWORD=" + pw}
+
+	// Held through URLs; seen and refused through the environment.
+	holder, c := holdWith(t, nil, "nightly", "--addrs", strings.Join(urls, ","))
+	exit, out, errOut := runBin(t, envPW, "status", "--addrs", strings.Join(plain, ","), "nightly")
+	want := fmt.Sprintf("pid=%d cmd=env %s=hold", holder.cmd.Process.Pid, childModeEnv)
+	if exit != 0 || !strings.Contains(out, "held by ") || !strings.Contains(out, want) {
+		t.Fatalf("status: exit %d, want 0 and %q\n%s%s", exit, want, out, errOut)
 	}
-	exit, _, errOut = runCmd(t, "exec", "--addrs", strings.Join(plain, ","), "--key", "k", "--ttl", "5s", "--", "true")
-	if exit != exitConfig {
-		t.Fatalf("without the password: exit %d, want %d (%s)", exit, exitConfig, errOut)
+	exit, _, errOut = runBin(t, envPW, "exec", "--addrs", strings.Join(plain, ","), "--key", "nightly", "--ttl", "5s", "--", "true")
+	if exit != exitNotAcquired {
+		t.Fatalf("a second exec while held: exit %d, want %d (%s)", exit, exitNotAcquired, errOut)
 	}
-	wrong := strings.ReplaceAll(strings.Join(urls, ","), "s3cret", "wr0ng-pass")
-	exit, out, errOut = runCmd(t, "exec", "--addrs", wrong, "--key", "k", "--ttl", "5s", "--", "true")
+	// Through REDISCLI_AUTH too, as redis-cli takes it.
+	if exit, out, errOut := runBin(t, []string{"REDISCLI_AUTH=" + pw}, "status", "--addrs", strings.Join(plain, ","), "nightly"); exit != 0 || !strings.Contains(out, "held by") {
+		t.Fatalf("status through REDISCLI_AUTH: exit %d\n%s%s", exit, out, errOut)
+	}
+	c.release(t)
+	if exit := holder.wait(t, time.Minute); exit != 0 {
+		t.Fatalf("exec: exit %d\n%s", exit, holder.errOut.String())
+	}
+
+	// Through the environment, the password is not on the command line.
+	holder, c = holdWith(t, envPW, "nightly", "--addrs", strings.Join(plain, ","))
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", holder.cmd.Process.Pid))
+	if err == nil && bytes.Contains(cmdline, []byte(pw)) {
+		t.Fatalf("the password is in the process list: %q", cmdline)
+	}
+	// A holder that cannot release (killed): status gives its token and
+	// unlock, with the flags after KEY, releases it.
+	_ = holder.cmd.Process.Kill()
+	c.release(t) // the command, left alone, holds redlock's output open
+	holder.wait(t, time.Minute)
+	_, out, _ = runBin(t, envPW, "status", "--addrs", strings.Join(plain, ","), "nightly")
+	token := tokenIn(out)
+	if token == "" {
+		t.Fatalf("status shows no token of the killed holder:\n%s", out)
+	}
+	if exit, _, errOut := runBin(t, envPW, "unlock", "nightly", "--addrs", strings.Join(plain, ",")); exit != 2 || !strings.Contains(errOut, "--token is required") {
+		t.Fatalf("unlock without a token: exit %d (%s), want 2", exit, errOut)
+	}
+	if exit, out, errOut := runBin(t, envPW, "unlock", "nightly", "--token", token, "--addrs", strings.Join(plain, ",")); exit != 0 {
+		t.Fatalf("unlock: exit %d\n%s%s", exit, out, errOut)
+	}
+	if exit, out, _ := runBin(t, envPW, "status", "--addrs", strings.Join(plain, ","), "nightly"); exit != 0 || !strings.Contains(out, "not held") {
+		t.Fatalf("status after unlock: exit %d\n%s", exit, out)
+	}
+
+	// Without the password, or with a wrong one: a configuration error.
+	if exit, out, errOut := runBin(t, nil, "exec", "--addrs", strings.Join(plain, ","), "--key", "k", "--ttl", "5s", "--", "true"); exit != exitConfig {
+		t.Fatalf("without the password: exit %d, want %d\n%s%s", exit, exitConfig, out, errOut)
+	}
+	wrong := strings.ReplaceAll(strings.Join(urls, ","), pw, "wr0ng-pass")
+	exit, out, errOut = runBin(t, nil, "exec", "--addrs", wrong, "--key", "k", "--ttl", "5s", "--", "true")
 	if exit != exitConfig || strings.Contains(out+errOut, "wr0ng-pass") {
-		t.Fatalf("a wrong password: exit %d, want %d, and no password printed (%s%s)", exit, exitConfig, out, errOut)
+		t.Fatalf("a wrong password: exit %d, want %d, and no password printed\n%s%s", exit, exitConfig, out, errOut)
 	}
-	t.Setenv("REDLOCK_PASSWORD", "s3cret")
-	exit, out, errOut = runCmd(t, "exec", "--addrs", strings.Join(plain, ","), "--key", "k", "--ttl", "5s", "--", "echo", "ran")
-	if exit != 0 || !strings.Contains(out, "ran") {
-		t.Fatalf("through REDLOCK_PASSWORD: exit %d (%s%s)", exit, out, errOut)
+	exit, out, errOut = runBin(t, nil, "status", "--addrs", wrong, "nightly")
+	if exit != exitConfig || strings.Contains(out+errOut, "wr0ng-pass") {
+		t.Fatalf("status with a wrong password: exit %d, want %d, and no password printed\n%s%s", exit, exitConfig, out, errOut)
 	}
-	if exit, out, errOut := runCmd(t, "status", "--addrs", strings.Join(plain, ","), "k"); exit != 0 || strings.Contains(out+errOut, "s3cret") {
-		t.Fatalf("status: exit %d (%s%s)", exit, out, errOut)
+}
+
+// tokenIn returns the token of the holder line of status's output.
+func tokenIn(status string) string {
+	for _, line := range strings.Split(status, "\n") {
+		if rest, ok := strings.CutPrefix(line, "held by "); ok {
+			return strings.Fields(rest)[0]
+		}
 	}
+	return ""
+}
+
+// TestBinary_TLS: exec and status reach redis-server nodes that speak TLS
+// only and require a client certificate, through rediss:// URLs with
+// --tls-ca, --tls-cert and --tls-key; an unknown CA, a missing client
+// certificate or a wrong server name is a configuration error (78).
+func TestBinary_TLS(t *testing.T) {
+	c := writeCerts(t, t.TempDir())
+	var urls, plain []string
+	for range 3 {
+		a := tlsServer(t, c)
+		plain = append(plain, a)
+		urls = append(urls, "rediss://"+a)
+	}
+	tlsFlags := []string{"--tls-ca", c.ca, "--tls-cert", c.clientCert, "--tls-key", c.clientKey}
+
+	args := append([]string{"exec", "--addrs", strings.Join(urls, ","), "--key", "k", "--ttl", "5s"}, tlsFlags...)
+	if exit, out, errOut := runBin(t, nil, append(args, "--", "echo", "ran")...); exit != 0 || !strings.Contains(out, "ran") {
+		t.Fatalf("exec over TLS: exit %d\n%s%s", exit, out, errOut)
+	}
+	// host:port with --tls works the same.
+	holder, ch := holdWith(t, nil, "k", append([]string{"--addrs", strings.Join(plain, ",")}, tlsFlags...)...)
+	status := append(append([]string{"status", "--addrs", strings.Join(urls, ",")}, tlsFlags...), "k")
+	if exit, out, errOut := runBin(t, nil, status...); exit != 0 || !strings.Contains(out, "held by") {
+		t.Fatalf("status over TLS: exit %d\n%s%s", exit, out, errOut)
+	}
+	ch.release(t)
+	if exit := holder.wait(t, time.Minute); exit != 0 {
+		t.Fatalf("exec over TLS with --tls: exit %d\n%s", exit, holder.errOut.String())
+	}
+
+	for _, tt := range []struct {
+		name  string
+		flags []string
+	}{
+		{"the system's CAs", []string{"--tls-cert", c.clientCert, "--tls-key", c.clientKey}},
+		{"no client certificate", []string{"--tls-ca", c.ca}},
+		{"a wrong server name", append([]string{"--tls-server-name", "elsewhere.example"}, tlsFlags...)},
+	} {
+		args := append([]string{"exec", "--addrs", strings.Join(urls, ","), "--key", "k", "--ttl", "5s"}, tt.flags...)
+		if exit, out, errOut := runBin(t, nil, append(args, "--", "true")...); exit != exitConfig {
+			t.Errorf("%s: exit %d, want %d\n%s%s", tt.name, exit, exitConfig, out, errOut)
+		}
+	}
+}
+
+// TestBinary_exitCodes: each exit status of redlock exec, from real
+// processes on real nodes.
+func TestBinary_exitCodes(t *testing.T) {
+	var addrs []string
+	for range 3 {
+		addrs = append(addrs, plainServer(t))
+	}
+	nodes := strings.Join(addrs, ",")
+	execArgs := func(extra ...string) []string {
+		return append([]string{"exec", "--addrs", nodes, "--key", "job", "--ttl", "5s"}, extra...)
+	}
+	notExecutable := filepath.Join(t.TempDir(), "script.sh")
+	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		exit int
+	}{
+		{"the command's own status", execArgs("--", "sh", "-c", "exit 3"), 3},
+		{"a command ended by a signal", execArgs("--", "sh", "-c", "kill -KILL $$"), 128 + 9},
+		{"command not found", execArgs("--", "no-such-command-here"), exitNotFound},
+		{"command not executable", execArgs("--", notExecutable), exitNotExecutable},
+		{"nodes unreachable", []string{"exec", "--addrs", fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", freePort(t), freePort(t), freePort(t)),
+			"--key", "job", "--ttl", "5s", "--", "true"}, exitUnavailable},
+		{"a bad address", []string{"exec", "--addrs", "redis://127.0.0.1:notaport", "--key", "job", "--ttl", "5s", "--", "true"}, exitConfig},
+		{"a bad flag", []string{"exec", "--nope"}, 2},
+	} {
+		if exit, out, errOut := runBin(t, nil, tt.args...); exit != tt.exit {
+			t.Errorf("%s: exit %d, want %d\n%s%s", tt.name, exit, tt.exit, out, errOut)
+		}
+	}
+
+	// Another holder: 75 at once, and 130 or 143 when a signal ends --wait.
+	holder, c := holdWith(t, nil, "job", "--addrs", nodes)
+	if exit, _, errOut := runBin(t, nil, execArgs("--", "true")...); exit != exitNotAcquired {
+		t.Errorf("another holder: exit %d, want %d (%s)", exit, exitNotAcquired, errOut)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		waiter := startBin(t, nil, execArgs("--wait", "1m", "--", "true")...)
+		waitFor(t, 30*time.Second, "the waiter to subscribe to the lock's release", func() bool {
+			for _, a := range addrs {
+				chans, _ := admin(t, a, "").PubSubChannels(context.Background(), "*").Result()
+				if len(chans) > 0 {
+					return true
+				}
+			}
+			return false
+		})
+		_ = waiter.cmd.Process.Signal(sig)
+		if exit := waiter.wait(t, 30*time.Second); exit != 128+int(sig) {
+			t.Errorf("%v while waiting: exit %d, want %d\n%s", sig, exit, 128+int(sig), waiter.errOut.String())
+		}
+		waitFor(t, 10*time.Second, "the waiter's subscription to end", func() bool {
+			for _, a := range addrs {
+				if chans, _ := admin(t, a, "").PubSubChannels(context.Background(), "*").Result(); len(chans) > 0 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	c.release(t)
+	holder.wait(t, time.Minute)
+
+	// The lock lost while the command runs: the command is stopped, 76.
+	holder, _ = holdWith(t, nil, "job", "--addrs", nodes, "--grace", "2s")
+	for _, a := range addrs {
+		admin(t, a, "").Del(context.Background(), "job")
+	}
+	if exit := holder.wait(t, time.Minute); exit != exitLockLost {
+		t.Errorf("lock lost: exit %d, want %d\n%s", exit, exitLockLost, holder.errOut.String())
+	}
+}
+
+// TestBinary_signalsReachTheCommandOnce: SIGTERM and SIGINT sent to redlock
+// reach the command once; the lock is held until the command exits.
+func TestBinary_signalsReachTheCommandOnce(t *testing.T) {
+	var addrs []string
+	for range 3 {
+		addrs = append(addrs, plainServer(t))
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		c := newChild(t, "signals")
+		p := startBin(t, nil, append([]string{"exec", "--addrs", strings.Join(addrs, ","), "--key", "sig", "--ttl", "1s", "--"}, c.argv...)...)
+		c.waitReady(t)
+		_ = p.cmd.Process.Signal(sig)
+		if exit := p.wait(t, time.Minute); exit != 0 {
+			t.Fatalf("%v: exit %d\n%s", sig, exit, p.errOut.String())
+		}
+		if got, want := strings.Join(c.signals(t), " "), unixSignalName(sig); got != want {
+			t.Errorf("%v sent to redlock: the command got %q, want %q once", sig, got, want)
+		}
+	}
+}
+
+// TestBinary_demoLeavesREDLOCK_ADDRSUntouched: the demo run with
+// REDLOCK_ADDRS naming a live server opens no connection to it: no key
+// written, never paused.
+func TestBinary_demoLeavesREDLOCK_ADDRSUntouched(t *testing.T) {
+	live := plainServer(t)
+	watch := admin(t, live, "")
+	ctx := context.Background()
+	before, err := watch.Info(ctx, "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exit, out, errOut := runBin(t, []string{"REDLOCK_ADDRS=" + live + "," + live + "," + live},
+		"demo", "--stock", "30", "--buyers", "4", "--fail-after", "10")
+	if exit != 0 || !strings.Contains(out, "embedded nodes") {
+		t.Fatalf("demo: exit %d\n%s%s", exit, out, errOut)
+	}
+	after, err := watch.Info(ctx, "stats", "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := infoField(after, "total_connections_received"), infoField(before, "total_connections_received"); a != b {
+		t.Errorf("the demo connected to the server named by REDLOCK_ADDRS: connections %s, then %s", b, a)
+	}
+	if strings.Contains(after, "cmdstat_client|pause") {
+		t.Error("the server named by REDLOCK_ADDRS was paused")
+	}
+	if n, _ := watch.DBSize(ctx).Result(); n != 0 {
+		t.Errorf("the demo left %d keys there", n)
+	}
+}
+
+// pauseCalls is the number of CLIENT PAUSE calls in INFO commandstats.
+func pauseCalls(info string) int {
+	stats, _, _ := strings.Cut(infoField(info, "cmdstat_client|pause"), ",")
+	n, _ := strconv.Atoi(strings.TrimPrefix(stats, "calls="))
+	return n
+}
+
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestBinary_demoUnpausesRealServers: on servers named with --addrs, the
+// demo says what it will do, pauses a minority for lock writes, and
+// unpauses them when the sale ends, whether it ends normally or by an
+// interrupt: a write on a paused node answers at once afterwards, though
+// --fail-for is a minute.
+func TestBinary_demoUnpausesRealServers(t *testing.T) {
+	var addrs []string
+	for range 3 {
+		addrs = append(addrs, plainServer(t))
+	}
+	paused := admin(t, addrs[2], "")
+	ctx := context.Background()
+	writeAnswersAtOnce := func(when string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if err := paused.Set(ctx, "after-the-demo", "x", 0).Err(); err != nil {
+			t.Fatalf("%s: a write on the failed node: %v (still paused)", when, err)
+		}
+		paused.Del(context.Background(), "after-the-demo")
+	}
+
+	exit, out, errOut := runBin(t, nil, "demo", "--addrs", strings.Join(addrs, ","), "--stock", "30", "--buyers", "4",
+		"--fail-after", "10", "--fail-for", "1m")
+	if exit != 0 || !strings.Contains(out, "quorum lock on 3 redis-server nodes") || !strings.Contains(out, "nodes [2] failed") {
+		t.Fatalf("demo: exit %d\n%s%s", exit, out, errOut)
+	}
+	for _, want := range []string{"running on 3 real servers", "CLIENT PAUSE WRITE", addrs[2], "CLIENT UNPAUSE"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("the demo did not announce %q:\n%s", want, errOut)
+		}
+	}
+	writeAnswersAtOnce("after the sale")
+
+	// Interrupted once the node is paused.
+	p := startBin(t, nil, "demo", "--addrs", strings.Join(addrs, ","), "--stock", "1000000", "--buyers", "4",
+		"--fail-after", "0", "--fail-for", "1m")
+	waitFor(t, 30*time.Second, "the demo to pause the node", func() bool {
+		info, _ := paused.Info(ctx, "commandstats").Result()
+		return pauseCalls(info) == 2 // the first run's, and this one's
+	})
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	if exit := p.wait(t, time.Minute); exit != 130 {
+		t.Errorf("interrupted demo: exit %d, want 130\n%s", exit, p.errOut.String())
+	}
+	writeAnswersAtOnce("after an interrupt")
 }
