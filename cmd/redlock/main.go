@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	redlock demo [flags]    flash sale over a quorum of nodes, 2 of which fail
+//	redlock demo [flags]    flash sale over a quorum of nodes, a minority of which fail
 //	redlock exec [flags] -- COMMAND [ARGS...]
 //	                        run a command while holding a lock, like flock(1) across hosts
 //	redlock status KEY      who holds a lock on each node
@@ -13,9 +13,13 @@
 //	redlock lab [flags]     the experiment matrix and measurements, as an HTML report
 //	redlock bench [-- ...]  the comparison benchmarks of the bench/ module
 //
-// Run `redlock <command> --help` for a command's flags. Node addresses come
-// from --addrs or, when it is not given, from REDLOCK_ADDRS (comma-separated
-// host:port); with neither, embedded nodes are started in this process.
+// Run `redlock <command> --help` for a command's flags, `redlock --version`
+// for the version. exec, status and unlock take node addresses from --addrs
+// or, when it is not given, from REDLOCK_ADDRS: comma-separated host:port or
+// redis:// and rediss:// URLs, the password from REDLOCK_PASSWORD or
+// REDISCLI_AUTH. The demo uses real servers only when --addrs names them;
+// without addresses, demo, chaos and lab start embedded nodes in this
+// process.
 package main
 
 import (
