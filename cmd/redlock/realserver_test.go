@@ -221,6 +221,8 @@ func (s *syncBuffer) String() string {
 const (
 	childModeEnv = "REDLOCK_TEST_CHILD"
 	childFileEnv = "REDLOCK_TEST_FILE"
+	// How long a signals child lives on after a signal (default 1s).
+	childLingerEnv = "REDLOCK_TEST_LINGER"
 )
 
 // child is a command for redlock exec: this test binary in a mode. Its
@@ -266,8 +268,8 @@ func (c child) signals(t *testing.T) []string {
 // runTestChild runs this binary as a child command when the environment
 // asks for one, and never returns then:
 //   - signals: records each SIGINT, SIGTERM, SIGHUP and SIGQUIT it gets,
-//     one name per line, and exits 0 one second after the last (or after a
-//     minute without any);
+//     one name per line, and exits 0 REDLOCK_TEST_LINGER (default one
+//     second) after the last, or after a minute without any;
 //   - hold: exits 0 once the file's ".go" companion exists.
 func runTestChild() {
 	mode, file := os.Getenv(childModeEnv), os.Getenv(childFileEnv)
@@ -281,6 +283,10 @@ func runTestChild() {
 	}
 	switch mode {
 	case "signals":
+		linger, err := time.ParseDuration(os.Getenv(childLingerEnv))
+		if err != nil {
+			linger = time.Second
+		}
 		quiet := time.NewTimer(time.Minute)
 		for {
 			select {
@@ -291,7 +297,7 @@ func runTestChild() {
 				}
 				fmt.Fprintln(f, unixSignalName(s))
 				_ = f.Close()
-				quiet.Reset(time.Second)
+				quiet.Reset(linger)
 			case <-quiet.C:
 				os.Exit(0)
 			}
@@ -609,18 +615,32 @@ func TestBinary_exitCodes(t *testing.T) {
 	}
 }
 
-// TestBinary_signalsReachTheCommandOnce: SIGTERM and SIGINT sent to redlock
-// reach the command once; the lock is held until the command exits.
+// TestBinary_signalsReachTheCommandOnce: SIGTERM, SIGINT and SIGHUP sent
+// to redlock reach the command once; the lock stays held (renewed) until
+// the command exits.
 func TestBinary_signalsReachTheCommandOnce(t *testing.T) {
 	var addrs []string
 	for range 3 {
 		addrs = append(addrs, plainServer(t))
 	}
+	nodes := strings.Join(addrs, ",")
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		c := newChild(t, "signals")
-		p := startBin(t, nil, append([]string{"exec", "--addrs", strings.Join(addrs, ","), "--key", "sig", "--ttl", "1s", "--"}, c.argv...)...)
+		argv := c.argv
+		if sig == syscall.SIGTERM {
+			// The command lives on for 3 TTLs after the signal: the lock
+			// must be renewed all along.
+			argv = append([]string{argv[0], childLingerEnv + "=6s"}, argv[1:]...)
+		}
+		p := startBin(t, nil, append([]string{"exec", "--addrs", nodes, "--key", "sig", "--ttl", "2s", "--"}, argv...)...)
 		c.waitReady(t)
 		_ = p.cmd.Process.Signal(sig)
+		if sig == syscall.SIGTERM {
+			time.Sleep(4 * time.Second) // twice the TTL
+			if exit, out, errOut := runBin(t, nil, "status", "--addrs", nodes, "sig"); exit != 0 || !strings.Contains(out, "held by") {
+				t.Fatalf("two TTLs after SIGTERM, with the command still running: exit %d, want the lock held\n%s%s", exit, out, errOut)
+			}
+		}
 		if exit := p.wait(t, time.Minute); exit != 0 {
 			t.Fatalf("%v: exit %d\n%s", sig, exit, p.errOut.String())
 		}
