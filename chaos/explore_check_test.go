@@ -160,6 +160,7 @@ func TestHistory_signals(t *testing.T) {
 func TestStallWatch(t *testing.T) {
 	w := watchStalls()
 	defer w.close()
+	w.armed.Wait() // on a loaded machine the watchers may not have run yet
 	from := time.Now()
 	// Stop the world: every goroutine, the watcher's too, stops for it.
 	if err := stopTheWorld(60 * time.Millisecond); err != nil {

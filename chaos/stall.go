@@ -27,6 +27,7 @@ type stallWatch struct {
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
+	armed sync.WaitGroup // done once every watcher waits for its first tick
 }
 
 // stallKeep is how long a stall is kept: longer than any schedule.
@@ -41,15 +42,19 @@ const stallWatchers = 2
 func watchStalls() *stallWatch {
 	w := &stallWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	var wg sync.WaitGroup
-	for range stallWatchers * runtime.GOMAXPROCS(0) {
+	n := stallWatchers * runtime.GOMAXPROCS(0)
+	w.armed.Add(n)
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			t := time.NewTimer(stallTick)
 			defer t.Stop()
+			arm := sync.OnceFunc(w.armed.Done)
 			for {
 				due := time.Now().Add(stallTick)
 				t.Reset(stallTick)
+				arm()
 				select {
 				case <-w.stop:
 					return
