@@ -135,7 +135,7 @@ func redlockBinary(t *testing.T) string {
 // proc is a running redlock process.
 type proc struct {
 	cmd         *exec.Cmd
-	out, errOut syncBuffer
+	out, errOut *syncBuffer
 	done        chan struct{}
 	exit        int
 }
@@ -144,9 +144,9 @@ type proc struct {
 // REDLOCK_* and REDISCLI_AUTH variables it sees.
 func startBin(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(redlockBinary(t), args...), done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(redlockBinary(t), args...), done: make(chan struct{}), out: newSyncBuffer(), errOut: newSyncBuffer()}
 	p.cmd.Env = append(cleanEnv(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.errOut
 	p.cmd.WaitDelay = 10 * time.Second // a command left behind may hold the output open
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -199,21 +199,15 @@ func cleanEnv() []string {
 	return env
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// syncBuffer is a buffer that a process writes while the test reads it.
+type syncBuffer struct{ lockedWriter }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+func newSyncBuffer() *syncBuffer { return &syncBuffer{lockedWriter{w: new(bytes.Buffer)}} }
 
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.b.String()
+	return s.w.(*bytes.Buffer).String()
 }
 
 // The test binary doubles as the command that redlock exec runs (see

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os/exec"
@@ -89,4 +90,37 @@ func TestBinary_ctrlCReachesTheCommandOnce(t *testing.T) {
 	}
 	hc.release(t)
 	holder.wait(t, time.Minute)
+}
+
+// TestBinary_progressRedrawnOnlyOnATerminal: the demo's status line is
+// redrawn in place (carriage returns) on a terminal, and written as plain
+// lines when stderr is a pipe.
+func TestBinary_progressRedrawnOnlyOnATerminal(t *testing.T) {
+	args := []string{"demo", "--stock", "30", "--buyers", "4", "--fail-after", "10"}
+	exit, _, errOut := runBin(t, nil, args...)
+	if exit != 0 || strings.Contains(errOut, "\r") || !strings.Contains(errOut, "sold 30/30") {
+		t.Fatalf("demo with stderr a pipe: exit %d, want plain lines:\n%q", exit, errOut)
+	}
+
+	cmd := exec.Command(redlockBinary(t), args...)
+	cmd.Env = cleanEnv()
+	tty, err := pty.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	var seen bytes.Buffer
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&seen, tty); close(copied) }()
+	if exit := exitStatus(cmd.Wait()); exit != 0 {
+		t.Fatalf("demo on a terminal: exit %d", exit)
+	}
+	select {
+	case <-copied:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the terminal's output did not end")
+	}
+	if !bytes.Contains(seen.Bytes(), []byte("\r  sold ")) {
+		t.Fatalf("demo on a terminal: the status line was not redrawn:\n%q", seen.String())
+	}
 }
