@@ -276,6 +276,7 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 			deliver(r)
 			return
 		}
+		c.calls.done()
 		c.noteFailing(r.node, r.err)
 		c.noteMisconfigured(ctx, r.node, r.value, r.err)
 		if r.err == nil && !c.idents.all.Load() {
@@ -296,6 +297,9 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 			// This call waits for the one before; the next operation's
 			// must not give up on it before it had its own timeout.
 			settled.deadlines[i] = after.deadlines[i].Add(time.Until(deadline))
+		}
+		if skip == nil || !skip[i] {
+			c.calls.add()
 		}
 		switch {
 		case skip != nil && skip[i]:

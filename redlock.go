@@ -65,6 +65,7 @@ type Client struct {
 	// retrying cannot cure (warned once until it answers properly)
 	misconfigured []atomic.Bool
 	idents        identities // see identity.go
+	calls         inflight   // node calls sent and not yet returned (see Drain)
 }
 
 // New returns a Client over nodes, which must be independent Redis masters

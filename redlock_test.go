@@ -1300,3 +1300,51 @@ func TestFencing_storedOnlyWhereHeld(t *testing.T) {
 		t.Fatalf("i was granted token %d stored only where it did not hold the key", iLock.FencingToken())
 	}
 }
+
+// TestClient_Drain: a failed attempt and a Release return before two slow
+// nodes answer, leaving their calls in the background; Drain returns once
+// those calls have returned, so that a program exiting after it leaves no
+// key behind. A Drain whose context ends first says so.
+func TestClient_Drain(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			c := newCluster(t, 5)
+			slow := []*delayHook{{}, {}}
+			c.clients[3].AddHook(slow[0])
+			c.clients[4].AddHook(slow[1])
+			rc := c.client(t, redlock.WithBatching(batching), redlock.WithNodeTimeout(5*time.Second))
+			ctx := context.Background()
+			if err := rc.Drain(ctx); err != nil {
+				t.Fatalf("Drain of an idle Client: %v", err)
+			}
+			lock := mustTryAcquire(t, rc, ctx, "mine", time.Minute)
+			redlock.WaitSettled(lock)
+			for _, s := range c.servers[:3] {
+				s.Set("theirs", "another holder")
+			}
+			for _, s := range slow {
+				s.by.Store(int64(time.Second))
+			}
+			_, err := rc.TryAcquire(ctx, "theirs", time.Minute)
+			mustNotAcquire(t, err)
+			if err := lock.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			defer cancel()
+			if err := rc.Drain(short); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Drain with the slow nodes' calls out and a 10ms context: %v, want DeadlineExceeded", err)
+			}
+			if err := rc.Drain(ctx); err != nil {
+				t.Fatalf("Drain: %v", err)
+			}
+			// Nothing to wait for: every call has returned.
+			if got := c.holdersAny("mine"); len(got) != 0 {
+				t.Fatalf("after Drain, the released lock is still on nodes %v", got)
+			}
+			if got, others := c.holdersAny("theirs"), c.holders("theirs", "another holder"); len(got) != 3 || len(others) != 3 {
+				t.Fatalf("after Drain, the failed attempt's key is left: theirs on %v, the other holder's on %v", got, others)
+			}
+		})
+	}
+}

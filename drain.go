@@ -1,0 +1,73 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// inflight counts the node calls a Client has sent and not yet seen
+// return: the calls of operations still running, and those an operation
+// that returned left to finish in the background (a failed attempt's
+// delete on a slow node, a Release past its quorum). Counting costs an
+// atomic add per call; the channel Drain waits on is made only when one
+// waits.
+type inflight struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	idle chan struct{} // closed when n drops to zero; nil when none waits
+}
+
+func (f *inflight) add() { f.n.Add(1) }
+
+func (f *inflight) done() {
+	if f.n.Add(-1) != 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.idle != nil && f.n.Load() == 0 {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+// wait returns a channel closed once no call is in flight.
+func (f *inflight) wait() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n.Load() == 0 {
+		return closedChan
+	}
+	if f.idle == nil {
+		f.idle = make(chan struct{})
+	}
+	return f.idle
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Drain waits until every call this Client has sent to its nodes has
+// returned, including those that operations which already returned left
+// running in the background: the deletes of a failed attempt on nodes
+// that had not answered, and a Release's deletes on nodes slower than its
+// quorum. Each such call ends within the node timeout after it was sent
+// (WithNodeTimeout), answered or not.
+//
+// A program that exits right after an operation (a cron job, a command,
+// a function of a serverless platform) calls Drain before it exits, so
+// that no key it wrote is left on a node to expire with its ttl. Calls sent
+// while Drain waits, by other goroutines or by renewals (WithAutoRenew),
+// are waited for too: Drain is for when the program has stopped using the
+// Client.
+//
+// It returns nil once no call is in flight, or ctx.Err() if ctx ends
+// first.
+func (c *Client) Drain(ctx context.Context) error {
+	select {
+	case <-c.calls.wait():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
