@@ -54,17 +54,22 @@ Signals: SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to redlock are passed
 to the command, and the lock is renewed until the command exits. A Ctrl-C
 typed in the terminal reaches the command once: the terminal signals it
 directly, so redlock does not pass that one on. While waiting with --wait,
-SIGINT or SIGTERM ends the wait without running the command.
+SIGINT or SIGTERM ends the wait without running the command. Only the
+command gets signals: processes it starts in the background must be
+stopped by it, or they outlive the lock. The lock's metadata shows the
+command line to 'redlock status': keep secrets out of the arguments.
 
 Exit status:
   the command's own (128+n when a signal n ended it)
   75   another holder has the lock (the command did not run)
   76   the lock was lost and the command was stopped
-  69   nodes unreachable: no quorum could answer (the command did not run)
+  69   nodes unreachable: no quorum could answer, or none answered in time
+       while no one held the lock (the command did not run)
   78   a configuration error: a bad address, a wrong or missing password,
        a replica or a Cluster node given as a node (the command did not run)
   126  the command cannot be run; 127 the command was not found
-  130, 143  interrupted (SIGINT, SIGTERM) while waiting with --wait
+  130, 143  interrupted (SIGINT, SIGTERM; 129, 131 for SIGHUP, SIGQUIT)
+       while waiting with --wait or taking the lock (the command did not run)
   2    bad usage
 
 Flags:
@@ -77,7 +82,7 @@ func parseExec(args []string, stdout, stderr io.Writer) (execConfig, int, bool) 
 	fs.StringVar(&cfg.key, "key", "", "the lock key (required)")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "the lock's time to live, renewed every third of it (required)")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait for the lock when another host holds it (0: do not wait)")
-	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
+	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL (0: SIGKILL at once)")
 	if exit, ok := fs.parse(args, argsAfter); !ok {
 		return cfg, exit, false
 	}
@@ -87,8 +92,10 @@ func parseExec(args []string, stdout, stderr io.Writer) (execConfig, int, bool) 
 		fmt.Fprintln(stderr, "redlock exec: --key is required")
 	case cfg.ttl <= 0:
 		fmt.Fprintln(stderr, "redlock exec: --ttl is required and must be positive, e.g. --ttl 30s")
-	case cfg.wait < 0 || cfg.grace < 0:
-		fmt.Fprintln(stderr, "redlock exec: --wait and --grace cannot be negative")
+	case cfg.wait < 0:
+		fmt.Fprintf(stderr, "redlock exec: --wait %v: cannot be negative (0: do not wait)\n", cfg.wait)
+	case cfg.grace < 0:
+		fmt.Fprintf(stderr, "redlock exec: --grace %v: cannot be negative (0: SIGKILL at once)\n", cfg.grace)
 	case len(cfg.nodes.addrList()) == 0:
 		fmt.Fprintln(stderr, "redlock exec: no nodes: give --addrs or set REDLOCK_ADDRS (a lock shared across hosts needs shared nodes)")
 	case len(cfg.argv) == 0:
@@ -124,7 +131,20 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// A SIGINT or SIGTERM while waiting ends the wait (run's context);
 	// once the command runs, signals are the command's (see below).
 	lock, err := acquireForExec(ctx, locker, cfg)
+	if err == nil {
+		if s, ok := interruptedBy(ctx); ok {
+			// The signal came while the lock was being taken: the command
+			// was not started, so it is not run.
+			_ = lock.Release(context.Background())
+			drain(locker, cfg.ttl)
+			fmt.Fprintf(stderr, "redlock exec: interrupted (%v) while taking %q; %s not run\n", s, cfg.key, cfg.argv[0])
+			return 128 + int(s)
+		}
+	}
 	if err != nil {
+		// The failed attempts' deletes must land before this process
+		// exits, or a node keeps a key until its ttl.
+		drain(locker, cfg.ttl)
 		if s, ok := interruptedBy(ctx); ok {
 			fmt.Fprintf(stderr, "redlock exec: interrupted (%v) while waiting for %q; %s not run\n", s, cfg.key, cfg.argv[0])
 			return 128 + int(s)
@@ -141,6 +161,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err := lock.Release(context.Background()); err != nil && !errors.Is(err, redlock.ErrLockLost) {
 			fmt.Fprintf(stderr, "redlock exec: releasing %q: %v\n", cfg.key, err)
 		}
+		drain(locker, cfg.ttl) // the deletes on slower nodes, before exiting
 	}()
 	if failed := failures.take(); len(failed) > 0 {
 		fmt.Fprintf(stderr, "redlock exec: warning: lock %q taken without %d of %d nodes: %s\n",
@@ -163,7 +184,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// redlock keeps renewing the lock until the command exits. A Ctrl-C
 	// (or Ctrl-\, or a hang-up) in a terminal already reached the command,
 	// which shares redlock's process group: it is not sent a second time.
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 16) // a burst of signals is passed on whole
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
@@ -208,6 +229,14 @@ func execMetadata(argv []string) string {
 	return m
 }
 
+// drain waits, at most the node timeout (ttl) and a little, for the calls
+// the Client left running in the background.
+func drain(locker *redlock.Client, ttl time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), ttl+time.Second)
+	defer cancel()
+	_ = locker.Drain(ctx)
+}
+
 // notAcquiredStatus is exec's exit status when the lock was not acquired
 // with err: a configuration error (78), nodes that do not answer (69), or
 // another holder (75).
@@ -222,21 +251,26 @@ func notAcquiredStatus(locker *redlock.Client, key string, err error) int {
 	if ierr != nil {
 		return exitUnavailable
 	}
-	answered, misconfigured := 0, 0
+	answered, misconfigured, held := 0, 0, 0
 	for _, nd := range in.Nodes {
 		switch {
 		case nd.Err == nil:
 			answered++
+			if nd.Held {
+				held++
+			}
 		case configError(nd.Err):
 			misconfigured++
 		}
 	}
 	switch {
-	case answered >= in.Quorum:
-		return exitNotAcquired // the nodes answer: the lock is, or was just, another's
+	case answered >= in.Quorum && held > 0:
+		return exitNotAcquired // the nodes answer: the lock is another's
 	case misconfigured > 0 || configError(err):
 		return exitConfig // out of reach because of how nodes are reached
 	default:
+		// Too few nodes answered, or they answer but hold nothing: the
+		// attempts did not get their answers in time.
 		return exitUnavailable
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,8 +188,8 @@ func mapsKeys(m map[string]labRow) func(func(string) bool) {
 func parseNs(s string) ([]int, error) {
 	var ns []int
 	for _, part := range splitAddrs(s) {
-		var n int
-		if _, err := fmt.Sscan(part, &n); err != nil || n < 1 || n > 9 {
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 1 || n > 9 {
 			return nil, fmt.Errorf("%q is not a node count from 1 to 9 (give them like 1,3,5)", part)
 		}
 		ns = append(ns, n)

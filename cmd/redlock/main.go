@@ -119,14 +119,15 @@ func splitAddrs(s string) []string {
 	return addrs
 }
 
-// signalContext returns a context canceled by SIGINT or SIGTERM, whose
-// cause tells which (see interruptedBy). Until stop is called, further
+// signalContext returns a context canceled by SIGINT, SIGTERM, SIGHUP (a
+// closed terminal or SSH session) or SIGQUIT, whose cause tells which (see
+// interruptedBy). Until stop is called, further
 // signals are absorbed: a second Ctrl-C does not kill redlock before it
 // has cleaned up (released its lock, unpaused the demo's nodes).
 func signalContext() (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	done := make(chan struct{})
 	go func() {
 		select {

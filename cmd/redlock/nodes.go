@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 // nodeFlags are the flags that say how to reach the nodes.
 type nodeFlags struct {
 	addrs                           *string
+	env                             string // the variable read when --addrs is not given, if any
 	tls                             bool
 	caFile, certFile, keyFile, name string
 }
@@ -30,10 +32,14 @@ type nodeFlags struct {
 // registerNodeFlags registers --addrs, with REDLOCK_ADDRS as its default
 // (help tells what empty means), and the TLS flags on fs.
 func registerNodeFlags(fs *flag.FlagSet, emptyMeans string) *nodeFlags {
-	return registerNodeFlagsHelp(fs, os.Getenv("REDLOCK_ADDRS"),
+	nf := registerNodeFlagsHelp(fs, "",
 		"comma-separated independent Redis masters, each host:port or a redis:// or rediss:// URL "+
 			"(redis://user:password@host:port/db) (default $REDLOCK_ADDRS; "+emptyMeans+"); "+
 			"a password not in the URL comes from $REDLOCK_PASSWORD or $REDISCLI_AUTH")
+	// Read when asked for, not shown as the flag's default: --help must
+	// not print a password the variable's URLs may hold.
+	nf.env = "REDLOCK_ADDRS"
+	return nf
 }
 
 // registerNodeFlagsHelp registers --addrs with its default and help, and
@@ -49,7 +55,12 @@ func registerNodeFlagsHelp(fs *flag.FlagSet, addrs, help string) *nodeFlags {
 }
 
 // addrList returns the addresses given.
-func (nf *nodeFlags) addrList() []string { return splitAddrs(*nf.addrs) }
+func (nf *nodeFlags) addrList() []string {
+	if *nf.addrs == "" && nf.env != "" {
+		return splitAddrs(os.Getenv(nf.env))
+	}
+	return splitAddrs(*nf.addrs)
+}
 
 // errConfig marks a configuration error: exit status 78 (EX_CONFIG).
 var errConfig = errors.New("configuration error")
@@ -105,7 +116,10 @@ func (nf *nodeFlags) options(timeout time.Duration) ([]*redis.Options, error) {
 // repeats the address.
 func nodeOptions(a string) (*redis.Options, error) {
 	if !strings.Contains(a, "://") {
-		if !strings.Contains(a, ":") {
+		switch {
+		case strings.Contains(a, "@"):
+			return nil, errors.New("want host:port: a user and password go in a redis:// URL, or the password in $REDLOCK_PASSWORD")
+		case !strings.Contains(a, ":"):
 			return nil, errors.New("want host:port or a redis:// URL")
 		}
 		return &redis.Options{Addr: a}, nil
@@ -127,18 +141,22 @@ func nodeOptions(a string) (*redis.Options, error) {
 	return opts, nil
 }
 
-// redact returns an address fit to print: a URL's password replaced, an
-// address that does not parse not repeated at all.
+// redact returns an address fit to print: whatever stands between the
+// scheme and the last "@" (a user and password, however the password is
+// written) is replaced, and so is the value of a password parameter.
 func redact(a string) string {
-	if !strings.Contains(a, "://") {
-		return a
+	scheme := ""
+	if i := strings.Index(a, "://"); i >= 0 {
+		scheme, a = a[:i+3], a[i+3:]
 	}
-	u, err := url.Parse(a)
-	if err != nil {
-		return "a URL that does not parse"
+	if i := strings.LastIndex(a, "@"); i >= 0 {
+		a = "xxxxx@" + a[i+1:]
 	}
-	return u.Redacted()
+	return scheme + passwordParam.ReplaceAllString(a, "${1}xxxxx")
 }
+
+// passwordParam matches a URL's password parameter and its value.
+var passwordParam = regexp.MustCompile(`(?i)([?&]password=)[^&]*`)
 
 // tlsConfig returns the TLS configuration the flags ask for, or nil.
 func (nf *nodeFlags) tlsConfig() (*tls.Config, error) {

@@ -57,6 +57,13 @@ func freePort(t *testing.T) int {
 // the test ends.
 func startRedis(t *testing.T, args func(port int) []string) string {
 	t.Helper()
+	addr, _ := startRedisProcess(t, args)
+	return addr
+}
+
+// startRedisProcess is startRedis that also returns the server's process.
+func startRedisProcess(t *testing.T, args func(port int) []string) (string, *os.Process) {
+	t.Helper()
 	needRedisServer(t)
 	port := freePort(t)
 	argv := append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args(port)...)
@@ -73,7 +80,7 @@ func startRedis(t *testing.T, args func(port int) []string) string {
 		}
 		return err == nil
 	})
-	return addr
+	return addr, cmd.Process
 }
 
 // plainServer starts a redis-server with no password.
@@ -725,16 +732,80 @@ func TestBinary_demoUnpausesRealServers(t *testing.T) {
 	}
 	writeAnswersAtOnce("after the sale")
 
-	// Interrupted once the node is paused.
-	p := startBin(t, nil, "demo", "--addrs", strings.Join(addrs, ","), "--stock", "1000000", "--buyers", "4",
-		"--fail-after", "0", "--fail-for", "1m")
-	waitFor(t, 30*time.Second, "the demo to pause the node", func() bool {
-		info, _ := paused.Info(ctx, "commandstats").Result()
-		return pauseCalls(info) == 2 // the first run's, and this one's
-	})
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	if exit := p.wait(t, time.Minute); exit != 130 {
-		t.Errorf("interrupted demo: exit %d, want 130\n%s", exit, p.errOut.String())
+	// Interrupted once the node is paused: by Ctrl-C, or by the hang-up
+	// of a closed terminal.
+	for i, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		p := startBin(t, nil, "demo", "--addrs", strings.Join(addrs, ","), "--stock", "1000000", "--buyers", "4",
+			"--fail-after", "0", "--fail-for", "1m")
+		waitFor(t, 30*time.Second, "the demo to pause the node", func() bool {
+			info, _ := paused.Info(ctx, "commandstats").Result()
+			return pauseCalls(info) == 2+i // the runs before, and this one
+		})
+		_ = p.cmd.Process.Signal(sig)
+		if exit := p.wait(t, time.Minute); exit != 128+int(sig) {
+			t.Errorf("demo interrupted by %v: exit %d, want %d\n%s", sig, exit, 128+int(sig), p.errOut.String())
+		}
+		writeAnswersAtOnce("after " + sig.String())
 	}
-	writeAnswersAtOnce("after an interrupt")
+}
+
+// TestBinary_signalWhileTakingTheLock: a SIGTERM that comes while the lock
+// is being taken (here: the first contact waits for a frozen node) ends
+// exec with 143 without running the command, and leaves no key behind.
+func TestBinary_signalWhileTakingTheLock(t *testing.T) {
+	var (
+		addrs  []string
+		frozen *os.Process
+	)
+	for range 3 {
+		a, p := startRedisProcess(t, func(port int) []string { return []string{"--port", strconv.Itoa(port)} })
+		addrs, frozen = append(addrs, a), p
+	}
+	if err := frozen.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = frozen.Signal(syscall.SIGCONT) })
+	marker := filepath.Join(t.TempDir(), "ran")
+	p := startBin(t, nil, "exec", "--addrs", strings.Join(addrs, ","), "--key", "taking", "--ttl", "10s", "--", "touch", marker)
+	live := []*redis.Client{admin(t, addrs[0], ""), admin(t, addrs[1], "")}
+	waitFor(t, 30*time.Second, "the lock's key on the live nodes", func() bool {
+		n, _ := live[0].Exists(context.Background(), "taking").Result()
+		m, _ := live[1].Exists(context.Background(), "taking").Result()
+		return n+m == 2
+	})
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if exit := p.wait(t, time.Minute); exit != 143 {
+		t.Fatalf("SIGTERM while taking the lock: exit %d, want 143\n%s", exit, p.errOut.String())
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran after SIGTERM")
+	}
+	for i, c := range live {
+		if n, _ := c.Exists(context.Background(), "taking").Result(); n != 0 {
+			t.Errorf("node %d keeps the key after exec exited", i)
+		}
+	}
+}
+
+// TestBinary_failedAcquireLeavesNothing: an exec whose --wait ends before
+// its attempt is answered leaves no key on any node once it has exited (the
+// attempt's deletes are waited for), and with no other holder its status
+// is 69, not 75.
+func TestBinary_failedAcquireLeavesNothing(t *testing.T) {
+	var addrs []string
+	for range 3 {
+		addrs = append(addrs, plainServer(t))
+	}
+	for i := range 10 {
+		key := fmt.Sprintf("short-wait-%d", i)
+		exit, _, errOut := runBin(t, nil, "exec", "--addrs", strings.Join(addrs, ","), "--key", key, "--ttl", "30s", "--wait", "1ms", "--", "true")
+		if exit != 0 && exit != exitUnavailable {
+			t.Fatalf("run %d: exit %d, want 0 (acquired in time) or %d (no holder, no answer in time): %s", i, exit, exitUnavailable, errOut)
+		}
+		for j, a := range addrs {
+			if n, _ := admin(t, a, "").Exists(context.Background(), key).Result(); n != 0 {
+				t.Fatalf("run %d (exit %d): node %d keeps %q after exec exited", i, exit, j, key)
+			}
+		}
+	}
 }
