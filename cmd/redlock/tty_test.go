@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"os/exec"
 	"strings"
@@ -74,14 +73,7 @@ func TestBinary_ctrlCReachesTheCommandOnce(t *testing.T) {
 	// Waiting for a lock another holds: Ctrl-C ends the wait, 130.
 	holder, hc := holdWith(t, nil, "tty", "--addrs", nodes)
 	_, exited, term = startInTerminal(t, "exec", "--addrs", nodes, "--key", "tty", "--ttl", "1s", "--wait", "1m", "--", "true")
-	waitFor(t, 30*time.Second, "the waiter to subscribe to the lock's release", func() bool {
-		for _, a := range addrs {
-			if chans, _ := admin(t, a, "").PubSubChannels(context.Background(), "*").Result(); len(chans) > 0 {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, 30*time.Second, "the waiter to subscribe to the lock's release", func() bool { return subscribed(t, addrs) })
 	if _, err := term.Write([]byte{3}); err != nil {
 		t.Fatal(err)
 	}
