@@ -1306,16 +1306,13 @@ func TestFencing_storedOnlyWhereHeld(t *testing.T) {
 // those calls have returned, so that a program exiting after it leaves no
 // key behind. A Drain whose context ends first says so.
 func TestClient_Drain(t *testing.T) {
-	// With batching on, a case takes the full node timeout and now and then
-	// leaves the release's delete on a slow node after Drain (about 1 run
-	// in 6 under -race): open, see the closing note of issue 14.
-	for _, batching := range []bool{false} {
+	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			c := newCluster(t, 5)
-			slow := []*delayHook{{}, {}}
+			slow := []*gateHook{{}, {}}
 			c.clients[3].AddHook(slow[0])
 			c.clients[4].AddHook(slow[1])
-			rc := c.client(t, redlock.WithBatching(batching), redlock.WithNodeTimeout(5*time.Second))
+			rc := c.client(t, redlock.WithBatching(batching), redlock.WithNodeTimeout(time.Minute))
 			ctx := context.Background()
 			if err := rc.Drain(ctx); err != nil {
 				t.Fatalf("Drain of an idle Client: %v", err)
@@ -1326,8 +1323,12 @@ func TestClient_Drain(t *testing.T) {
 				s.Set("theirs", "another holder")
 			}
 			for _, s := range slow {
-				s.by.Store(int64(time.Second))
+				s.close()
+				t.Cleanup(s.open) // if the test ends early
 			}
+			// The fast nodes' answers decide both operations; the slow
+			// nodes' calls (the failed attempt's SET and delete, the
+			// release's delete) wait behind the gates.
 			_, err := rc.TryAcquire(ctx, "theirs", time.Minute)
 			mustNotAcquire(t, err)
 			if err := lock.Release(ctx); err != nil {
@@ -1336,7 +1337,13 @@ func TestClient_Drain(t *testing.T) {
 			short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 			defer cancel()
 			if err := rc.Drain(short); !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("Drain with the slow nodes' calls out and a 10ms context: %v, want DeadlineExceeded", err)
+				t.Fatalf("Drain with the slow nodes' calls held: %v, want DeadlineExceeded", err)
+			}
+			if got := c.holdersAny("mine"); !slices.Equal(got, []int{3, 4}) {
+				t.Fatalf("before the slow nodes answer, mine is on nodes %v, want [3 4]", got)
+			}
+			for _, s := range slow {
+				s.open()
 			}
 			if err := rc.Drain(ctx); err != nil {
 				t.Fatalf("Drain: %v", err)
@@ -1349,5 +1356,44 @@ func TestClient_Drain(t *testing.T) {
 				t.Fatalf("after Drain, the failed attempt's key is left: theirs on %v, the other holder's on %v", got, others)
 			}
 		})
+	}
+}
+
+// gateHook holds a node's commands, from the moment close is called until
+// open is: a node that answers only when the test lets it.
+type gateHook struct {
+	gate atomic.Pointer[chan struct{}]
+}
+
+func (h *gateHook) close() {
+	ch := make(chan struct{})
+	h.gate.Store(&ch)
+}
+
+func (h *gateHook) open() {
+	if ch := h.gate.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+func (h *gateHook) wait() {
+	if ch := h.gate.Load(); ch != nil {
+		<-*ch
+	}
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.wait()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.wait()
+		return next(ctx, cmds)
 	}
 }
