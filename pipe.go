@@ -44,9 +44,12 @@ func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient) (int64, err
 	return op.script.Run(ctx, rdb, op.keys, op.args...).Int64()
 }
 
-// call is one op on its way to one node; reply is called once with the result.
+// call is one op on its way to one node; reply is called once with the
+// result. ctx is the operation's: once it ends, the call is not sent. io is
+// what the call runs under once sent (see Client.send).
 type call struct {
 	ctx   context.Context
+	io    context.Context
 	op    nodeOp
 	reply func(value int64, err error)
 }
@@ -123,7 +126,7 @@ func (p *pipe) send(batch []call) {
 		return
 	case 1:
 		c := live[0]
-		c.reply(c.op.run(c.ctx, p.rdb))
+		c.reply(c.op.run(c.io, p.rdb))
 		return
 	}
 
@@ -167,7 +170,7 @@ func (p *pipe) send(batch []call) {
 // a go-redis command closes its connection, and the other calls still need
 // their replies), and the latest of the calls' deadlines.
 func batchContext(batch []call) (context.Context, context.CancelFunc) {
-	ctx := context.WithoutCancel(batch[0].ctx)
+	ctx := context.WithoutCancel(batch[0].io)
 	if d := latestDeadline(batch); !d.IsZero() {
 		return context.WithDeadline(ctx, d)
 	}
@@ -179,7 +182,7 @@ func batchContext(batch []call) (context.Context, context.CancelFunc) {
 func latestDeadline(batch []call) time.Time {
 	var latest time.Time
 	for _, c := range batch {
-		d, ok := c.ctx.Deadline()
+		d, ok := c.io.Deadline()
 		if !ok {
 			return time.Time{}
 		}

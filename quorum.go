@@ -250,16 +250,27 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 		}
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
+	io, cancelIO := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	replies := make(chan nodeReply, len(c.nodes))
-	settled := c.send(ctx, cancel, deadline, skip, after, op, replies)
+	settled := c.send(ctx, io, func() { cancel(); cancelIO() }, deadline, skip, after, op, replies)
 	return c.collect(ctx, timeout, stop, replies), settled
 }
 
 // send runs op on every node not skipped, each after after's call there,
 // and delivers the replies (a skipped node's at once) to replies. It notes
-// which nodes time out (Client.failing), and cancels ctx once every call
+// which nodes time out (Client.failing), and calls cancel once every call
 // has returned.
-func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline time.Time, skip []bool, after settlement, op nodeOp, replies chan<- nodeReply) settlement {
+//
+// ctx is the operation's: a call not yet sent when it ends is not sent.
+// io is what a call that was sent runs under: the node timeout alone. A
+// call cut when the caller's context ends could still land on the node
+// after the operation's next call there (the delete of a failed attempt,
+// on another connection), and leave a key behind until its ttl; it runs
+// on to its answer instead, in the background, and the next call follows
+// it in order. (The lone node of a Client whose client cuts calls at their
+// deadline is the exception: its call runs under ctx, so that the caller
+// is not held past it.)
+func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, deadline time.Time, skip []bool, after settlement, op nodeOp, replies chan<- nodeReply) settlement {
 	n := len(c.nodes)
 	settled := settlement{done: make([]chan struct{}, n), deadlines: make([]time.Time, n)}
 	var running atomic.Int32
@@ -267,7 +278,7 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 	deliver := func(r nodeReply) {
 		replies <- r
 		if running.Add(-1) == 0 {
-			cancel() // every call has returned: free the timer
+			cancel() // every call has returned: free the timers
 		}
 	}
 	reply := func(r nodeReply) {
@@ -310,21 +321,28 @@ func (c *Client) send(ctx context.Context, cancel context.CancelFunc, deadline t
 			v, err := op.run(ctx, nd.rdb)
 			reply(nodeReply{node: i, value: v, err: err})
 		case nd.pipe != nil:
-			nd.pipe.submit(call{ctx: ctx, op: op, reply: func(v int64, err error) {
+			nd.pipe.submit(call{ctx: ctx, io: io, op: op, reply: func(v int64, err error) {
 				reply(nodeReply{node: i, value: v, err: err})
 			}})
 		default:
 			go func() {
-				callCtx := ctx
+				callIO := io
 				if dl := settled.deadlines[i]; !dl.Equal(deadline) {
 					// Its own timeout after the call before: the node's
 					// calls finish in order in the background.
 					var cancelCall context.CancelFunc
-					callCtx, cancelCall = context.WithDeadline(context.WithoutCancel(ctx), dl)
+					callIO, cancelCall = context.WithDeadline(context.WithoutCancel(ctx), dl)
 					defer cancelCall()
 				}
 				after.waitNode(i)
-				v, err := op.run(callCtx, nd.rdb)
+				if err := ctx.Err(); err != nil && time.Now().Before(deadline) {
+					// The caller gave up while this call waited: it is not
+					// sent. (Past the node timeout, the call before took
+					// all of it, and this one has its own.)
+					reply(nodeReply{node: i, err: fmt.Errorf("not sent: %w", err)})
+					return
+				}
+				v, err := op.run(callIO, nd.rdb)
 				reply(nodeReply{node: i, value: v, err: err})
 			}()
 		}

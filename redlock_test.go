@@ -1397,3 +1397,97 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		return next(ctx, cmds)
 	}
 }
+
+// TestTryAcquire_cutByCallerLeavesNothing: an attempt whose caller's
+// context ends while its SETs are on their way gives up at once, but its
+// calls are not cut: a call cut there could land on its node after the
+// attempt's delete (sent on another connection) and leave the key until
+// its ttl. Here each node's client gives up on a command when its context
+// ends although the command still lands later, as a client that cuts a
+// read at the deadline does with a command already written.
+func TestTryAcquire_cutByCallerLeavesNothing(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			c := newCluster(t, 3)
+			rc := c.client(t, redlock.WithBatching(batching), redlock.WithNodeTimeout(time.Minute))
+			ctx := context.Background()
+			// The scripts are loaded, and the nodes known.
+			mustRelease(t, mustTryAcquire(t, rc, ctx, "warm-up", time.Minute))
+			if err := rc.Drain(ctx); err != nil {
+				t.Fatal(err)
+			}
+			late := make([]*landsLateHook, len(c.clients))
+			for i, rdb := range c.clients {
+				late[i] = &landsLateHook{key: "k", gate: make(chan struct{})}
+				rdb.AddHook(late[i])
+				t.Cleanup(late[i].open)
+			}
+			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			_, err := rc.TryAcquire(short, "k", time.Minute)
+			mustNotAcquire(t, err)
+			// A delete that does not wait for the SETs is sent by now (it
+			// is, if the SETs were cut); one that waits is not.
+			waited, cancelWait := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancelWait()
+			_ = rc.Drain(waited)
+			for _, h := range late {
+				h.open()
+			}
+			if err := rc.Drain(ctx); err != nil {
+				t.Fatalf("Drain: %v", err)
+			}
+			for _, h := range late {
+				h.landed.Wait()
+			}
+			if got := c.holdersAny("k"); len(got) != 0 {
+				t.Fatalf("after a failed attempt and Drain, the key is on nodes %v", got)
+			}
+		})
+	}
+}
+
+// landsLateHook holds the first command naming key until the test opens
+// the gate; if the command's context ends first, the caller is answered
+// with its error at once, and the command still runs once the gate opens.
+type landsLateHook struct {
+	key    string
+	gate   chan struct{}
+	once   sync.Once
+	held   atomic.Bool
+	landed sync.WaitGroup
+}
+
+func (h *landsLateHook) open() { h.once.Do(func() { close(h.gate) }) }
+
+func (h *landsLateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *landsLateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !slices.Contains(cmd.Args(), any(h.key)) || h.held.Swap(true) {
+			return next(ctx, cmd)
+		}
+		lateCmd := redis.NewCmd(context.WithoutCancel(ctx), cmd.Args()...)
+		done := make(chan error, 1)
+		h.landed.Add(1)
+		go func() {
+			defer h.landed.Done()
+			<-h.gate
+			done <- next(context.WithoutCancel(ctx), lateCmd)
+		}()
+		select {
+		case err := <-done:
+			c := cmd.(*redis.Cmd)
+			c.SetVal(lateCmd.Val())
+			c.SetErr(lateCmd.Err())
+			return err
+		case <-ctx.Done():
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+	}
+}
+
+func (h *landsLateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
