@@ -47,25 +47,38 @@ func (f *inflight) wait() <-chan struct{} {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Drain waits until every call this Client has sent to its nodes has
-// returned, including those that operations which already returned left
-// running in the background: the deletes of a failed attempt on nodes
-// that had not answered, and a Release's deletes on nodes slower than its
-// quorum. Each such call ends within the node timeout after it was sent
-// (WithNodeTimeout), answered or not.
+// Drain waits until every call this Client has sent to its nodes to take,
+// keep or give up a lock has returned, including those that operations
+// which already returned left running in the background: the deletes of a
+// failed attempt on nodes that had not answered, and a Release's deletes
+// on nodes slower than its quorum.
 //
 // A program that exits right after an operation (a cron job, a command,
 // a function of a serverless platform) calls Drain before it exits, so
-// that no key it wrote is left on a node to expire with its ttl. Calls sent
-// while Drain waits, by other goroutines or by renewals (WithAutoRenew),
-// are waited for too: Drain is for when the program has stopped using the
-// Client.
+// that no key it wrote is left on a node that answers to expire with its
+// ttl. Calls sent while Drain waits, by other goroutines or by renewals
+// (WithAutoRenew), are waited for too: Drain is for when the program has
+// stopped using the Client. It does not wait for what writes nothing: an
+// Acquire's subscription to a lock's release announcements, or the first
+// contact's identification of the nodes (INFO).
 //
-// It returns nil once no call is in flight, or ctx.Err() if ctx ends
-// first.
+// A call returns when its node answers or when the node's client gives up
+// on it: at the node timeout (WithNodeTimeout) for a client that cuts
+// calls at their context's deadline (go-redis's ContextTimeoutEnabled),
+// otherwise at the client's ReadTimeout (go-redis's default: 3 s). So with
+// a frozen node, bound the wait with ctx.
+//
+// It returns nil once no call is in flight, also when ctx has ended by
+// then, or ctx.Err() if ctx ends first.
 func (c *Client) Drain(ctx context.Context) error {
+	idle := c.calls.wait()
 	select {
-	case <-c.calls.wait():
+	case <-idle:
+		return nil
+	default:
+	}
+	select {
+	case <-idle:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

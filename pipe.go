@@ -98,7 +98,14 @@ func (p *pipe) drain(id uint64) {
 			p.mu.Unlock()
 			return
 		}
-		p.queue, p.spare = p.spare[:0], nil
+		if n := disjointPrefix(batch); n < len(batch) {
+			// The rest waits for the next send: see disjointPrefix.
+			p.queue = append(p.spare[:0], batch[n:]...)
+			batch = batch[:n]
+		} else {
+			p.queue = p.spare[:0]
+		}
+		p.spare = nil
 		p.deadline = latestDeadline(batch)
 		p.mu.Unlock()
 
@@ -109,6 +116,31 @@ func (p *pipe) drain(id uint64) {
 		p.spare = batch
 		p.mu.Unlock()
 	}
+}
+
+// disjointPrefix returns how many calls from the start of batch touch no
+// key in common: a pipeline holds no two calls on one key. Within a
+// pipeline, a call the node does not know the script of (NOSCRIPT) is sent
+// again after the others have run (see send); were a later call on the same
+// key among them, they would run out of order there (a failed attempt's
+// delete before its SET, which would then stay until its ttl). Calls on
+// distinct keys may run in any order.
+func disjointPrefix(batch []call) int {
+	if len(batch) < 2 {
+		return len(batch)
+	}
+	seen := make(map[string]struct{}, 2*len(batch))
+	for i, c := range batch {
+		for _, k := range c.op.keys {
+			if _, dup := seen[k]; dup {
+				return i
+			}
+		}
+		for _, k := range c.op.keys {
+			seen[k] = struct{}{}
+		}
+	}
+	return len(batch)
 }
 
 // send sends batch, alone or as a pipeline, and replies to every call.
@@ -143,8 +175,8 @@ func (p *pipe) send(batch []call) {
 	// The node did not know some scripts (it restarted, or its script cache
 	// was flushed): send those again with the script's text. They ran nowhere
 	// the first time, so nothing runs twice; they do run after the calls of
-	// the batch that followed them, which at worst leaves a key of ours
-	// behind until its TTL, as any late write may.
+	// the batch that followed them, which are on other keys (see
+	// disjointPrefix).
 	var again []int
 	for i, cmd := range cmds {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {

@@ -348,3 +348,48 @@ func TestBatching_off(t *testing.T) {
 		t.Fatalf("%d scripts alone, %d pipelines with batching off; want 32 alone", alone, pipelined)
 	}
 }
+
+// TestBatching_noScriptKeepsAKeysCallsInOrder: a failed attempt's SET and
+// its delete, queued together on a node that has lost its scripts (a
+// restart, SCRIPT FLUSH), still run there in order: a pipeline holds no two
+// calls on one key, so the SET's resend with the script's text can not
+// come after the delete, which would leave the key until its ttl.
+func TestBatching_noScriptKeepsAKeysCallsInOrder(t *testing.T) {
+	c := newCluster(t, 3)
+	gate := &gateHook{}
+	c.clients[0].AddHook(gate)
+	rc := c.client(t, redlock.WithNodeTimeout(time.Minute))
+	ctx := context.Background()
+	other := mustTryAcquire(t, rc, ctx, "other", time.Minute)
+	redlock.WaitSettled(other)
+	for _, s := range c.servers[1:] {
+		s.Set("k", "another holder")
+	}
+	gate.close()
+	t.Cleanup(gate.open)
+	// Node 0's share of the release waits at the gate (the release waits
+	// for it: node 0 is not known to be failing); the attempt's SET and its
+	// delete queue behind it.
+	released := make(chan error, 1)
+	go func() { released <- other.Release(ctx) }()
+	waitFor(t, "the release to reach node 0's gate", func() bool { return gate.waiting.Load() == 1 })
+	_, err := rc.TryAcquire(ctx, "k", time.Minute)
+	mustNotAcquire(t, err)
+	waitFor(t, "the SET and the delete to queue on node 0", func() bool { return redlock.QueuedCalls(rc, 0) == 2 })
+	admin := redis.NewClient(&redis.Options{Addr: c.addrs[0]})
+	defer admin.Close()
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gate.open()
+	if err := <-released; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := rc.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.servers[0].Exists("k") {
+		v, _ := c.servers[0].Get("k")
+		t.Fatalf("node 0 keeps k = %q after the failed attempt's delete", v)
+	}
+}

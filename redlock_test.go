@@ -1362,7 +1362,8 @@ func TestClient_Drain(t *testing.T) {
 // gateHook holds a node's commands, from the moment close is called until
 // open is: a node that answers only when the test lets it.
 type gateHook struct {
-	gate atomic.Pointer[chan struct{}]
+	gate    atomic.Pointer[chan struct{}]
+	waiting atomic.Int32 // commands held now
 }
 
 func (h *gateHook) close() {
@@ -1378,6 +1379,8 @@ func (h *gateHook) open() {
 
 func (h *gateHook) wait() {
 	if ch := h.gate.Load(); ch != nil {
+		h.waiting.Add(1)
+		defer h.waiting.Add(-1)
 		<-*ch
 	}
 }
