@@ -332,7 +332,36 @@ func lateCluster(t *testing.T, opts ...redlock.Option) (*cluster, []*lateLink, *
 		t.Cleanup(func() { _ = rdb.Close() })
 		nodes = append(nodes, rdb)
 	}
-	return c, links, mustNew(t, nodes, append([]redlock.Option{redlock.WithNodeTimeout(50 * time.Millisecond)}, opts...)...)
+	rc := mustNew(t, nodes, append([]redlock.Option{redlock.WithNodeTimeout(50 * time.Millisecond)}, opts...)...)
+	// The first contact (dials, identification, scripts loaded) can take
+	// longer than the short node timeout on a loaded machine: made here,
+	// tried again until it succeeds, so that the test's own calls find the
+	// connections open and the scripts known.
+	retrySoon(t, "the first contact with the nodes", func() error {
+		lock, err := rc.TryAcquire(context.Background(), "warm-up", 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = lock.Release(context.Background()) }()
+		return lock.Extend(context.Background(), 10*time.Second)
+	})
+	return c, links, rc
+}
+
+// retrySoon calls f until it returns nil, for up to 10 s.
+func retrySoon(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestLock_Extend_failedShorterKeepsTheKeys: an Extend to a shorter ttl that
@@ -344,10 +373,11 @@ func TestLock_Extend_failedShorterKeepsTheKeys(t *testing.T) {
 		t.Run(fmt.Sprintf("batching %v", batching), func(t *testing.T) {
 			c, links, rc := lateCluster(t, redlock.WithBatching(batching))
 			ctx := context.Background()
-			lock := mustTryAcquire(t, rc, ctx, "k", 10*time.Second)
-			if err := lock.Extend(ctx, 10*time.Second); err != nil { // the nodes know the script
-				t.Fatal(err)
-			}
+			var lock *redlock.Lock
+			retrySoon(t, "TryAcquire", func() (err error) {
+				lock, err = rc.TryAcquire(ctx, "k", 10*time.Second)
+				return err
+			})
 			redlock.WaitSettled(lock)
 			until := lock.Until()
 			links[1].setDelay(300 * time.Millisecond)
@@ -379,10 +409,11 @@ func TestLock_Extend_failedShorterKeepsTheKeys(t *testing.T) {
 func TestLock_Extend_lateShorterAfterLonger(t *testing.T) {
 	c, links, rc := lateCluster(t)
 	ctx := context.Background()
-	lock := mustTryAcquire(t, rc, ctx, "k", 2*time.Second)
-	if err := lock.Extend(ctx, 2*time.Second); err != nil { // the nodes know the script
-		t.Fatal(err)
-	}
+	var lock *redlock.Lock
+	retrySoon(t, "TryAcquire", func() (err error) {
+		lock, err = rc.TryAcquire(ctx, "k", 2*time.Second)
+		return err
+	})
 	redlock.WaitSettled(lock)
 	links[1].setDelay(300 * time.Millisecond)
 	links[2].setDelay(300 * time.Millisecond)
