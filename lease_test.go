@@ -461,12 +461,23 @@ func (h onceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func TestLock_autoRenew_lateAcquire(t *testing.T) {
 	c := newCluster(t, 3)
 	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock))
+	// The first contact (dials, identification, scripts) is made before the
+	// hook: under load it can outlast the node timeout, and the attempt
+	// that followed would start after the clock's jump.
+	retrySoon(t, "the first contact with the nodes", func() error {
+		l, err := rc.TryAcquire(context.Background(), "warm-up", time.Minute)
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		return err
+	})
 	hook := onceHook{clock: clock, by: 700 * time.Millisecond, once: new(sync.Once)}
 	for _, rdb := range c.clients {
 		rdb.AddHook(hook)
 	}
 	const ttl = time.Second
-	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", ttl, redlock.WithAutoRenew())
+	lock := mustTryAcquire(t, rc, context.Background(), "k", ttl, redlock.WithAutoRenew())
 	defer mustRelease(t, lock)
 	first := lock.Until()
 	if left := lock.Validity(); left > 300*time.Millisecond {
