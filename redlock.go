@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,8 +63,9 @@ type Client struct {
 	// misconfigured: by node, whether its last failure was one that
 	// retrying cannot cure (warned once until it answers properly)
 	misconfigured []atomic.Bool
-	idents        identities // see identity.go
-	calls         inflight   // node calls sent and not yet returned (see Drain)
+	idents        identities    // see identity.go
+	subscribers   []*subscriber // by node: the waiters' release subscriptions (see wakeup.go)
+	calls         inflight      // node calls sent and not yet returned (see Drain)
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -95,7 +95,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		quorum:        quorumOf(len(nodes)),
 		cfg: config{
 			driftFactor: defaultDriftFactor,
-			retry:       ExponentialBackoff(defaultRetryBase, defaultRetryMax),
+			retry:       defaultRetry,
 			clock:       systemClock{},
 			logger:      slog.New(slog.DiscardHandler),
 			handOffs:    defaultHandOffs,
@@ -121,8 +121,10 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	if !c.cfg.unbatched {
-		for i := range c.nodes {
+	c.subscribers = make([]*subscriber, len(c.nodes))
+	for i := range c.nodes {
+		c.subscribers[i] = newSubscriber(c.nodes[i].rdb)
+		if !c.cfg.unbatched {
 			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb}
 		}
 	}
@@ -388,7 +390,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	default:
 		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
 	}
-	heldOn := slices.Index(t.answers, holdsNot)
+	heldOn := listenNode(k.channels(), t.answers)
 	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
 		taken: takenByOne(t, q), misconfigured: t.outOfReach(q)}
 }
@@ -486,6 +488,9 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		// key. What must last across attempts (a writer's mark, a place in
 		// a fair queue) has a waiter ID in the kind.
 		a := newAcquisition(k, ac, settled)
+		// An announcement from before this attempt is old news; one that
+		// comes while it runs is not, and ends the wait after it at once.
+		watch.drain()
 		// A fair waiter named first in line tries again at once if refused
 		// (the release has not reached every node yet): it need not wait for
 		// a frozen node's timeout to learn that. Its keys on nodes that had
@@ -512,8 +517,13 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			watch.close()
 			watch = c.watchRelease(ctx, k.channels(), qe.heldOn, a.cfg.timeout)
 		}
-		watch.drain() // releases from before this attempt are old news
 		delay := ac.retry.Delay(failed)
+		if watch.subscribed() && ac.retry == defaultRetry {
+			// The release will be heard: the timer is only for the release
+			// that is missed (the node fails) or never announced (the
+			// holder's key expires).
+			delay = max(delay, subscribedPoll+mrand.N(subscribedPoll/2))
+		}
 		if woken && !qe.taken {
 			// Woken by a release and still refused, and no one holder
 			// shows on a quorum: the clients woken with us may have split

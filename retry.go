@@ -48,6 +48,17 @@ const (
 	defaultRetryMax  = 320 * time.Millisecond
 )
 
+// defaultRetry is the default policy. While an Acquire is subscribed to
+// the lock's release announcements, it waits at least about subscribedPoll
+// between attempts (see Client.acquireLoop).
+var defaultRetry RetryPolicy = exponentialBackoff{base: defaultRetryBase, max: defaultRetryMax}
+
+// subscribedPoll is the least wait between the attempts of an Acquire with
+// the default policy once it hears the lock's release announced (up to half
+// as long again, at random): at most one attempt a second per waiter while
+// the holder holds.
+const subscribedPoll = time.Second
+
 type exponentialBackoff struct{ base, max time.Duration }
 
 func (p exponentialBackoff) Delay(failed int) time.Duration {

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,15 +17,25 @@ import (
 // release is announced there. A missed announcement (the node is down, or
 // the release came before the subscription) costs nothing but the retry
 // delay, which still runs. The subscription lives as long as the Acquire.
+//
+// The waiters of a Client share one pub/sub connection per node (a
+// subscriber): each waiter adds its channels to the node's subscriptions
+// and is handed the announcements on them, so that a thousand waiters cost
+// one connection per node, not a thousand on the first node that refused,
+// and no goroutine of their own. Waiters on different keys are spread over
+// the nodes that refused them (see listenNode).
 
 // releaseWatch is one Acquire's subscription to a key's release channels
 // on one node. A nil *releaseWatch watches nothing.
 type releaseWatch struct {
-	node  int
-	ch    chan *redis.Message // announcements, once subscribed
-	ready chan struct{}       // closed once every channel is subscribed
-	quit  chan struct{}       // closed by close
-	stop  func()
+	node     int
+	channels []string
+	sub      *subscriber
+	ch       chan *redis.Message // announcements, once subscribed
+	ready    chan struct{}       // closed once every channel is subscribed
+	heard    []bool              // by channel: its subscription is confirmed (under sub.mu)
+	unheard  int                 // channels not yet confirmed (under sub.mu)
+	stop     func()
 }
 
 // watchRelease subscribes to a lock's release channels on node, and waits
@@ -33,53 +44,21 @@ type releaseWatch struct {
 // (a loaded or frozen node) is not given up: it goes on in the background,
 // and announcements count from when it is confirmed; until then the retry
 // delay runs as always.
-//
-// The subscription runs in a goroutine of its own: a go-redis client
-// without ContextTimeoutEnabled ignores context deadlines while it dials
-// and greets a new connection (HELLO), and a frozen node would otherwise
-// hold the Acquire for the client's ReadTimeout. After close, that
-// goroutine ends once the node answers or the client gives up.
 func (c *Client) watchRelease(ctx context.Context, channels []string, node int, timeout time.Duration) *releaseWatch {
 	w := &releaseWatch{
-		node:  node,
-		ch:    make(chan *redis.Message, 1),
-		ready: make(chan struct{}),
-		quit:  make(chan struct{}),
+		node:     node,
+		channels: channels,
+		sub:      c.subscribers[node],
+		ch:       make(chan *redis.Message, 1),
+		ready:    make(chan struct{}),
+		heard:    make([]bool, len(channels)),
 	}
-	w.stop = sync.OnceFunc(func() { close(w.quit) })
-	sub, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		defer cancel()
-		ps := c.nodes[node].rdb.Subscribe(sub, channels...)
-		ended := make(chan struct{})
-		defer close(ended)
-		go func() {
-			// Closing the subscription ends a read that waits for the
-			// node, whatever the client's deadlines.
-			select {
-			case <-w.quit:
-			case <-ended:
-			}
-			_ = ps.Close()
-		}()
-		for range channels {
-			if _, err := ps.Receive(sub); err != nil {
-				return // closed, or the node failed: the retry delay remains
-			}
-		}
-		close(w.ready)
-		for m := range ps.Channel() { // until ps is closed
-			select {
-			case w.ch <- m:
-			default: // one pending announcement is enough to wake up
-			}
-		}
-	}()
+	w.stop = sync.OnceFunc(func() { w.sub.remove(w) })
+	w.sub.add(w)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-w.ready:
-	case <-sub.Done(): // the subscription failed
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -93,6 +72,20 @@ func (w *releaseWatch) released() <-chan *redis.Message {
 		return nil
 	}
 	return w.ch
+}
+
+// subscribed reports whether every channel's subscription is confirmed:
+// from then on, a release is heard as it is announced.
+func (w *releaseWatch) subscribed() bool {
+	if w == nil {
+		return false
+	}
+	select {
+	case <-w.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // drain drops the announcements received so far.
@@ -113,6 +106,230 @@ func (w *releaseWatch) close() {
 	if w != nil {
 		w.stop()
 	}
+}
+
+// subscriberLinger is how long a subscriber keeps its connection once no
+// waiter is left, for the next one.
+const subscriberLinger = 250 * time.Millisecond
+
+// subscriber multiplexes the release watches of one Client on one node
+// over one pub/sub connection. A goroutine runs it while it has watches
+// (and subscriberLinger after the last): it sends the SUBSCRIBE and
+// UNSUBSCRIBE commands the watches call for, batched, and hands each
+// announcement to the watches of its channel.
+//
+// The commands run in that goroutine because a go-redis client without
+// ContextTimeoutEnabled ignores context deadlines while it dials and
+// greets a new connection (HELLO): a frozen node would otherwise hold an
+// Acquire for the client's ReadTimeout.
+type subscriber struct {
+	rdb redis.UniversalClient
+
+	mu       sync.Mutex
+	watches  map[string]map[*releaseWatch]struct{} // by channel
+	channels map[string]*subscription              // every channel asked for and not yet given up
+	running  bool                                  // the goroutine runs
+	kick     chan struct{}                         // buffered: the watches changed
+}
+
+// subscription is the state of one channel on the connection.
+type subscription struct {
+	wanted bool // the last command sent was SUBSCRIBE
+	sent   int  // commands sent for it
+	acked  int  // confirmations received for it
+	live   bool // the last confirmation was of a SUBSCRIBE
+}
+
+// confirmed reports whether the server is subscribed to the channel as
+// wanted: every command sent has been confirmed (a reconnection's
+// resubscription confirms more), and the last was a SUBSCRIBE.
+func (s *subscription) confirmed() bool { return s.wanted && s.live && s.acked >= s.sent }
+
+func newSubscriber(rdb redis.UniversalClient) *subscriber {
+	return &subscriber{
+		rdb:      rdb,
+		watches:  make(map[string]map[*releaseWatch]struct{}),
+		channels: make(map[string]*subscription),
+		kick:     make(chan struct{}, 1),
+	}
+}
+
+func (s *subscriber) add(w *releaseWatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	for i, ch := range w.channels {
+		set := s.watches[ch]
+		if set == nil {
+			set = make(map[*releaseWatch]struct{})
+			s.watches[ch] = set
+		}
+		set[w] = struct{}{}
+		if sub := s.channels[ch]; sub != nil && sub.confirmed() {
+			w.heard[i] = true
+		} else {
+			w.unheard++
+			changed = changed || sub == nil || !sub.wanted
+		}
+	}
+	if w.unheard == 0 {
+		close(w.ready)
+	}
+	if changed {
+		s.wake()
+	}
+}
+
+func (s *subscriber) remove(w *releaseWatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	for _, ch := range w.channels {
+		set := s.watches[ch]
+		delete(set, w)
+		if len(set) == 0 {
+			delete(s.watches, ch)
+			changed = true
+		}
+	}
+	if changed {
+		s.wake()
+	}
+}
+
+// wake tells the goroutine that the watches changed, starting it if it
+// does not run. Called with s.mu held.
+func (s *subscriber) wake() {
+	if !s.running {
+		s.running = true
+		go s.run()
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the subscriber's goroutine.
+func (s *subscriber) run() {
+	ctx := context.Background()
+	ps := s.rdb.Subscribe(ctx) // no channels yet: no connection yet
+	defer func() { _ = ps.Close() }()
+	var msgs <-chan any
+	linger := time.NewTimer(subscriberLinger)
+	defer linger.Stop()
+	for {
+		select {
+		case <-s.kick:
+			subscribe, unsubscribe, idle := s.changes()
+			if idle {
+				linger.Reset(subscriberLinger)
+			}
+			if len(subscribe) > 0 {
+				_ = ps.Subscribe(ctx, subscribe...) // a failure is retried by the reconnection
+			}
+			if len(unsubscribe) > 0 {
+				_ = ps.Unsubscribe(ctx, unsubscribe...)
+			}
+			if msgs == nil && len(subscribe) > 0 {
+				msgs = ps.ChannelWithSubscriptions()
+			}
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			s.deliver(m)
+		case <-linger.C:
+			if s.done() {
+				return
+			}
+		}
+	}
+}
+
+// changes works out the commands that bring the connection's channels to
+// the watches': the channels to subscribe and those to unsubscribe, and
+// marks them sent. idle reports that no watch is left.
+func (s *subscriber) changes() (subscribe, unsubscribe []string, idle bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.watches {
+		sub := s.channels[ch]
+		if sub == nil {
+			sub = &subscription{}
+			s.channels[ch] = sub
+		}
+		if !sub.wanted {
+			sub.wanted = true
+			sub.sent++
+			subscribe = append(subscribe, ch)
+		}
+	}
+	for ch, sub := range s.channels {
+		if _, ok := s.watches[ch]; !ok && sub.wanted {
+			sub.wanted = false
+			sub.sent++
+			unsubscribe = append(unsubscribe, ch)
+		}
+	}
+	return subscribe, unsubscribe, len(s.watches) == 0
+}
+
+// deliver handles what the connection received: a confirmation, which may
+// make watches ready, or an announcement, handed to its channel's watches.
+func (s *subscriber) deliver(m any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch m := m.(type) {
+	case *redis.Subscription:
+		sub := s.channels[m.Channel]
+		if sub == nil {
+			return
+		}
+		sub.acked++
+		sub.live = m.Kind == "subscribe"
+		if !sub.wanted && sub.acked >= sub.sent {
+			delete(s.channels, m.Channel) // given up, and the server agrees
+			return
+		}
+		if !sub.confirmed() {
+			return
+		}
+		for w := range s.watches[m.Channel] {
+			i := slices.Index(w.channels, m.Channel)
+			if !w.heard[i] {
+				w.heard[i] = true
+				if w.unheard--; w.unheard == 0 {
+					close(w.ready)
+				}
+			}
+		}
+	case *redis.Message:
+		for w := range s.watches[m.Channel] {
+			select {
+			case w.ch <- m:
+			default: // one pending announcement is enough to wake up
+			}
+		}
+	}
+}
+
+// done ends the goroutine if no watch is left, reporting whether it did.
+// A watch added later starts a new one, on a new connection.
+func (s *subscriber) done() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.watches) > 0 {
+		return false
+	}
+	s.running = false
+	clear(s.channels)
+	// A kick left for this goroutine is for none: drop it.
+	select {
+	case <-s.kick:
+	default:
+	}
+	return true
 }
 
 // wakeSpread is the real time over which the waiters woken by one release
@@ -160,4 +377,35 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 			return false, false, false
 		}
 	}
+}
+
+// listenNode picks the node an Acquire refused with answers listens on for
+// the release: one of the nodes where another holder had the key, chosen
+// by the lock's first channel, so that waiters on different keys spread
+// over the nodes while those on one key meet on one. It returns -1 when no
+// node named another holder.
+func listenNode(channels []string, answers []answer) int {
+	held := 0
+	for _, a := range answers {
+		if a == holdsNot {
+			held++
+		}
+	}
+	if held == 0 || len(channels) == 0 {
+		return -1
+	}
+	h := uint32(2166136261) // FNV-1a
+	for i := range len(channels[0]) {
+		h = (h ^ uint32(channels[0][i])) * 16777619
+	}
+	pick := int(h % uint32(held))
+	for i, a := range answers {
+		if a == holdsNot {
+			if pick == 0 {
+				return i
+			}
+			pick--
+		}
+	}
+	return -1
 }

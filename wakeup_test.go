@@ -1,0 +1,199 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock"
+)
+
+// subscribedChannels returns how many release channels each node has a
+// subscriber on.
+func (c *cluster) subscribedChannels() []int {
+	n := make([]int, len(c.servers))
+	for i, s := range c.servers {
+		n[i] = len(s.PubSubChannels("*:released"))
+	}
+	return n
+}
+
+// clientGoroutines counts the goroutines of the process that are not the
+// embedded nodes' (a miniredis node runs a few per connection).
+func clientGoroutines() int {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, "alicebob/miniredis") {
+			count++
+		}
+	}
+	return count
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// TestWaiters_shareOneConnectionPerNode: the waiting Acquires of a Client
+// share one pub/sub connection per node, spread over the nodes, with no
+// goroutine of their own; every one of them is woken by its release, not
+// by its retry timer.
+func TestWaiters_shareOneConnectionPerNode(t *testing.T) {
+	const waiters = 60
+	c := newCluster(t, 3)
+	holder := c.client(t)
+	ctx := context.Background()
+	var held []*redlock.Lock
+	for i := range waiters {
+		held = append(held, mustTryAcquire(t, holder, ctx, fmt.Sprintf("job-%d", i), time.Minute))
+	}
+	waitIdle(t, holder)
+	// Another process's Client: connections of its own.
+	rc := mustNew(t, c.connect(t))
+	before := clientGoroutines()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		acquired []time.Time
+	)
+	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lock, err := rc.Acquire(actx, fmt.Sprintf("job-%d", i), time.Minute)
+			if err != nil {
+				t.Errorf("Acquire job-%d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			acquired = append(acquired, time.Now())
+			mu.Unlock()
+			_ = lock.Release(ctx)
+		}()
+	}
+	waitFor(t, "every waiter to subscribe", func() bool { return sum(c.subscribedChannels()) == waiters })
+	perNode := c.subscribedChannels()
+	for i, n := range perNode {
+		if n == 0 {
+			t.Errorf("no waiter listens on node %d: %v channels by node", i, perNode)
+		}
+		// The waiters' pub/sub connection, the holder's and the waiters'
+		// pools (a few each), the test's own: far from one per waiter.
+		if conns := c.servers[i].CurrentConnectionCount(); conns > 12 {
+			t.Errorf("node %d has %d connections with %d waiters", i, conns, waiters)
+		}
+	}
+	// The waiters' own goroutines, and a few for the Client's subscribers.
+	extra := clientGoroutines() - before - waiters
+	t.Logf("%d waiters: %d goroutines beyond their own", waiters, extra)
+	if extra > 15 {
+		t.Errorf("%d waiters cost %d goroutines beyond their own", waiters, extra)
+	}
+	released := time.Now()
+	for _, l := range held {
+		mustRelease(t, l)
+	}
+	wg.Wait()
+	if len(acquired) != waiters {
+		t.Fatalf("%d of %d waiters acquired", len(acquired), waiters)
+	}
+	// A waiter that missed its release waits out its timer: a second at
+	// least with the default policy.
+	for _, at := range acquired {
+		if d := at.Sub(released); d > 900*time.Millisecond {
+			t.Errorf("a waiter acquired %v after the releases: not woken by its release", d)
+		}
+	}
+	waitFor(t, "the waiters' subscriptions to end", func() bool { return sum(c.subscribedChannels()) == 0 })
+}
+
+// TestWaiters_pollAboutOncePerSecond: once subscribed to the release, an
+// Acquire with the default policy tries at most about once a second while
+// the holder holds.
+func TestWaiters_pollAboutOncePerSecond(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	held := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	defer mustRelease(t, held)
+	rc := mustNew(t, c.connect(t))
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rc.Acquire(actx, "k", time.Minute)
+		done <- err
+	}()
+	waitFor(t, "the waiter to subscribe", func() bool { return sum(c.subscribedChannels()) == 1 })
+	before := c.servers[0].CommandCount()
+	time.Sleep(3 * time.Second)
+	attempts := c.servers[0].CommandCount() - before
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("Acquire succeeded while another held the lock")
+	}
+	// The default policy alone would try about 10 times in 3 s.
+	if attempts > 4 {
+		t.Fatalf("%d attempts in 3s while subscribed, want at most 4", attempts)
+	}
+	waitFor(t, "the waiter's subscription to end", func() bool { return sum(c.subscribedChannels()) == 0 })
+}
+
+// TestWaiters_oneChannelWhileOneWaits: two waiting Acquires of one Client
+// on one key subscribe to its channel once; the subscription stays while
+// one of them still waits, and that one is woken by the release.
+func TestWaiters_oneChannelWhileOneWaits(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	held := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	rc := mustNew(t, c.connect(t))
+	// Two kinds on one key's channel: a bounded Acquire contends at once
+	// (no local turn), so both subscribe.
+	short, cancelShort := context.WithCancel(ctx)
+	shortDone := make(chan error, 1)
+	go func() {
+		_, err := rc.Acquire(short, "k", time.Minute, redlock.WithMaxAttempts(1000))
+		shortDone <- err
+	}()
+	long := make(chan error, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "k", time.Minute, redlock.WithMaxAttempts(1000))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		long <- err
+	}()
+	waitFor(t, "the waiters to subscribe", func() bool { return sum(c.subscribedChannels()) == 1 })
+	cancelShort()
+	if err := <-shortDone; err == nil {
+		t.Fatal("the cancelled Acquire succeeded")
+	}
+	if n := sum(c.subscribedChannels()); n != 1 {
+		t.Fatalf("after one of two waiters left, %d channels subscribed, want 1", n)
+	}
+	released := time.Now()
+	mustRelease(t, held)
+	if err := <-long; err != nil {
+		t.Fatalf("the waiter left: %v", err)
+	}
+	if d := time.Since(released); d > 900*time.Millisecond {
+		t.Fatalf("the waiter left acquired %v after the release: not woken by it", d)
+	}
+}
