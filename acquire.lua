@@ -2,14 +2,13 @@
 -- holds our token (a command that go-redis sent again after a network error
 -- must not report a lock we hold as taken by someone else; its time to live
 -- is lengthened to ttl, never shortened). For a fenced lock it then
--- increments the key's fencing counter.
+-- draws the next value of the key's fencing counter (counter.lua).
 -- KEYS[1]: the lock key
--- KEYS[2]: the key's fencing counter, given only for a fenced lock (no TTL:
---          it must outlive locks)
+-- KEYS[2]: the key's fencing counter, given only for a fenced lock
 -- ARGV[1]: our token
 -- ARGV[2]: ttl in milliseconds
--- Returns, when the key now holds our token, the fencing counter after its
--- increment (1 when not fenced); if someone else holds it, a negative
+-- Returns, when the key now holds our token, the fencing counter's new
+-- value (1 when not fenced); if someone else holds it, a negative
 -- number naming the holder (from its token's first 8 bytes), so that the
 -- client can tell one holder on many nodes from a split vote; -1 when a
 -- lock of another kind holds it (the key is not a string: GET fails).
@@ -30,6 +29,6 @@ else
   return -(n + 1)
 end
 if #KEYS > 1 then
-  return redis.call('INCR', KEYS[2])
+  return counter_next(KEYS[2])
 end
 return 1

@@ -59,3 +59,26 @@ func LocalWaiters(c *Client, key string) int {
 	defer q.mu.Unlock()
 	return len(q.waiters)
 }
+
+// ScriptSource returns the text the Client runs for a script file: the
+// file, after counter.lua when the script draws or raises counters.
+func ScriptSource(file string) string {
+	src, ok := map[string]string{
+		"acquire.lua":        withCounters(acquireLua),
+		"raise_fence.lua":    withCounters(raiseFenceLua),
+		"handoff.lua":        withCounters(handOffLua),
+		"extend.lua":         extendLua,
+		"release.lua":        releaseLua,
+		"inspect.lua":        inspectLua,
+		"fenced_set.lua":     fencedSetLua,
+		"kind_reentrant.lua": withCounters(reentrantLua),
+		"kind_multi.lua":     withCounters(multiLua),
+		"kind_semaphore.lua": withCounters(semaphoreLua),
+		"kind_rw.lua":        withCounters(rwLua),
+		"kind_fair.lua":      withCounters(fairLua),
+	}[file]
+	if !ok {
+		panic("no script " + file)
+	}
+	return src
+}

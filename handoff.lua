@@ -10,7 +10,7 @@
 -- ARGV[4]: the key's release channel
 -- Returns 0 if someone else holds the key (or a lock of another kind).
 -- Otherwise 4*c + 2*w + r: c is
--- the fencing counter after its increment (1 when not fenced), w is 1 if
+-- the fencing counter's new value (1 when not fenced), w is 1 if
 -- another process waits for the key's release here (it subscribed to the
 -- channel), r is 1 if the holder's token was there and 0 if not.
 local v = redis.pcall('GET', KEYS[1])
@@ -32,7 +32,7 @@ else
 end
 local c = 1
 if #KEYS > 1 then
-  c = redis.call('INCR', KEYS[2])
+  c = counter_next(KEYS[2])
 end
 local w = 0
 if redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2] > 0 then

@@ -3,7 +3,6 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -47,11 +46,7 @@ func mustGet(t *testing.T, ch <-chan acquired) *redlock.Lock {
 
 func scriptSHA(t *testing.T, file string) string {
 	t.Helper()
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return redis.NewScript(string(src)).Hash()
+	return redis.NewScript(redlock.ScriptSource(file)).Hash()
 }
 
 // scriptCalls counts, per script file, the calls a hooked node received.

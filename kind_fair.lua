@@ -3,13 +3,13 @@
 -- KEYS[2]: {key}:queue, a sorted set: waiter ID -> ticket
 -- KEYS[3]: {key}:queue-deadlines, a sorted set: waiter ID -> the node time
 --          (ms) after which a waiter that stopped trying leaves the queue
--- KEYS[4]: {key}:tickets, the ticket counter (no TTL, like a fencing counter)
+-- KEYS[4]: {key}:tickets, the ticket counter (a counter like a fencing one)
 -- KEYS[5]: the key's fencing counter, when ARGV[5] is 1
 -- ARGV[1]: ticket (returns the next ticket), acquire, extend, release, drop
 --          (after a failed attempt: stays queued), leave (gives up its place)
 --          or dequeue (leaves the queue once the lock was won elsewhere)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
--- ARGV[5]: 1 to increment the fencing counter on acquire, else 0
+-- ARGV[5]: 1 to draw the fencing counter on acquire, else 0
 -- ARGV[6]: our ticket; ARGV[7]: how long (ms) a waiter keeps its place
 --          without trying again; ARGV[8]: our waiter ID, the same for all the
 --          attempts of one Acquire (each attempt has its own token)
@@ -24,7 +24,7 @@
 local key, q, dl = KEYS[1], KEYS[2], KEYS[3]
 local op, token, px, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[8]
 if op == 'ticket' then
-  return redis.call('INCR', KEYS[4])
+  return counter_next(KEYS[4])
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -62,7 +62,7 @@ if op == 'acquire' then
     unqueue(waiter)
   end
   if ARGV[5] == '1' then
-    return redis.call('INCR', KEYS[5])
+    return counter_next(KEYS[5])
   end
   return 1
 elseif op == 'dequeue' then

@@ -4,13 +4,13 @@
 -- ARGV[1]: acquire, extend, release or drop
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: '1' to announce a release
 -- on each key's channel, '' not to
--- ARGV[5]: 1 to increment the fencing counters on acquire, else 0
+-- ARGV[5]: 1 to draw the fencing counters on acquire, else 0
 -- ARGV[6]: m, the number of lock keys
 -- ARGV[7..6+m]: the keys' release channels
 -- A key held by a lock of another kind (not a string: GET fails, and pcall
 -- returns the error as a table) counts as held by another holder.
 -- Acquire returns 0 when another holder has any of the keys, else the
--- fencing counter (1 when not fenced): every key's counter is incremented and
+-- fencing counter (1 when not fenced): every key's counter draws its next value and
 -- then set to the highest of them, so that the answer is a token that no key
 -- on this node has reached before and that every key's counter now stores.
 -- Extend returns 1 if every key held our token; release and drop return 1 if
@@ -41,7 +41,7 @@ if op == 'acquire' then
   end
   local c = 0
   for i = 1, m do
-    c = math.max(c, redis.call('INCR', KEYS[m + i]))
+    c = math.max(c, counter_next(KEYS[m + i]))
   end
   for i = 1, m do
     redis.call('SET', KEYS[m + i], c)

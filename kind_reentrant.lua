@@ -6,7 +6,7 @@
 -- KEYS[3]: the key's fencing counter, when ARGV[5] is 1
 -- ARGV[1]: acquire, extend, release or drop
 -- ARGV[2]: the hold's token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
--- ARGV[5]: 1 to increment the fencing counter on acquire, else 0
+-- ARGV[5]: 1 to draw the fencing counter on acquire, else 0
 -- ARGV[6]: the owner
 -- Acquire returns 0 when another owner holds the lock, else the fencing
 -- counter (1 when not fenced). The others return 1 if the hold was there.
@@ -35,7 +35,7 @@ if op == 'acquire' then
   stretch(h)
   stretch(g)
   if ARGV[5] == '1' then
-    return redis.call('INCR', KEYS[3])
+    return counter_next(KEYS[3])
   end
   return 1
 elseif op == 'extend' then

@@ -10,7 +10,7 @@
 -- ARGV[1]: acquire, extend, release, drop (after a failed attempt: keeps the
 --          writer's mark) or leave (a writer gives up: removes it)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
--- ARGV[5]: 1 to increment the fencing counter on acquire, else 0
+-- ARGV[5]: 1 to draw the fencing counter on acquire, else 0
 -- ARGV[6]: r for a reader, w for a writer
 -- ARGV[7]: the writer's waiter ID, the same for all the attempts of one
 --          Acquire (each attempt has its own token)
@@ -26,7 +26,7 @@ local kind = redis.call('TYPE', k).ok
 local readers = kind == 'zset' and redis.call('ZSCORE', k, 'readers') ~= false
 local function fence()
   if ARGV[5] == '1' then
-    return redis.call('INCR', KEYS[3])
+    return counter_next(KEYS[3])
   end
   return 1
 end

@@ -5,7 +5,7 @@
 -- KEYS[3]: the key's fencing counter, when ARGV[5] is 1
 -- ARGV[1]: acquire, extend, release or drop
 -- ARGV[2]: the permit's token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
--- ARGV[5]: 1 to increment the fencing counter on acquire, else 0
+-- ARGV[5]: 1 to draw the fencing counter on acquire, else 0
 -- ARGV[6]: K
 -- Acquire returns 0 when K permits are held, else the fencing counter (1 when
 -- not fenced); an error when the resource was created with another K. The
@@ -50,7 +50,7 @@ if op == 'acquire' then
   stretch(z)
   stretch(lim)
   if ARGV[5] == '1' then
-    return redis.call('INCR', KEYS[3])
+    return counter_next(KEYS[3])
   end
   return 1
 elseif op == 'extend' then

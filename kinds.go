@@ -26,23 +26,23 @@ import (
 var (
 	//go:embed kind_reentrant.lua
 	reentrantLua    string
-	reentrantScript = redis.NewScript(reentrantLua)
+	reentrantScript = redis.NewScript(withCounters(reentrantLua))
 
 	//go:embed kind_multi.lua
 	multiLua    string
-	multiScript = redis.NewScript(multiLua)
+	multiScript = redis.NewScript(withCounters(multiLua))
 
 	//go:embed kind_semaphore.lua
 	semaphoreLua    string
-	semaphoreScript = redis.NewScript(semaphoreLua)
+	semaphoreScript = redis.NewScript(withCounters(semaphoreLua))
 
 	//go:embed kind_rw.lua
 	rwLua    string
-	rwScript = redis.NewScript(rwLua)
+	rwScript = redis.NewScript(withCounters(rwLua))
 
 	//go:embed kind_fair.lua
 	fairLua    string
-	fairScript = redis.NewScript(fairLua)
+	fairScript = redis.NewScript(withCounters(fairLua))
 )
 
 // kind is what a Lock is on the nodes.

@@ -72,8 +72,71 @@ func TestLock_FencingToken_increases(t *testing.T) {
 		}
 		mustRelease(t, lock)
 	}
-	if last != 20 {
-		t.Errorf("last token %d after 20 acquires from fresh nodes, want 20", last)
+}
+
+// TestLock_FencingToken_fromTheClock: a counter drawn for the first time,
+// or after it expired, starts from the node's clock in microseconds, so
+// that it is above every value it gave before it expired.
+func TestLock_FencingToken_fromTheClock(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	before := uint64(time.Now().UnixMicro())
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Second, redlock.WithFencing())
+	first := lock.FencingToken()
+	if after := uint64(time.Now().UnixMicro()); first < before || first > after {
+		t.Fatalf("first token %d, want the nodes' clock in µs, between %d and %d", first, before, after)
+	}
+	mustRelease(t, lock)
+	redlock.WaitSettled(lock)
+	for i, s := range c.servers {
+		if ttl := s.TTL("{k}:fence"); ttl <= 0 || ttl > redlock.FenceHorizon {
+			t.Errorf("node %d: the counter expires in %v, want within FenceHorizon (%v)", i, ttl, redlock.FenceHorizon)
+		}
+		s.FastForward(redlock.FenceHorizon)
+		if s.Exists("{k}:fence") {
+			t.Errorf("node %d keeps the counter after FenceHorizon", i)
+		}
+	}
+	lock = mustTryAcquire(t, rc, ctx, "k", time.Second, redlock.WithFencing())
+	defer mustRelease(t, lock)
+	if lock.FencingToken() <= first {
+		t.Fatalf("token %d after the counters expired, not above %d given before", lock.FencingToken(), first)
+	}
+}
+
+// TestLock_FencingToken_counterAheadOfTheClock: a counter above the node's
+// clock (raised to another node's token, from a clock ahead) goes on from
+// its value, and one set by an older version of the library (small, no
+// time to live) is taken over: the next token is above it and the counter
+// now expires.
+func TestLock_FencingToken_counterAheadOfTheClock(t *testing.T) {
+	ahead := time.Now().UnixMicro() + int64(time.Hour/time.Microsecond)
+	for _, tc := range []struct {
+		name    string
+		counter int64
+		want    func(tok uint64) bool
+	}{
+		{"ahead of the clock", ahead, func(tok uint64) bool { return tok == uint64(ahead)+1 }},
+		{"a small counter without ttl", 41, func(tok uint64) bool { return tok >= uint64(time.Now().Add(-time.Minute).UnixMicro()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			for _, s := range c.servers {
+				_ = s.Set("{k}:fence", strconv.FormatInt(tc.counter, 10))
+			}
+			lock := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Second, redlock.WithFencing())
+			defer mustRelease(t, lock)
+			if tok := lock.FencingToken(); !tc.want(tok) {
+				t.Fatalf("token %d from counters at %d", tok, tc.counter)
+			}
+			redlock.WaitSettled(lock)
+			for i, s := range c.servers {
+				if ttl := s.TTL("{k}:fence"); ttl <= 0 {
+					t.Errorf("node %d: the counter has no time to live after the acquire", i)
+				}
+			}
+		})
 	}
 }
 
@@ -109,12 +172,14 @@ func TestLock_FencingToken_nodesLostData(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCluster(t, 5)
+			// Far ahead of the nodes' clocks: the counters decide.
+			base := time.Now().UnixMicro() + int64(time.Hour/time.Microsecond)
 			var highest int64
 			for i, v := range tt.counters {
 				if v > 0 {
-					_ = c.servers[i].Set("{k}:fence", strconv.FormatInt(v, 10))
+					_ = c.servers[i].Set("{k}:fence", strconv.FormatInt(base+v, 10))
 				}
-				highest = max(highest, v)
+				highest = max(highest, base+v)
 			}
 			lock := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Second, redlock.WithFencing())
 			if got := int64(lock.FencingToken()); got <= highest {

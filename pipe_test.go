@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -37,11 +36,7 @@ type trip struct {
 
 // acquireSHA is the SHA1 of the plain acquire script.
 var acquireSHA = func() string {
-	src, err := os.ReadFile("acquire.lua")
-	if err != nil {
-		panic(err)
-	}
-	return redis.NewScript(string(src)).Hash()
+	return redis.NewScript(redlock.ScriptSource("acquire.lua")).Hash()
 }()
 
 func newRoundTrips() *roundTrips { return &roundTrips{gate: make(chan struct{})} }

@@ -4,8 +4,6 @@
 -- Returns 1.
 local n = tonumber(ARGV[1])
 for _, k in ipairs(KEYS) do
-  if tonumber(redis.call('GET', k) or '0') < n then
-    redis.call('SET', k, n)
-  end
+  counter_raise(k, n)
 end
 return 1

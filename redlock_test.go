@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -1227,10 +1226,7 @@ type scriptHook struct {
 
 func newScriptHook(t *testing.T, file string, before func(ctx context.Context) error) scriptHook {
 	t.Helper()
-	body, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := []byte(redlock.ScriptSource(file))
 	return scriptHook{sha: fmt.Sprintf("%x", sha1.Sum(body)), body: string(body), before: before}
 }
 

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	_ "embed"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,11 +16,11 @@ import (
 var (
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript(withCounters(acquireLua))
 
 	//go:embed raise_fence.lua
 	raiseFenceLua    string
-	raiseFenceScript = redis.NewScript(raiseFenceLua)
+	raiseFenceScript = redis.NewScript(withCounters(raiseFenceLua))
 
 	//go:embed extend.lua
 	extendLua    string
@@ -27,12 +28,29 @@ var (
 
 	//go:embed handoff.lua
 	handOffLua    string
-	handOffScript = redis.NewScript(handOffLua)
+	handOffScript = redis.NewScript(withCounters(handOffLua))
 
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
 )
+
+// FenceHorizon is how long a node keeps a key's fencing counter (and a fair
+// lock's ticket counter) after the last lock taken on the key with it: the
+// counters expire rather than stay for every key ever locked. A counter
+// drawn again after it expired starts from the node's clock, in
+// microseconds, which every earlier value is below (see WithFencing and
+// docs/safety.md).
+const FenceHorizon = 24 * time.Hour
+
+//go:embed counter.lua
+var counterLua string
+
+// withCounters puts counter.lua, with FenceHorizon filled in, before
+// script: the functions that draw and raise counters.
+func withCounters(script string) string {
+	return strings.ReplaceAll(counterLua, "HORIZON_MS", strconv.FormatInt(FenceHorizon.Milliseconds(), 10)) + script
+}
 
 // companion names a key or channel that belongs to the lock key key (its
 // fencing counter, a kind's own keys, its release channel), in key's Redis

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/quorumlock/redlock"
 )
 
 // history is what one schedule did: every step as its actor saw it, and
@@ -226,15 +228,15 @@ func (h *history) signals() []Violation {
 	return vs
 }
 
-// kept are the keys docs/kinds.md lists as kept for good: the fencing and
-// ticket counters.
-func kept(key string) bool {
+// counter reports whether key is a fencing or ticket counter: it outlives
+// the locks, up to redlock.FenceHorizon (docs/safety.md).
+func counter(key string) bool {
 	return strings.HasSuffix(key, ":fence") || strings.HasSuffix(key, ":tickets")
 }
 
-// leftovers finds keys left on a node with no time to live (other than the
-// counters that are kept), or with more than any lock of the schedule could
-// have set: both outlive every lock.
+// leftovers finds keys left on a node with no time to live, or with more
+// than any lock of the schedule could have set (for the fencing and ticket
+// counters, more than redlock.FenceHorizon): both outlive every lock.
 func (h *history) leftovers() []Violation {
 	var vs []Violation
 	for _, k := range h.left {
@@ -242,8 +244,10 @@ func (h *history) leftovers() []Violation {
 		if strings.HasSuffix(k.key, ":queue") || strings.HasSuffix(k.key, ":queue-deadlines") {
 			bound = 2*fairQueuePatience + 100*time.Millisecond
 		}
+		if counter(k.key) {
+			bound = redlock.FenceHorizon
+		}
 		switch {
-		case kept(k.key):
 		case k.pttl < 0:
 			vs = append(vs, Violation{checkLeft, fmt.Sprintf("node %d: %q has no time to live", k.node, k.key)})
 		case k.pttl > bound:

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/redlock"
 )
 
 // at0 is the start of a made-up history; ms(n) after it is tms(n).
@@ -183,16 +185,17 @@ func TestStallWatch(t *testing.T) {
 
 func TestHistory_leftovers(t *testing.T) {
 	h := &history{maxTTL: 500 * time.Millisecond, left: []keyLeft{
-		{0, "{a}:fence", -1},
-		{0, "{t}:c::fence", -1},
-		{0, "{a}:tickets", -1},
+		{0, "{a}:fence", 23 * time.Hour},
+		{0, "{t}:c::fence", redlock.FenceHorizon},
+		{0, "{a}:tickets", time.Hour},
 		{0, "a", 400 * time.Millisecond},
 		{1, "{a}:queue", 7 * time.Second},
 		{1, "b", -1},
 		{2, "{b}:grants", time.Minute},
+		{2, "{c}:fence", -1},
 	}}
 	got := h.leftovers()
-	if len(got) != 2 || !strings.Contains(got[0].Detail, `"b" has no time to live`) || !strings.Contains(got[1].Detail, `"{b}:grants" has 1m0s left`) {
+	if len(got) != 3 || !strings.Contains(got[0].Detail, `"b" has no time to live`) || !strings.Contains(got[1].Detail, `"{b}:grants" has 1m0s left`) || !strings.Contains(got[2].Detail, `"{c}:fence" has no time to live`) {
 		t.Fatalf("leftovers: %v", got)
 	}
 }
