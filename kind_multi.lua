@@ -44,7 +44,7 @@ if op == 'acquire' then
     c = math.max(c, counter_next(KEYS[m + i]))
   end
   for i = 1, m do
-    redis.call('SET', KEYS[m + i], c)
+    counter_raise(KEYS[m + i], c)
   end
   return c
 elseif op == 'extend' then

@@ -583,6 +583,28 @@ func TestKinds_leases(t *testing.T) {
 				t.Fatalf("fencing token %d after %d", second.FencingToken(), first.FencingToken())
 			}
 			mustRelease(t, second)
+			redlock.WaitSettled(second)
+			// The counters (fencing, tickets) expire within the horizon;
+			// nothing is left past it.
+			for i, s := range c.servers {
+				counters := 0
+				for _, key := range s.Keys() {
+					if !strings.HasSuffix(key, ":fence") && !strings.HasSuffix(key, ":tickets") {
+						continue
+					}
+					counters++
+					if ttl := s.TTL(key); ttl <= 0 || ttl > redlock.FenceHorizon {
+						t.Errorf("node %d: counter %q expires in %v, want within FenceHorizon", i, key, ttl)
+					}
+				}
+				if counters == 0 {
+					t.Errorf("node %d: no counter after fenced locks", i)
+				}
+				s.FastForward(redlock.FenceHorizon)
+				if left := s.Keys(); len(left) != 0 {
+					t.Errorf("node %d keeps %v past FenceHorizon", i, left)
+				}
+			}
 		})
 	}
 }
