@@ -9,6 +9,7 @@ require (
 	github.com/quorumlock/redlock v0.1.0
 	github.com/quorumlock/redlock/chaos v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
 )
 
 require (

@@ -1,9 +1,10 @@
-// Command bench compares this library with go-redsync/redsync and
-// bsm/redislock, and with plain go-redis floors, against real redis-server
+// Command bench compares this library with go-redsync/redsync,
+// bsm/redislock and rueidis' rueidislock, and with plain go-redis floors, against real redis-server
 // processes that it starts and stops itself on loopback. The cases run in
 // interleaved rounds, so that the machine's noise spreads over all of them.
 //
 //	cd bench && go run . [-rounds 5] [-slice 1s] [-json results.json] [-svg chart.svg]
+//	cd bench && go run . -probe wait|leftovers [-size N]
 //
 // Workloads:
 //
@@ -62,6 +63,8 @@ func main() {
 	workloads := flag.String("workloads", "UKC", "which workloads to run")
 	only := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	probe := flag.String("probe", "", "run a probe instead of the workloads: wait or leftovers (see probes.go)")
+	size := flag.Int("size", 1000, "the probe's size: waiters (wait) or distinct keys (leftovers)")
 	flag.Parse()
 	match, err := regexp.Compile(*only)
 	if err != nil {
@@ -97,6 +100,12 @@ func main() {
 	env := &benchEnv{store: nodes[5].Addr()}
 	for _, n := range nodes[:5] {
 		env.addrs = append(env.addrs, n.Addr())
+	}
+	if *probe != "" {
+		if err := runProbe(context.Background(), os.Stdout, env, *probe, *size); err != nil {
+			log.Print(err)
+		}
+		return
 	}
 
 	var cases []benchCase
@@ -221,6 +230,9 @@ func allCases() []benchCase {
 		{"redsync", []int{1, 3, 5}, newRedsync(0), ""},
 		{"redsync-2ms", []int{1, 3, 5}, newRedsync(2 * time.Millisecond), ""},
 		{"redislock", []int{1}, newRedislock, ""},
+		// rueidislock's N is its keys on one node (KeyMajority = (N+1)/2):
+		// it has no independent nodes.
+		{"rueidislock", []int{1, 3, 5}, newRueidislock, ""},
 		// This library's other lock kinds, beside the plain lock.
 		{"kind-reentrant", []int{5}, newRedlockKind(redlock.WithOwner("bench")), "UK"}, // one owner: C would need one per goroutine
 		{"kind-read", []int{5}, newRedlockKind(redlock.ForRead()), "UK"},
@@ -668,7 +680,11 @@ func writeTable(w io.Writer, results []*result) {
 		} else if r.Share < 0 {
 			share = "starved"
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%s\t%.2f\t%d\t\n", r.Case, r.OpsPerS, r.P50Ms, r.P99Ms, share, r.Attempts, r.Failures)
+		attempts := "-" // not counted
+		if r.Attempts > 0 {
+			attempts = fmt.Sprintf("%.2f", r.Attempts)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%d\t\n", r.Case, r.OpsPerS, r.P50Ms, r.P99Ms, share, attempts, r.Failures)
 	}
 	_ = tw.Flush()
 	for _, r := range results {

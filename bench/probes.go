@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+// Probes measure what a workload costs the nodes and the process rather
+// than how fast it runs:
+//
+//	-probe wait       W Acquires waiting on W distinct keys held by another
+//	                  Client (N = 3): connections per node, goroutines and
+//	                  heap per waiter, script calls per second per node while
+//	                  they wait; then the keys are released and each waiter
+//	                  is timed from the release to its lock (a waiter not
+//	                  woken by its release waits out its retry timer, a
+//	                  second at least).
+//	-probe leftovers  K distinct keys locked WithFencing and Fair and
+//	                  released (N = 3): the keys left per node once every
+//	                  lock's TTL has passed, and the longest time to live
+//	                  among them (the counters' horizon).
+
+func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, size int) error {
+	switch probe {
+	case "wait":
+		return probeWait(ctx, w, e, size)
+	case "leftovers":
+		return probeLeftovers(ctx, w, e, size)
+	}
+	return fmt.Errorf("unknown probe %q (wait, leftovers)", probe)
+}
+
+// nodeStats reads INFO from every node: connected clients and commands
+// processed so far.
+func nodeStats(ctx context.Context, cs []*redis.Client) (conns, commands []int64, err error) {
+	for _, c := range cs {
+		info, err := c.Info(ctx, "clients", "stats").Result()
+		if err != nil {
+			return nil, nil, err
+		}
+		conns = append(conns, infoField(info, "connected_clients"))
+		commands = append(commands, infoField(info, "total_commands_processed"))
+	}
+	return conns, commands, nil
+}
+
+func infoField(info, name string) int64 {
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return -1
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+func probeWait(ctx context.Context, w io.Writer, e *benchEnv, waiters int) error {
+	const n = 3
+	admin, stopAdmin := e.clients(n)
+	defer stopAdmin()
+	for _, c := range admin {
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	holderNodes, stopHolder := e.clients(n)
+	defer stopHolder()
+	holder, err := redlock.New(holderNodes)
+	if err != nil {
+		return err
+	}
+	keys := make([]string, waiters)
+	held := make([]*redlock.Lock, waiters)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("probe-wait:%d", i)
+		if held[i], err = holder.TryAcquire(ctx, keys[i], time.Minute); err != nil {
+			return err
+		}
+	}
+	conns0, _, err := nodeStats(ctx, admin)
+	if err != nil {
+		return err
+	}
+	goroutines0, heap0 := runtime.NumGoroutine(), heapInUse()
+
+	waiterNodes, stopWaiter := e.clients(n)
+	defer stopWaiter()
+	rc, err := redlock.New(waiterNodes)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	acquiredAt := make([]time.Time, waiters)
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Int64
+	)
+	for i := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := rc.Acquire(wctx, keys[i], time.Minute)
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			acquiredAt[i] = time.Now()
+			_ = l.Release(context.Background())
+		}()
+	}
+	// Let every waiter fail its first attempt and subscribe, then measure
+	// the steady wait.
+	time.Sleep(3 * time.Second)
+	conns1, cmds1, err := nodeStats(ctx, admin)
+	if err != nil {
+		return err
+	}
+	goroutines1, heap1 := runtime.NumGoroutine(), heapInUse()
+	const window = 5 * time.Second
+	time.Sleep(window)
+	_, cmds2, err := nodeStats(ctx, admin)
+	if err != nil {
+		return err
+	}
+
+	releasedAt := make([]time.Time, waiters)
+	for i, l := range held {
+		releasedAt[i] = time.Now()
+		_ = l.Release(ctx)
+	}
+	wg.Wait()
+	var late, woken int
+	var worst time.Duration
+	for i := range keys {
+		if acquiredAt[i].IsZero() {
+			continue
+		}
+		d := acquiredAt[i].Sub(releasedAt[i])
+		worst = max(worst, d)
+		if d > 900*time.Millisecond {
+			late++
+		} else {
+			woken++
+		}
+	}
+	fmt.Fprintf(w, "probe wait: %d waiters on %d distinct keys, N = %d, one waiting Client\n", waiters, waiters, n)
+	for i := range admin {
+		fmt.Fprintf(w, "  node %d: %d connections more while waiting; %.0f commands/s while waiting\n",
+			i, conns1[i]-conns0[i], float64(cmds2[i]-cmds1[i])/window.Seconds())
+	}
+	fmt.Fprintf(w, "  goroutines per waiter beyond its own: %.3f\n", float64(goroutines1-goroutines0-waiters)/float64(waiters))
+	fmt.Fprintf(w, "  heap per waiter: %.1f KB\n", float64(int64(heap1)-int64(heap0))/float64(waiters)/1024)
+	fmt.Fprintf(w, "  after the releases: %d woken within 900 ms, %d later (missed wake-ups), %d failed; slowest %v\n",
+		woken, late, failed.Load(), worst.Round(time.Millisecond))
+	return nil
+}
+
+func probeLeftovers(ctx context.Context, w io.Writer, e *benchEnv, keys int) error {
+	const n = 3
+	const lockTTL = time.Second
+	admin, stopAdmin := e.clients(n)
+	defer stopAdmin()
+	for _, c := range admin {
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	nodes, stop := e.clients(n)
+	defer stop()
+	rc, err := redlock.New(nodes)
+	if err != nil {
+		return err
+	}
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+		errs atomic.Int64
+	)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(keys) {
+					return
+				}
+				opts := []redlock.AcquireOption{redlock.WithFencing()}
+				if i%2 == 1 {
+					opts = append(opts, redlock.Fair())
+				}
+				l, err := rc.TryAcquire(ctx, fmt.Sprintf("probe-left:%d", i), lockTTL, opts...)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				_ = l.Release(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+	_ = rc.Drain(ctx)
+	time.Sleep(lockTTL + 500*time.Millisecond) // every lock's TTL has passed
+	fmt.Fprintf(w, "probe leftovers: %d distinct keys locked WithFencing (half of them Fair) and released, N = %d, %d failed\n", keys, n, errs.Load())
+	for i, c := range admin {
+		size, err := c.DBSize(ctx).Result()
+		if err != nil {
+			return err
+		}
+		var longest, noTTL int64
+		iter := c.Scan(ctx, 0, "*", 1000).Iterator()
+		for iter.Next(ctx) {
+			ttl, err := c.PTTL(ctx, iter.Val()).Result()
+			if err != nil {
+				return err
+			}
+			if ttl < 0 {
+				noTTL++
+			}
+			longest = max(longest, int64(ttl/time.Millisecond))
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "  node %d: %d keys left, %d without a TTL, the longest expires in %v\n",
+			i, size, noTTL, (time.Duration(longest) * time.Millisecond).Round(time.Minute))
+	}
+	return nil
+}
