@@ -473,8 +473,9 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 	var watch *releaseWatch // subscribed after the first failure
 	defer func() { watch.close() }()
 	var (
-		first bool // a fair lock's last announcement named this waiter first in line
-		woken bool // the last wait ended with a release announcement
+		first  bool      // a fair lock's last announcement named this waiter first in line
+		woken  bool      // the last wait ended with a release announcement
+		wokeAt time.Time // when a wait last did
 		// The calls of the attempts, their cleanups and the leave go to
 		// each node in order: a late cleanup must not land after a later
 		// attempt's calls (it would put a fair waiter back in a queue it
@@ -518,10 +519,16 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			watch = c.watchRelease(ctx, k.channels(), qe.heldOn, a.cfg.timeout)
 		}
 		delay := ac.retry.Delay(failed)
-		if watch.subscribed() && ac.retry == defaultRetry {
+		if woken {
+			wokeAt = time.Now()
+		}
+		if watch.subscribed() && ac.retry == defaultRetry && time.Since(wokeAt) > subscribedPoll {
 			// The release will be heard: the timer is only for the release
 			// that is missed (the node fails) or never announced (the
-			// holder's key expires).
+			// holder's key expires). Not right after a release was heard,
+			// though: a refusal then may be the release not yet landed on
+			// a quorum (it is announced by the first node to delete the
+			// key), and is tried again after the policy's delay.
 			delay = max(delay, subscribedPoll+mrand.N(subscribedPoll/2))
 		}
 		if woken && !qe.taken {

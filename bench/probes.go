@@ -41,18 +41,18 @@ func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, size 
 	return fmt.Errorf("unknown probe %q (wait, leftovers)", probe)
 }
 
-// nodeStats reads INFO from every node: connected clients and commands
-// processed so far.
-func nodeStats(ctx context.Context, cs []*redis.Client) (conns, commands []int64, err error) {
+// nodeStats reads INFO from every node: connected clients, and the script
+// calls (EVALSHA and EVAL) made so far.
+func nodeStats(ctx context.Context, cs []*redis.Client) (conns, scripts []int64, err error) {
 	for _, c := range cs {
-		info, err := c.Info(ctx, "clients", "stats").Result()
+		info, err := c.Info(ctx, "clients", "commandstats").Result()
 		if err != nil {
 			return nil, nil, err
 		}
 		conns = append(conns, infoField(info, "connected_clients"))
-		commands = append(commands, infoField(info, "total_commands_processed"))
+		scripts = append(scripts, commandCalls(info, "evalsha")+commandCalls(info, "eval"))
 	}
-	return conns, commands, nil
+	return conns, scripts, nil
 }
 
 func infoField(info, name string) int64 {
@@ -63,6 +63,19 @@ func infoField(info, name string) int64 {
 		}
 	}
 	return -1
+}
+
+// commandCalls reads a command's calls from INFO commandstats, as in
+// "cmdstat_evalsha:calls=12,usec=...".
+func commandCalls(info, command string) int64 {
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "cmdstat_"+command+":calls="); ok {
+			v, _, _ = strings.Cut(v, ",")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func heapInUse() uint64 {
@@ -164,7 +177,7 @@ func probeWait(ctx context.Context, w io.Writer, e *benchEnv, waiters int) error
 	}
 	fmt.Fprintf(w, "probe wait: %d waiters on %d distinct keys, N = %d, one waiting Client\n", waiters, waiters, n)
 	for i := range admin {
-		fmt.Fprintf(w, "  node %d: %d connections more while waiting; %.0f commands/s while waiting\n",
+		fmt.Fprintf(w, "  node %d: %d connections more while waiting; %.0f script calls/s while waiting\n",
 			i, conns1[i]-conns0[i], float64(cmds2[i]-cmds1[i])/window.Seconds())
 	}
 	fmt.Fprintf(w, "  goroutines per waiter beyond its own: %.3f\n", float64(goroutines1-goroutines0-waiters)/float64(waiters))

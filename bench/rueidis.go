@@ -35,4 +35,3 @@ func (r rueidisLocker) lock(ctx context.Context, key string) (int, func() error,
 	}
 	return 0, func() error { cancel(); return nil }, nil
 }
-
