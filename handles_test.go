@@ -124,7 +124,9 @@ func TestInspect_kinds(t *testing.T) {
 	var locks []*redlock.Lock
 	take := func(key string, opts ...redlock.AcquireOption) {
 		t.Helper()
-		locks = append(locks, mustTryAcquire(t, rc, ctx, key, time.Minute, append(opts, meta)...))
+		l := mustTryAcquire(t, rc, ctx, key, time.Minute, append(opts, meta)...)
+		redlock.WaitSettled(l) // on every node, not only a quorum
+		locks = append(locks, l)
 	}
 	take("re", redlock.WithOwner("worker-1"))
 	take("re", redlock.WithOwner("worker-1"))
@@ -142,6 +144,7 @@ func TestInspect_kinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	redlock.WaitSettled(all)
 	locks = append(locks, all)
 	check("m2", redlock.HeldByMultiKey, 1, "")
 	check("k", "", 0, "")

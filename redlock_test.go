@@ -763,8 +763,11 @@ func TestClient_Acquire_retriesAfterDelay(t *testing.T) {
 		t.Fatalf("Acquire: %v", r.err)
 	}
 	redlock.WaitSettled(r.lock)
-	if got := c.holders("k", r.lock.Token()); len(got) != 3 {
-		t.Fatalf("token on %v, want all 3", got)
+	// Woken by the release's announcement from the first node to delete the
+	// key, the attempt may reach another node before its delete: a quorum
+	// is what it takes.
+	if got := c.holders("k", r.lock.Token()); len(got) < 2 {
+		t.Fatalf("token on %v, want a quorum of 3", got)
 	}
 	if delays.Load() < 1 {
 		t.Fatal("Acquire never asked its retry policy")
