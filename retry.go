@@ -133,7 +133,11 @@ func (o retryOption) applyAcquire(c *acquireConfig) error { return o.apply(&c.re
 // WithRetry sets how long Acquire waits between attempts. Given to New it
 // sets the Client's default; given to Acquire it applies to that call.
 // TryAcquire makes one attempt and ignores it. The policy must not be nil.
-// Default: ExponentialBackoff(10ms, 320ms).
+// Default: ExponentialBackoff(10ms, 320ms), which, once the Acquire is
+// subscribed to the lock's release announcements (it then tries again as
+// soon as the release is heard), waits at least 1 s (up to 1.5 s) between
+// attempts: at most one attempt a second per waiter while the lock is
+// held. A policy given here is followed as given.
 func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
 
 // WithMaxAttempts bounds how many attempts Acquire makes: once n attempts
