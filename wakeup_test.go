@@ -3,13 +3,13 @@ package redlock_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/leaktest"
 )
 
 // subscribedChannels returns how many release channels each node has a
@@ -25,17 +25,8 @@ func (c *cluster) subscribedChannels() []int {
 // clientGoroutines counts the goroutines of the process that are not the
 // embedded nodes' (a miniredis node runs a few per connection).
 func clientGoroutines() int {
-	buf := make([]byte, 1<<16)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range leaktest.Stacks() {
 		if !strings.Contains(g, "alicebob/miniredis") {
 			count++
 		}

@@ -58,7 +58,9 @@ var runtimeOwn = []string{
 	"runtime/trace.Start",
 }
 
-func others(ignore []string) []string {
+// Stacks returns the stack of every goroutine of the process, the
+// caller's first.
+func Stacks() []string {
 	buf := make([]byte, 1<<16)
 	for {
 		n := runtime.Stack(buf, true)
@@ -68,7 +70,11 @@ func others(ignore []string) []string {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	stacks := strings.Split(string(buf), "\n\n")
+	return strings.Split(string(buf), "\n\n")
+}
+
+func others(ignore []string) []string {
+	stacks := Stacks()
 	var left []string
 	for _, s := range stacks[1:] { // the first is the caller's
 		if !slices.ContainsFunc(append(ignore, runtimeOwn...), func(f string) bool { return strings.Contains(s, f) }) {
