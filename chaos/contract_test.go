@@ -346,6 +346,11 @@ func TestContract_handles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// TryAcquire returns on a quorum; the last node's call may still
+		// be on its way. Drain waits for it, so that every node is checked.
+		if err := first.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
 		in, err := second.Inspect(ctx, key)
 		if err != nil {
 			t.Fatal(err)
