@@ -49,6 +49,7 @@ func TestInspect_plainLock(t *testing.T) {
 	rc := c.client(t)
 	ctx := context.Background()
 	lock := mustTryAcquire(t, rc, ctx, "job", time.Minute, redlock.WithMetadata("job=42"))
+	redlock.WaitSettled(lock) // on every node, not only a quorum
 
 	in, err := rc.Inspect(ctx, "job")
 	if err != nil {

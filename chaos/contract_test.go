@@ -291,6 +291,9 @@ func TestContract_handles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := first.Drain(ctx); err != nil { // the last node's call too
+		t.Fatal(err)
+	}
 	in, err := second.Inspect(ctx, "deploy")
 	if err != nil {
 		t.Fatal(err)
