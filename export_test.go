@@ -68,6 +68,7 @@ func ScriptSource(file string) string {
 		"raise_fence.lua":    withCounters(raiseFenceLua),
 		"handoff.lua":        withCounters(handOffLua),
 		"extend.lua":         extendLua,
+		"renew_batch.lua":    renewBatchLua,
 		"release.lua":        releaseLua,
 		"inspect.lua":        inspectLua,
 		"fenced_set.lua":     fencedSetLua,

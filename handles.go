@@ -347,7 +347,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	}
 
 	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
-		done: make(chan struct{}), sooner: make(chan struct{}), renewed: ac.autoRenew}
+		done: make(chan struct{}), renewed: ac.autoRenew}
 	start, wall := c.cfg.clock.Now(), time.Now()
 	t, settled := c.fanOut(ctx, ac.timeout, decidedAt(n, q), nil, settlement{}, k.extend(value, ttl))
 	l.settled = settled
@@ -359,7 +359,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	if v := validity(ttl, elapsed, ac.drift); t.yes >= q && v > 0 && (!ac.autoRenew || v > ac.renewMargin()) {
 		l.until = start.Add(ttl - ac.drift)
 		if ac.autoRenew {
-			l.startRenewal()
+			c.sched.renew(l)
 		}
 		return l, nil
 	}

@@ -144,7 +144,7 @@ func (s scripted) op(name, token string, ttl time.Duration, fenced bool, announc
 		channel = s.chans[0]
 	}
 	args := append([]any{name, token, pxMillis(ttl), channel, fence}, s.extra...)
-	return nodeOp{s.script, keys, args}
+	return nodeOp{script: s.script, keys: keys, args: args}
 }
 
 // The operations of a scripted kind; the kinds embed scripted and override

@@ -44,7 +44,9 @@ func WithFencing() AcquireOption {
 // cut short so as not to run past it. An acquire with this option succeeds
 // only with more validity left than the margin.
 //
-// The renewal runs in one goroutine, which ends with the lock. Default: off.
+// The renewals are kept by the Client's scheduler, one goroutine for all
+// its locks; renewals due together go out together, up to 128 plain locks
+// in one script call per node. Default: off.
 func WithAutoRenew() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.autoRenew = true
@@ -97,8 +99,9 @@ var closedDone = func() chan struct{} {
 // WithAutoRenew). The holder can select on it to stop its work the moment
 // it is no longer protected. For a nil Lock the channel is closed.
 //
-// The first call starts one goroutine that waits on the Client's Clock for
-// the end; it ends with the lock.
+// The first call puts the lock in its Client's scheduler, one goroutine
+// for all its locks, which waits on the Client's Clock for their ends: a
+// Lock has no goroutine of its own.
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedDone
@@ -108,31 +111,25 @@ func (l *Lock) Done() <-chan struct{} {
 	l.watching = true
 	l.mu.Unlock()
 	if start {
-		go l.watchValidity()
+		l.client.sched.watch(l)
 	}
 	return l.done
 }
 
-// lease returns the ttl of the lock's last acquire or extend, its Until,
-// and a channel that is closed if Until moves earlier than that (an Extend
-// to a shorter ttl): a goroutine that waits for a time computed from Until
-// must wake up then. A later Until needs no wake-up: the waiter finds time
-// left when it wakes, and waits again.
-func (l *Lock) lease() (tm terms, until time.Time, sooner <-chan struct{}) {
+// lease returns the ttl of the lock's last acquire or extend and its Until.
+func (l *Lock) lease() (tm terms, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.terms, l.until, l.sooner
+	return l.terms, l.until
 }
 
-// setLease records the lease of a successful extend.
+// setLease records the lease of a successful extend, and tells the
+// scheduler, whose times for the lock it moves.
 func (l *Lock) setLease(tm terms, until time.Time) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if until.Before(l.until) {
-		close(l.sooner)
-		l.sooner = make(chan struct{})
-	}
 	l.terms, l.until = tm, until
+	l.mu.Unlock()
+	l.client.sched.moved(l)
 }
 
 // deadline is when a lock on the terms tm valid until until ends for its holder
@@ -145,30 +142,6 @@ func (l *Lock) deadline(tm terms, until time.Time) time.Time {
 	return until.Add(-tm.renewMargin())
 }
 
-// watchValidity closes done at the lock's deadline. An extend moves it; the
-// wait then starts again.
-func (l *Lock) watchValidity() {
-	clock := l.client.cfg.clock
-	for {
-		tm, until, sooner := l.lease()
-		left := l.deadline(tm, until).Sub(clock.Now())
-		if left <= 0 {
-			why := errors.New("its validity ran out")
-			if l.renewed {
-				why = errors.New("not renewed by the renewal margin before the end of its validity")
-			}
-			l.lose(why)
-			return
-		}
-		select {
-		case <-clock.After(left):
-		case <-sooner:
-		case <-l.done:
-			return
-		}
-	}
-}
-
 // lose ends the lock for a reason other than Release: Validity drops to
 // zero, Extend refuses, and Done is closed.
 func (l *Lock) lose(why error) {
@@ -178,83 +151,38 @@ func (l *Lock) lose(why error) {
 		return
 	}
 	l.lost = true
-	stopRenew := l.stopRenew
 	l.mu.Unlock()
-	if stopRenew != nil {
-		stopRenew()
-	}
+	l.client.sched.drop(l)
 	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
 	l.client.observe(context.Background(), Event{Op: OpLost, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: why})
-	l.closeDone.Do(func() { close(l.done) })
+	l.end()
 	l.finish()
 }
 
-func (l *Lock) startRenewal() {
-	ctx, cancel := context.WithCancel(context.Background())
-	l.mu.Lock()
-	l.stopRenew = cancel
-	l.mu.Unlock()
-	go l.renew(ctx)
+// end closes done, once, and runs what afterEnd was given.
+func (l *Lock) end() {
+	l.closeDone.Do(func() {
+		close(l.done)
+		l.mu.Lock()
+		fns := l.onEnd
+		l.onEnd = nil
+		l.mu.Unlock()
+		for _, f := range fns {
+			f()
+		}
+	})
 }
 
-// renew extends the lock when it is due (see renewDue), and after a failed
-// renewal every tenth of the ttl, until ctx is cancelled (Release) or the
-// lock is lost. Every wait, for the Clock or for the nodes, ends by the
-// lock's deadline (see renewMargin), where the loss is declared if no
-// renewal succeeded. Each round starts from the lease as it is then, so an
-// Extend made meanwhile is followed, and one that brings Until nearer wakes
-// the renewal at once.
-func (l *Lock) renew(ctx context.Context) {
-	c := l.client
-	clock := c.cfg.clock
-	var retryAt time.Time // after a failed renewal: when to try again
-	for {
-		tm, until, sooner := l.lease()
-		deadline := l.deadline(tm, until)
-		due := renewDue(until, tm.ttl, tm.drift)
-		if !retryAt.IsZero() {
-			due = retryAt
-		}
-		if due.After(deadline) {
-			due = deadline
-		}
-		if wait := due.Sub(clock.Now()); wait > 0 {
-			select {
-			case <-clock.After(wait):
-			case <-sooner:
-				continue
-			case <-ctx.Done():
-				return
-			case <-l.done:
-				return
-			}
-		}
-		if _, now, _ := l.lease(); !now.Equal(until) {
-			retryAt = time.Time{} // extended meanwhile: start again from there
-			continue
-		}
-		left := deadline.Sub(clock.Now())
-		if left <= 0 {
-			l.lose(fmt.Errorf("not renewed by %v before the end of its validity", tm.renewMargin()))
-			return
-		}
-		_, lost, err := l.extend(ctx, tm, min(tm.timeout, left))
-		c.observe(ctx, Event{Op: OpRenew, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: err})
-		if err == nil {
-			retryAt = time.Time{}
-			continue
-		}
-		if ctx.Err() != nil || !isOpen(l.done) {
-			return
-		}
-		// A majority that no longer holds the token will not hold it again.
-		if lost {
-			l.lose(err)
-			return
-		}
-		c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "err", err)
-		retryAt = clock.Now().Add(tm.ttl / 10)
+// afterEnd runs f when done is closed, or at once if it is.
+func (l *Lock) afterEnd(f func()) {
+	l.mu.Lock()
+	if isOpen(l.done) {
+		l.onEnd = append(l.onEnd, f)
+		l.mu.Unlock()
+		return
 	}
+	l.mu.Unlock()
+	f()
 }
 
 // isOpen reports whether ch is not closed.
@@ -291,17 +219,10 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		return err
 	}
 	fnCtx, cancel := context.WithCancel(context.WithValue(ctx, lockKey{}, lock))
-	fnDone := make(chan struct{})
-	go func() {
-		select {
-		case <-lock.Done():
-			cancel()
-		case <-fnDone:
-		}
-	}()
+	lock.Done()           // its end is watched,
+	lock.afterEnd(cancel) // and cancels fn's context
 	defer func() {
 		p := recover()
-		close(fnDone)
 		cancel()
 		var lost error
 		select {

@@ -369,7 +369,7 @@ func TestLock_autoRenew_unreachableNodes(t *testing.T) {
 		if i > 100 {
 			t.Fatal("the lock was never declared lost")
 		}
-		waiters(t, clock, 2) // the renewal and the Done watcher
+		waiters(t, clock, 1) // the scheduler, for the renewal and the end
 		clock.Advance(100 * time.Millisecond)
 		// Let the renewal run its failed extend before the next step.
 		select {
@@ -446,7 +446,7 @@ func TestClient_Do_lostWhileRunning(t *testing.T) {
 	const ttl = 3 * time.Second
 	fnErr := errors.New("stopped")
 	err := rc.Do(context.Background(), "job", ttl, func(ctx context.Context) error {
-		waiters(t, clock, 2) // the renewal and Do's watch on Done
+		waiters(t, clock, 1) // the scheduler, for the renewal and the end
 		c.servers[0].Del("job")
 		clock.Advance(time.Second)
 		<-ctx.Done()
@@ -602,10 +602,10 @@ func TestLock_autoRenew_lostBeforeTheMargin(t *testing.T) {
 			// Step to just before the margin: every renewal fails, the lock is
 			// still valid.
 			for clock.Now().Before(lossAt.Add(-10 * time.Millisecond)) {
-				waiters(t, clock, 2)
+				waiters(t, clock, 1)
 				clock.Advance(10 * time.Millisecond)
 			}
-			waiters(t, clock, 2)
+			waiters(t, clock, 1)
 			clock.Advance(lossAt.Sub(clock.Now()))
 			if !closed(stopped) {
 				t.Fatal("still open at the renewal margin before Until")
@@ -696,7 +696,7 @@ func TestLock_autoRenew_shorterExtend(t *testing.T) {
 	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), ctx, "k", time.Minute, redlock.WithAutoRenew())
 	defer lock.Release(ctx)
 	done := lock.Done()
-	waiters(t, clock, 2) // the renewal and the Done watcher, sleeping towards the minute
+	waiters(t, clock, 1) // the scheduler, waiting for the renewal towards the minute
 	if err := lock.Extend(ctx, time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -707,7 +707,7 @@ func TestLock_autoRenew_shorterExtend(t *testing.T) {
 	until := lock.Until()
 	lossAt := until.Add(-renewMargin(time.Second, 100*time.Millisecond))
 	for clock.Now().Before(lossAt) {
-		waiters(t, clock, 2)
+		waiters(t, clock, 1)
 		clock.Advance(min(50*time.Millisecond, lossAt.Sub(clock.Now())))
 	}
 	if !closed(done) {

@@ -32,26 +32,52 @@ import (
 // The script's result is positive when the node holds the token once it has
 // run (for a fenced acquire, the node's fencing counter), zero when it does
 // not.
+//
+// An op that is many (a batch of renewals, see renewal.go) returns one such
+// number per lock; its value is then how many of them are positive.
 type nodeOp struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	many   bool
 }
 
 // run sends op alone: EVALSHA, and EVAL when the node does not know the
 // script yet.
-func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-	return op.script.Run(ctx, rdb, op.keys, op.args...).Int64()
+func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient) (int64, []int64, error) {
+	return op.result(op.script.Run(ctx, rdb, op.keys, op.args...))
+}
+
+// result reads op's reply.
+func (op nodeOp) result(cmd *redis.Cmd) (int64, []int64, error) {
+	if !op.many {
+		v, err := cmd.Int64()
+		return v, nil, err
+	}
+	values, err := cmd.Int64Slice()
+	if err == nil && len(values) != len(op.keys) {
+		err = fmt.Errorf("redlock: %d results for %d keys", len(values), len(op.keys))
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	var held int64
+	for _, v := range values {
+		if v > 0 {
+			held++
+		}
+	}
+	return held, values, nil
 }
 
 // call is one op on its way to one node; reply is called once with the
-// result. ctx is the operation's: once it ends, the call is not sent. io is
+// result (values only for an op that is many). ctx is the operation's: once it ends, the call is not sent. io is
 // what the call runs under once sent (see Client.send).
 type call struct {
 	ctx   context.Context
 	io    context.Context
 	op    nodeOp
-	reply func(value int64, err error)
+	reply func(value int64, values []int64, err error)
 }
 
 // pipe sends the calls bound for one node.
@@ -148,7 +174,7 @@ func (p *pipe) send(batch []call) {
 	live := batch[:0] // filtered in place: each call is read before its slot is reused
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.reply(0, fmt.Errorf("not sent: %w", err))
+			c.reply(0, nil, fmt.Errorf("not sent: %w", err))
 			continue
 		}
 		live = append(live, c)
@@ -193,7 +219,7 @@ func (p *pipe) send(batch []call) {
 		})
 	}
 	for i, c := range live {
-		c.reply(cmds[i].Int64())
+		c.reply(c.op.result(cmds[i]))
 	}
 }
 

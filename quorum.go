@@ -116,6 +116,7 @@ type tally struct {
 	took    []time.Duration // by node: from the fan-out's start to its reply; nil without an Observer
 	begun   time.Time       // when the fan-out began waiting for replies
 	lastAt  time.Duration   // from begun to the last reply without an error
+	many    [][]int64       // by node, for an op that is many: what it answered for each lock
 	// graceEnd, once set by a stop condition (see withGrace), is when
 	// fanOut returns, decided, without waiting for the nodes yet to answer
 	graceEnd time.Time
@@ -124,6 +125,7 @@ type tally struct {
 type nodeReply struct {
 	node    int
 	value   int64
+	values  []int64 // for an op that is many: one per lock
 	err     error
 	skipped bool // not contacted: tells nothing about the node
 }
@@ -318,11 +320,11 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, deadli
 		case nd.inline && n == 1:
 			// One node whose client cuts the call at ctx's deadline: there
 			// is no quorum to return early with, so the call runs here.
-			v, err := op.run(ctx, nd.rdb)
-			reply(nodeReply{node: i, value: v, err: err})
+			v, vs, err := op.run(ctx, nd.rdb)
+			reply(nodeReply{node: i, value: v, values: vs, err: err})
 		case nd.pipe != nil:
-			nd.pipe.submit(call{ctx: ctx, io: io, op: op, reply: func(v int64, err error) {
-				reply(nodeReply{node: i, value: v, err: err})
+			nd.pipe.submit(call{ctx: ctx, io: io, op: op, reply: func(v int64, vs []int64, err error) {
+				reply(nodeReply{node: i, value: v, values: vs, err: err})
 			}})
 		default:
 			go func() {
@@ -342,8 +344,8 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, deadli
 					reply(nodeReply{node: i, err: fmt.Errorf("not sent: %w", err)})
 					return
 				}
-				v, err := op.run(callIO, nd.rdb)
-				reply(nodeReply{node: i, value: v, err: err})
+				v, vs, err := op.run(callIO, nd.rdb)
+				reply(nodeReply{node: i, value: v, values: vs, err: err})
 			}()
 		}
 	}
@@ -447,6 +449,14 @@ func (t *tally) record(c *Client, r nodeReply) {
 	switch {
 	case r.err != nil:
 		t.fail(c, r.node, r.err)
+	case r.values != nil:
+		// An op that is many: the node answered, and what it holds is in
+		// many, lock by lock (see renewal.go).
+		if t.many == nil {
+			t.many = make([][]int64, len(t.answers))
+		}
+		t.many[r.node] = r.values
+		fallthrough
 	case r.value > 0:
 		t.answers[r.node] = holds
 		t.values[r.node] = r.value

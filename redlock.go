@@ -66,6 +66,11 @@ type Client struct {
 	idents        identities    // see identity.go
 	subscribers   []*subscriber // by node: the waiters' release subscriptions (see wakeup.go)
 	calls         inflight      // node calls sent and not yet returned (see Drain)
+	sched         *scheduler    // renewals and ends of its locks (see renewal.go)
+	// batchRenewals: plain locks due for renewal together are renewed in
+	// one script call per node (batching is on, and no node is a Redis
+	// Cluster, where their keys would span slots)
+	batchRenewals bool
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
@@ -122,12 +127,17 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		}
 	}
 	c.subscribers = make([]*subscriber, len(c.nodes))
+	c.batchRenewals = !c.cfg.unbatched
 	for i := range c.nodes {
 		c.subscribers[i] = newSubscriber(c.nodes[i].rdb)
 		if !c.cfg.unbatched {
 			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb}
 		}
+		if _, cluster := any(nodes[i]).(*redis.ClusterClient); cluster {
+			c.batchRenewals = false // the keys of a batch span slots
+		}
 	}
+	c.sched = newScheduler(c)
 	return c, nil
 }
 
@@ -231,14 +241,15 @@ type Lock struct {
 	fence   int64 // 0 unless acquired WithFencing
 	renewed bool  // acquired WithAutoRenew: it ends the renewal margin before Until
 
-	mu        sync.Mutex
-	terms     terms // of the last acquire or extend
-	until     time.Time
-	sooner    chan struct{} // closed (and replaced) when until moves earlier: see lease
-	released  bool
-	lost      bool               // the lock ended otherwise: see lose
-	watching  bool               // a goroutine closes done when the validity ends
-	stopRenew context.CancelFunc // nil unless renewing
+	mu       sync.Mutex
+	terms    terms // of the last acquire or extend
+	until    time.Time
+	released bool
+	lost     bool     // the lock ended otherwise: see lose
+	watching bool     // Done was called: the scheduler ends it at its deadline
+	onEnd    []func() // see afterEnd
+
+	sched schedule // guarded by the Client's scheduler's mu
 
 	done      chan struct{} // closed when the lock ends; see Done
 	closeDone sync.Once
@@ -365,9 +376,9 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 		}
 		c.leaveTheLine(ctx, a, t)
 		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms, until: a.start.Add(ttl - drift),
-			settled: a.settled, done: make(chan struct{}), sooner: make(chan struct{}), renewed: a.cfg.autoRenew}
+			settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew}
 		if a.cfg.autoRenew {
-			l.startRenewal()
+			c.sched.renew(l)
 		}
 		return l, nil
 	}
@@ -662,20 +673,28 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 	l.settled = settled
 	c.observeNodes(ctx, OpExtend, l.kind, wall, t)
 	defer func() { l.observeOp(ctx, OpExtend, wall, err) }()
+	lost, err = l.judgeExtend(ctx, tm, start, c.cfg.clock.Now().Sub(start), t)
+	return t, lost, err
+}
+
+// judgeExtend is an extend's outcome on the terms tm, begun at start and
+// answered as t after elapsed: whether the nodes showed the lock lost, and
+// the error when it was not extended. It records the new lease.
+func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elapsed time.Duration, t tally) (lost bool, err error) {
+	c := l.client
 	ttl, drift := tm.ttl, tm.drift
-	elapsed := c.cfg.clock.Now().Sub(start)
 	if err := l.refusedExtend(); err != nil {
-		return t, false, err
+		return false, err
 	}
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
 		l.setLease(tm, start.Add(ttl-drift))
-		return t, false, nil
+		return false, nil
 	}
 	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), t.yes, len(c.nodes), l.quorum)
 	if t.yes >= l.quorum {
 		detail = fmt.Sprintf("%s: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.kind.describe(), elapsed, ttl, drift)
 	}
-	_, until, _ := l.lease()
+	_, until := l.lease()
 	now := c.cfg.clock.Now()
 	switch {
 	case t.no > len(c.nodes)-l.quorum:
@@ -684,9 +703,9 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 		detail += ", and its validity ran out"
 	default:
 		detail = fmt.Sprintf("extend of %s; the lock is still valid until %s (%v left)", detail, until.Format("15:04:05.000"), until.Sub(now).Round(time.Millisecond))
-		return t, false, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+		return false, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
 	}
-	return t, true, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	return true, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
 }
 
 // refusedExtend returns the error of an extend on a Client found to reach
@@ -698,7 +717,7 @@ func (l *Lock) refusedExtend() error {
 	if err == nil {
 		return nil
 	}
-	_, until, _ := l.lease()
+	_, until := l.lease()
 	return &quorumError{sentinel: ErrNotConfirmed, nodes: []error{err},
 		detail: fmt.Sprintf("extend of %s refused, two nodes reach one server; the lock is still valid until %s", l.kind.describe(), until.Format("15:04:05.000"))}
 }
@@ -750,16 +769,14 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()
-	tm, until, released, stopRenew := l.terms, l.until, l.released, l.stopRenew
+	tm, until, released := l.terms, l.until, l.released
 	l.released = true
 	l.mu.Unlock()
 	if released {
 		return nil
 	}
-	if stopRenew != nil {
-		stopRenew()
-	}
-	l.closeDone.Do(func() { close(l.done) })
+	l.client.sched.drop(l)
+	l.end()
 
 	c := l.client
 	ctx = context.WithoutCancel(ctx)

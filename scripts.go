@@ -85,9 +85,9 @@ func fenceKey(key string) string { return companion(key, "fence") }
 func acquireOn(key, token string, ttl time.Duration, fenced bool) nodeOp {
 	px := pxMillis(ttl)
 	if fenced {
-		return nodeOp{acquireScript, []string{key, fenceKey(key)}, []any{token, px}}
+		return nodeOp{script: acquireScript, keys: []string{key, fenceKey(key)}, args: []any{token, px}}
 	}
-	return nodeOp{acquireScript, []string{key}, []any{token, px}}
+	return nodeOp{script: acquireScript, keys: []string{key}, args: []any{token, px}}
 }
 
 // handOffOn takes key for token where it holds from's token or is free;
@@ -97,22 +97,22 @@ func handOffOn(key, token, from string, ttl time.Duration, fenced bool) nodeOp {
 	if fenced {
 		keys = append(keys, fenceKey(key))
 	}
-	return nodeOp{handOffScript, keys, []any{token, pxMillis(ttl), from, releaseChannel(key)}}
+	return nodeOp{script: handOffScript, keys: keys, args: []any{token, pxMillis(ttl), from, releaseChannel(key)}}
 }
 
 // raiseFenceOn sets the node's fencing counters to at least token.
 func raiseFenceOn(fences []string, token int64) nodeOp {
-	return nodeOp{raiseFenceScript, fences, []any{token}}
+	return nodeOp{script: raiseFenceScript, keys: fences, args: []any{token}}
 }
 
 func extendOn(key, token string, ttl time.Duration) nodeOp {
-	return nodeOp{extendScript, []string{key}, []any{token, pxMillis(ttl)}}
+	return nodeOp{script: extendScript, keys: []string{key}, args: []any{token, pxMillis(ttl)}}
 }
 
 // releaseOn deletes key if it holds token, and announces it on the key's
 // release channel, so that waiters try again at once.
 func releaseOn(key, token string) nodeOp {
-	return nodeOp{releaseScript, []string{key}, []any{token, releaseChannel(key)}}
+	return nodeOp{script: releaseScript, keys: []string{key}, args: []any{token, releaseChannel(key)}}
 }
 
 // dropOn deletes key if it holds token, without announcing it: the cleanup
@@ -120,7 +120,7 @@ func releaseOn(key, token string) nodeOp {
 // waking them all after every failed attempt would set them colliding
 // again and again.
 func dropOn(key, token string) nodeOp {
-	return nodeOp{releaseScript, []string{key}, []any{token, ""}}
+	return nodeOp{script: releaseScript, keys: []string{key}, args: []any{token, ""}}
 }
 
 // releaseChannel is where the nodes announce that key was released.

@@ -1,0 +1,469 @@
+package redlock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// One scheduler per Client keeps the time of all its locks that need it:
+// those acquired WithAutoRenew, renewed when due, and those whose Done was
+// called, ended when their validity runs out. It is one goroutine, running
+// while any lock is scheduled, which waits on the Client's Clock for the
+// earliest of them; no lock has a goroutine of its own.
+//
+// Renewals that fall due together go out together: a plain lock whose
+// renewal is due within renewSlack is renewed with the others due by then,
+// up to renewBatchMax of them in one script call per node (renew_batch.lua),
+// one round trip renewing them all. Each lock keeps its own quorum and
+// validity, counted from what each node answered for it. Locks of the
+// other kinds, locks on Clients of Redis Cluster nodes or without batching,
+// and renewals retried after a failure, are renewed one lock at a time, as
+// an Extend.
+
+var (
+	//go:embed renew_batch.lua
+	renewBatchLua    string
+	renewBatchScript = redis.NewScript(renewBatchLua)
+)
+
+const (
+	// renewBatchMax is the most locks one script call renews: a script
+	// holds its node for its whole run, about a microsecond per lock.
+	renewBatchMax = 128
+	// renewSlackMax bounds how much earlier than due a renewal may go out
+	// with others: at most a twentieth of the ttl, and at most this.
+	renewSlackMax = 100 * time.Millisecond
+)
+
+// schedule is a lock's place in its Client's scheduler; the scheduler's mu
+// guards it.
+type schedule struct {
+	at      time.Time // when the lock needs the scheduler next, on the Clock
+	early   time.Time // at less the slack it may be taken early with others
+	pos     int       // 1 + its index in the scheduler's queue; 0 when not queued
+	retryAt time.Time // after a failed renewal: when to try again
+	busy    bool      // a renewal of the lock is under way
+	watched bool      // Done was called: the lock ends at its deadline
+}
+
+type scheduler struct {
+	c       *Client
+	mu      sync.Mutex
+	queue   schedQueue
+	wake    chan struct{} // a lock was queued earlier than the wait under way
+	running bool          // the goroutine runs
+	waitAt  time.Time     // what the goroutine waits for; zero when it waits for none
+}
+
+func newScheduler(c *Client) *scheduler {
+	return &scheduler{c: c, wake: make(chan struct{}, 1)}
+}
+
+// watch makes the lock end at its deadline (Done).
+func (s *scheduler) watch(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l.sched.watched = true
+	s.queueLocked(l)
+}
+
+// renew schedules the lock's renewals (WithAutoRenew).
+func (s *scheduler) renew(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queueLocked(l)
+}
+
+// moved tells the scheduler that the lock's lease changed (an Extend):
+// its times are worked out again, and a retry pending after a failed
+// renewal is dropped.
+func (s *scheduler) moved(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l.sched.retryAt = time.Time{}
+	if l.sched.pos > 0 {
+		s.queueLocked(l)
+	}
+}
+
+// drop takes the lock out of the scheduler: it ended.
+func (s *scheduler) drop(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.sched.pos > 0 {
+		heap.Remove(&s.queue, l.sched.pos-1)
+		if len(s.queue) == 0 && s.running {
+			select { // to end the goroutine, whose wait is for nothing now
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// queueLocked puts the lock in the queue at its next time, or moves it
+// there, unless it is being renewed (it is queued again after), or no
+// longer needs the scheduler.
+func (s *scheduler) queueLocked(l *Lock) {
+	sc := &l.sched
+	if sc.busy {
+		return
+	}
+	at, slack, ok := l.nextTime()
+	if !ok || (!l.renewed && !sc.watched) {
+		if sc.pos > 0 {
+			heap.Remove(&s.queue, sc.pos-1)
+		}
+		return
+	}
+	sc.at, sc.early = at, at.Add(-slack)
+	if sc.pos > 0 {
+		heap.Fix(&s.queue, sc.pos-1)
+	} else {
+		heap.Push(&s.queue, l)
+	}
+	switch {
+	case !s.running:
+		s.running = true
+		go s.run()
+	case s.waitAt.IsZero() || sc.early.Before(s.waitAt):
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// nextTime is when the lock needs the scheduler next: its renewal, or its
+// deadline, whichever is first, and how much earlier it may be renewed
+// with others. ok is false once the lock is over.
+func (l *Lock) nextTime() (at time.Time, slack time.Duration, ok bool) {
+	l.mu.Lock()
+	tm, until, over := l.terms, l.until, l.released || l.lost
+	l.mu.Unlock()
+	if over {
+		return time.Time{}, 0, false
+	}
+	deadline := l.deadline(tm, until)
+	if !l.renewed {
+		return deadline, 0, true
+	}
+	if !l.sched.retryAt.IsZero() {
+		return minTime(l.sched.retryAt, deadline), 0, true
+	}
+	due := renewDue(until, tm.ttl, tm.drift)
+	if !due.Before(deadline) {
+		return deadline, 0, true
+	}
+	return due, min(tm.ttl/20, renewSlackMax, deadline.Sub(due)), true
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// run is the scheduler's goroutine: it waits for the earliest lock, takes
+// every lock then due, and starts their renewals or ends them. It ends when
+// no lock is queued.
+func (s *scheduler) run() {
+	clock := s.c.cfg.clock
+	var timer <-chan time.Time
+	for {
+		s.mu.Lock()
+		now := clock.Now()
+		var due []*Lock
+		for len(s.queue) > 0 && !s.queue[0].sched.early.After(now) {
+			due = append(due, heap.Pop(&s.queue).(*Lock))
+		}
+		var lose, renew []*Lock
+		for _, l := range due {
+			at, slack, ok := l.nextTime()
+			switch {
+			case !ok:
+			case !now.Before(l.deadlineNow()):
+				lose = append(lose, l)
+			case l.renewed && !now.Before(at.Add(-slack)):
+				l.sched.busy = true
+				renew = append(renew, l)
+			default: // its time moved later
+				s.queueLocked(l)
+			}
+		}
+		if len(s.queue) == 0 && len(lose) == 0 && len(renew) == 0 {
+			s.running, s.waitAt = false, time.Time{}
+			s.mu.Unlock()
+			return
+		}
+		if len(s.queue) > 0 {
+			if next := s.queue[0].sched.early; timer == nil || next.Before(s.waitAt) {
+				// A new wait only when the earliest lock moved earlier:
+				// the wait under way is kept otherwise.
+				s.waitAt, timer = next, clock.After(next.Sub(now))
+			}
+		} else {
+			s.waitAt, timer = time.Time{}, nil
+		}
+		s.mu.Unlock()
+
+		for _, l := range lose {
+			l.lose(l.lossReason())
+		}
+		s.c.startRenewals(renew)
+		if len(lose) > 0 || len(renew) > 0 {
+			continue // the queue may have changed meanwhile
+		}
+		select {
+		case <-timer:
+			timer = nil
+			s.mu.Lock()
+			s.waitAt = time.Time{}
+			s.mu.Unlock()
+		case <-s.wake:
+		}
+	}
+}
+
+// deadlineNow is the lock's deadline as its lease is now.
+func (l *Lock) deadlineNow() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline(l.terms, l.until)
+}
+
+// lossReason is why a lock whose deadline passed is lost.
+func (l *Lock) lossReason() error {
+	if l.renewed {
+		return fmt.Errorf("not renewed by %v before the end of its validity", l.terms.renewMargin())
+	}
+	return errors.New("its validity ran out")
+}
+
+// renewed tells the scheduler that the lock's renewal is over; a failed
+// one that may pass gives the time to try again, retryAt, and the lock is
+// renewed then rather than when next due.
+func (s *scheduler) renewed(l *Lock, retryAt time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l.sched.busy = false
+	l.sched.retryAt = retryAt
+	s.queueLocked(l)
+}
+
+// startRenewals renews the locks: plain ones together where they can be
+// (see renewBatch), each of the others on its own. It does not wait.
+func (c *Client) startRenewals(locks []*Lock) {
+	if len(locks) == 0 {
+		return
+	}
+	clock := c.cfg.clock
+	var batch []*Lock
+	for _, l := range locks {
+		tm, until := l.lease()
+		if _, plain := l.kind.(plain); plain && c.batchRenewals && l.deadline(tm, until).Sub(clock.Now()) > tm.timeout {
+			batch = append(batch, l)
+			continue
+		}
+		go l.renewOnce()
+	}
+	for len(batch) > 0 {
+		n := min(len(batch), renewBatchMax)
+		go c.renewBatch(batch[:n:n])
+		batch = batch[n:]
+	}
+}
+
+// renewOnce renews the lock once, as an Extend with the node timeout cut
+// to its deadline, and tells the scheduler how it went.
+func (l *Lock) renewOnce() {
+	c := l.client
+	tm, until := l.lease()
+	deadline := l.deadline(tm, until)
+	var retryAt time.Time
+	defer func() { c.sched.renewed(l, retryAt) }()
+	left := deadline.Sub(c.cfg.clock.Now())
+	if left <= 0 {
+		l.lose(l.lossReason())
+		return
+	}
+	_, lost, err := l.extend(context.Background(), tm, min(tm.timeout, left))
+	l.renewalOver(tm, lost, err, &retryAt)
+}
+
+// renewalOver reports a renewal's outcome, ends the lock if the nodes
+// showed it lost, and sets retryAt after a failure that may pass.
+func (l *Lock) renewalOver(tm terms, lost bool, err error, retryAt *time.Time) {
+	c := l.client
+	c.observe(context.Background(), Event{Op: OpRenew, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: err})
+	switch {
+	case err == nil:
+	case !isOpen(l.done): // released or lost meanwhile
+	case lost:
+		// A majority that no longer holds the token will not hold it again.
+		l.lose(err)
+	default:
+		c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "err", err)
+		*retryAt = c.cfg.clock.Now().Add(tm.ttl / 10)
+	}
+}
+
+// renewBatch renews plain locks together: one script call per node renews
+// them all (renew_batch.lua), and each lock is judged on its own, from
+// what each node answered for it, as Extend judges one. A lock that an
+// Extend or a Release is busy with is renewed on its own, after it.
+func (c *Client) renewBatch(locks []*Lock) {
+	clock := c.cfg.clock
+	held := locks[:0]
+	for _, l := range locks {
+		if !l.op.TryLock() {
+			go l.renewOnce()
+			continue
+		}
+		if l.over() != nil {
+			l.op.Unlock()
+			c.sched.renewed(l, time.Time{})
+			continue
+		}
+		held = append(held, l)
+	}
+	if len(held) == 0 {
+		return
+	}
+	n := len(c.nodes)
+	leases := make([]terms, len(held))
+	keys := make([]string, len(held))
+	args := make([]any, 0, 2*len(held))
+	timeout := time.Duration(1<<63 - 1)
+	for j, l := range held {
+		tm, _ := l.lease()
+		leases[j] = tm
+		keys[j] = l.key
+		args = append(args, l.token, pxMillis(tm.ttl))
+		timeout = min(timeout, tm.timeout)
+	}
+	op := nodeOp{script: renewBatchScript, keys: keys, args: args, many: true}
+
+	ctx := context.Background()
+	start, wall := clock.Now(), time.Now()
+	refusedBefore := c.refused()
+	var t tally
+	var settled settlement
+	if refusedBefore == nil {
+		t, settled = c.fanOut(ctx, timeout, decidedEach(n, held), nil, settlement{}, op)
+	}
+	elapsed := clock.Now().Sub(start)
+	refused := c.refused()
+	for j, l := range held {
+		tm := leases[j]
+		lt := t.of(j, n)
+		var err error
+		lost := false
+		if refused == nil {
+			l.settled = settled
+			c.observeNodes(ctx, OpExtend, l.kind, wall, lt)
+			lost, err = l.judgeExtend(ctx, tm, start, elapsed, lt)
+			l.observeOp(ctx, OpExtend, wall, err)
+		} else {
+			err = l.refusedExtend()
+		}
+		l.op.Unlock()
+		if lost {
+			l.lose(err)
+		}
+		var retryAt time.Time
+		l.renewalOver(tm, false, err, &retryAt)
+		c.sched.renewed(l, retryAt)
+	}
+}
+
+// decidedEach is a batch renewal's stop condition: every lock in it is
+// held by a quorum, or can no longer be.
+func decidedEach(n int, locks []*Lock) func(*tally) bool {
+	return func(t *tally) bool {
+		for j, l := range locks {
+			yes, notYes := 0, 0
+			for i, a := range t.answers {
+				switch {
+				case a == unanswered:
+				case t.heldAt(i, j):
+					yes++
+				default:
+					notYes++
+				}
+			}
+			if won, lost := decide(n, l.quorum, yes, notYes); !won && !lost {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// of is what a fan-out of an op that is many learned about its lock j, as
+// the tally of that lock's own fan-out.
+func (t *tally) of(j, n int) tally {
+	if len(t.answers) == 0 { // not sent
+		return newTally(n, false)
+	}
+	lt := *t
+	lt.answers = make([]answer, n)
+	lt.values = make([]int64, n)
+	lt.yes, lt.no, lt.notYes = 0, 0, 0
+	for i, a := range t.answers {
+		switch {
+		case t.heldAt(i, j):
+			lt.answers[i], lt.values[i] = holds, 1
+			lt.yes++
+		case a == holds:
+			lt.answers[i] = holdsNot
+			lt.no++
+			lt.notYes++
+		default:
+			lt.answers[i] = a
+			if a != unanswered {
+				lt.notYes++
+			}
+		}
+	}
+	return lt
+}
+
+// heldAt reports whether node i answered, in a fan-out of an op that is
+// many, that it holds lock j.
+func (t *tally) heldAt(i, j int) bool {
+	return t.answers[i] == holds && t.many != nil && t.many[i] != nil && t.many[i][j] > 0
+}
+
+// schedQueue is the scheduler's queue of locks, earliest first.
+type schedQueue []*Lock
+
+func (q schedQueue) Len() int           { return len(q) }
+func (q schedQueue) Less(i, j int) bool { return q[i].sched.early.Before(q[j].sched.early) }
+func (q schedQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].sched.pos, q[j].sched.pos = i+1, j+1
+}
+func (q *schedQueue) Push(x any) {
+	l := x.(*Lock)
+	l.sched.pos = len(*q) + 1
+	*q = append(*q, l)
+}
+func (q *schedQueue) Pop() any {
+	old := *q
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	l.sched.pos = 0
+	return l
+}

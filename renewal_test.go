@@ -1,0 +1,238 @@
+package redlock_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
+)
+
+// scriptCounter counts a node's runs of each script, sent alone or in a
+// pipeline, by the script's file name. A call sent again (after NOSCRIPT)
+// is counted once: runs are told apart by their first key.
+type scriptCounter struct {
+	mu    sync.Mutex
+	files map[string]string              // sha or body -> file
+	runs  map[string]map[string]struct{} // file -> first keys of its runs
+	keys  map[string]int                 // file -> keys given to its runs
+}
+
+func newScriptCounter(files ...string) *scriptCounter {
+	sc := &scriptCounter{files: map[string]string{}, runs: map[string]map[string]struct{}{}, keys: map[string]int{}}
+	for _, f := range files {
+		body := redlock.ScriptSource(f)
+		sc.files[fmt.Sprintf("%x", sha1.Sum([]byte(body)))] = f
+		sc.files[body] = f
+		sc.runs[f] = map[string]struct{}{}
+	}
+	return sc
+}
+
+func (sc *scriptCounter) note(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) < 4 {
+		return
+	}
+	name := strings.ToLower(fmt.Sprint(args[0]))
+	if name != "evalsha" && name != "eval" {
+		return
+	}
+	file, ok := sc.files[fmt.Sprint(args[1])]
+	if !ok {
+		return
+	}
+	n, _ := args[2].(int)
+	first := fmt.Sprint(args[3])
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if _, again := sc.runs[file][first]; !again {
+		sc.runs[file][first] = struct{}{}
+		sc.keys[file] += n
+	}
+}
+
+func (sc *scriptCounter) counts(file string) (runs, keys int) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return len(sc.runs[file]), sc.keys[file]
+}
+
+func (sc *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (sc *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		sc.note(cmd)
+		return err
+	}
+}
+func (sc *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			sc.note(cmd)
+		}
+		return err
+	}
+}
+
+// TestRenewal_batchedPerNode: renewals that fall due together go out
+// together, at most 128 locks in one script call per node, and each lock
+// is renewed on every node.
+func TestRenewal_batchedPerNode(t *testing.T) {
+	const locks = 300
+	c := newCluster(t, 3)
+	counters := make([]*scriptCounter, 3)
+	for i, rdb := range c.clients {
+		counters[i] = newScriptCounter("renew_batch.lua", "extend.lua")
+		rdb.AddHook(counters[i])
+	}
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock))
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	held := make([]*redlock.Lock, locks)
+	for i := range held {
+		held[i] = mustTryAcquire(t, rc, ctx, fmt.Sprint("job-", i), ttl, redlock.WithAutoRenew())
+		redlock.WaitSettled(held[i])
+	}
+	defer func() {
+		for _, l := range held {
+			mustRelease(t, l)
+		}
+	}()
+	first := held[0].Until()
+
+	waiters(t, clock, 1) // the scheduler, for all of them
+	for _, s := range c.servers {
+		s.FastForward(time.Second)
+	}
+	clock.Advance(time.Second)
+	waitFor(t, "every lock renewed", func() bool {
+		for _, l := range held {
+			if !l.Until().After(first) {
+				return false
+			}
+		}
+		return true
+	})
+	if err := rc.Drain(ctx); err != nil { // the nodes past the quorum too
+		t.Fatal(err)
+	}
+	for i, s := range c.servers {
+		for j := range locks {
+			if ttl := s.TTL(fmt.Sprint("job-", j)); ttl != 3*time.Second {
+				t.Fatalf("node %d: job-%d has a ttl of %v after its renewal, want 3s", i, j, ttl)
+			}
+		}
+	}
+	for i, sc := range counters {
+		batches, keys := sc.counts("renew_batch.lua")
+		extends, _ := sc.counts("extend.lua")
+		if batches != 3 || keys != locks || extends != 0 {
+			t.Errorf("node %d: %d batch calls for %d keys and %d single extends, want 3 for %d and none", i, batches, keys, extends, locks)
+		}
+	}
+}
+
+// TestRenewal_batchJudgesEachLock: in a batch, each lock stands on its own
+// quorum: one its nodes no longer hold on a majority is lost (and only it),
+// one missing from a minority is renewed.
+func TestRenewal_batchJudgesEachLock(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock))
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	var gone, minority, whole *redlock.Lock
+	for _, p := range []**redlock.Lock{&gone, &minority, &whole} {
+		*p = mustTryAcquire(t, rc, ctx, fmt.Sprintf("k%p", p), ttl, redlock.WithAutoRenew())
+		redlock.WaitSettled(*p)
+	}
+	defer mustRelease(t, minority)
+	defer mustRelease(t, whole)
+	c.servers[0].Del(gone.Key())
+	c.servers[1].Del(gone.Key())
+	c.servers[2].Del(minority.Key())
+	until := whole.Until()
+	done := gone.Done()
+
+	waiters(t, clock, 1)
+	clock.Advance(time.Second)
+	if !closed(done) {
+		t.Fatal("the lock missing from a majority is not lost")
+	}
+	waitFor(t, "the other two renewed", func() bool {
+		return minority.Until().After(until) && whole.Until().After(until)
+	})
+	if gone.Validity() != 0 || minority.Validity() == 0 || !isOpen(minority.Done()) || !isOpen(whole.Done()) {
+		t.Fatalf("validity: lost %v, minority %v, whole %v", gone.Validity(), minority.Validity(), whole.Validity())
+	}
+	if err := gone.Release(ctx); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("release of the lost lock: %v, want ErrLockLost", err)
+	}
+}
+
+// TestRenewal_noGoroutinePerLock: held locks, renewed, watched with Done,
+// or held by Do, cost no goroutine each: one scheduler for all of them.
+func TestRenewal_noGoroutinePerLock(t *testing.T) {
+	const locks = 200
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "warm-up", time.Minute)) // connections and pipes
+	waitFor(t, "the warm-up's goroutines to end", func() bool { return clientGoroutines() < 1000 })
+	base := clientGoroutines()
+
+	var held []*redlock.Lock
+	for i := range locks {
+		opts := []redlock.AcquireOption{redlock.WithAutoRenew()}
+		if i%2 == 0 {
+			opts = nil // watched only
+		}
+		l := mustTryAcquire(t, rc, ctx, fmt.Sprint("held-", i), time.Minute, opts...)
+		l.Done()
+		held = append(held, l)
+	}
+	// Do's callers are goroutines of the test; Do adds none.
+	var inside atomic.Int32
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := rc.Do(ctx, fmt.Sprint("do-", i), time.Minute, func(ctx context.Context) error {
+				inside.Add(1)
+				<-release
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	waitFor(t, "every Do to run its fn", func() bool { return inside.Load() == locks })
+	// The calls of the last operations may still be finishing: what stays
+	// is counted once they have.
+	if err := rc.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := clientGoroutines() - base - locks // less Do's callers
+	close(release)
+	wg.Wait()
+	for _, l := range held {
+		mustRelease(t, l)
+	}
+	if got > 10 {
+		t.Fatalf("%d goroutines for %d held locks and %d Do calls, want at most 10 (one scheduler)", got, locks, locks)
+	}
+}
