@@ -4,7 +4,7 @@
 // interleaved rounds, so that the machine's noise spreads over all of them.
 //
 //	cd bench && go run . [-rounds 5] [-slice 1s] [-json results.json] [-svg chart.svg]
-//	cd bench && go run . -probe wait|leftovers [-size N]
+//	cd bench && go run . -probe wait|leftovers|renewal [-size N] [-hold 1m]
 //
 // Workloads:
 //
@@ -63,15 +63,16 @@ func main() {
 	workloads := flag.String("workloads", "UKC", "which workloads to run")
 	only := flag.String("cases", "", "run only the cases whose name matches this regular expression")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	probe := flag.String("probe", "", "run a probe instead of the workloads: wait or leftovers (see probes.go)")
-	size := flag.Int("size", 1000, "the probe's size: waiters (wait) or distinct keys (leftovers)")
+	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers or renewal (see probes.go)")
+	size := flag.Int("size", 1000, "the probe's size: waiters (wait), distinct keys (leftovers) or held locks (renewal)")
+	hold := flag.Duration("hold", time.Minute, "how long the renewal probe holds its locks")
 	flag.Parse()
 	match, err := regexp.Compile(*only)
 	if err != nil {
 		log.Fatalf("bench: -cases: %v", err)
 	}
-	if *rounds < 1 || *slice <= 0 {
-		log.Fatal("bench: -rounds must be at least 1 and -slice positive")
+	if *rounds < 1 || *slice <= 0 || *size < 1 || *hold <= 0 {
+		log.Fatal("bench: -rounds and -size must be at least 1, -slice and -hold positive")
 	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		log.Fatal("bench: needs redis-server (apt-get install redis-server)")
@@ -102,7 +103,7 @@ func main() {
 		env.addrs = append(env.addrs, n.Addr())
 	}
 	if *probe != "" {
-		if err := runProbe(context.Background(), os.Stdout, env, *probe, *size); err != nil {
+		if err := runProbe(context.Background(), os.Stdout, env, *probe, *size, *hold); err != nil {
 			log.Print(err)
 		}
 		return

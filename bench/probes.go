@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,15 +31,22 @@ import (
 //	                  released (N = 3): the keys left per node once every
 //	                  lock's TTL has passed, and the longest time to live
 //	                  among them (the counters' horizon).
+//	-probe renewal    L locks on distinct keys, acquired WithAutoRenew with
+//	                  a 3 s ttl and watched with Done, held for -hold
+//	                  (N = 3): locks lost, the process's CPU (cores) and
+//	                  goroutines while it holds them, and per node the
+//	                  script calls and the server's CPU.
 
-func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, size int) error {
+func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, size int, hold time.Duration) error {
 	switch probe {
 	case "wait":
 		return probeWait(ctx, w, e, size)
 	case "leftovers":
 		return probeLeftovers(ctx, w, e, size)
+	case "renewal":
+		return probeRenewal(ctx, w, e, size, hold)
 	}
-	return fmt.Errorf("unknown probe %q (wait, leftovers)", probe)
+	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal)", probe)
 }
 
 // nodeStats reads INFO from every node: connected clients, and the script
@@ -256,6 +264,133 @@ func probeLeftovers(ctx context.Context, w io.Writer, e *benchEnv, keys int) err
 		}
 		fmt.Fprintf(w, "  node %d: %d keys left, %d without a TTL, the longest expires in %v\n",
 			i, size, noTTL, (time.Duration(longest) * time.Millisecond).Round(time.Minute))
+	}
+	return nil
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU reads each node's CPU time (INFO cpu, user and system).
+func serverCPU(ctx context.Context, cs []*redis.Client) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, c := range cs {
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			return nil, err
+		}
+		var secs float64
+		for line := range strings.SplitSeq(info, "\r\n") {
+			for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+				if v, ok := strings.CutPrefix(line, f); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					secs += x
+				}
+			}
+		}
+		out = append(out, time.Duration(secs*float64(time.Second)))
+	}
+	return out, nil
+}
+
+func probeRenewal(ctx context.Context, w io.Writer, e *benchEnv, locks int, hold time.Duration) error {
+	const n = 3
+	const ttl = 3 * time.Second
+	admin, stopAdmin := e.clients(n)
+	defer stopAdmin()
+	for _, c := range admin {
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	goroutines0 := runtime.NumGoroutine()
+	nodes, stop := e.clients(n)
+	defer stop()
+	rc, err := redlock.New(nodes)
+	if err != nil {
+		return err
+	}
+	held := make([]*redlock.Lock, locks)
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+		errs atomic.Int64
+	)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(locks) {
+					return
+				}
+				l, err := rc.TryAcquire(ctx, fmt.Sprintf("probe-renew:%d", i), ttl, redlock.WithAutoRenew())
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				l.Done()
+				held[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	if errs.Load() > 0 {
+		return fmt.Errorf("%d of %d acquires failed", errs.Load(), locks)
+	}
+	time.Sleep(ttl) // the renewals settle into their rhythm
+	_, calls0, err := nodeStats(ctx, admin)
+	if err != nil {
+		return err
+	}
+	server0, err := serverCPU(ctx, admin)
+	if err != nil {
+		return err
+	}
+	cpu0, start := processCPU(), time.Now()
+	goroutines := runtime.NumGoroutine() - goroutines0
+
+	lost := 0
+	for deadline := time.Now().Add(hold); time.Now().Before(deadline); time.Sleep(time.Second) {
+		lost = 0
+		for _, l := range held {
+			select {
+			case <-l.Done():
+				lost++
+			default:
+			}
+		}
+	}
+	wall := time.Since(start)
+	cores := float64(processCPU()-cpu0) / float64(wall)
+	_, calls1, err := nodeStats(ctx, admin)
+	if err != nil {
+		return err
+	}
+	server1, err := serverCPU(ctx, admin)
+	if err != nil {
+		return err
+	}
+	released := 0
+	for _, l := range held {
+		if l.Release(ctx) == nil {
+			released++
+		}
+	}
+	fmt.Fprintf(w, "probe renewal: %d locks on distinct keys, ttl %v, WithAutoRenew and Done, held %v, N = %d\n", locks, ttl, wall.Round(time.Second), n)
+	fmt.Fprintf(w, "  locks lost: %d; released without error at the end: %d\n", lost, released)
+	fmt.Fprintf(w, "  this process: %.3f cores; %d goroutines more than before the Client\n", cores, goroutines)
+	for i := range admin {
+		fmt.Fprintf(w, "  node %d: %.0f script calls/s (%.0f renewals/s expected), %.3f cores\n", i,
+			float64(calls1[i]-calls0[i])/wall.Seconds(), float64(locks)/(ttl/3).Seconds(),
+			float64(server1[i]-server0[i])/float64(wall))
 	}
 	return nil
 }
