@@ -686,6 +686,15 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 	if err := l.refusedExtend(); err != nil {
 		return false, err
 	}
+	l.mu.Lock()
+	ended := l.released || l.lost
+	l.mu.Unlock()
+	if ended {
+		// Declared lost while the extend was out (its deadline passed):
+		// the holder has been told it is over, and an extend does not
+		// bring it back. Its keys expire with the ttl, or go with Release.
+		return false, l.over()
+	}
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
 		l.setLease(tm, start.Add(ttl-drift))
 		return false, nil

@@ -110,14 +110,15 @@ func (s *scheduler) drop(l *Lock) {
 }
 
 // queueLocked puts the lock in the queue at its next time, or moves it
-// there, unless it is being renewed (it is queued again after), or no
-// longer needs the scheduler.
+// there, unless it no longer needs the scheduler. A lock being renewed is
+// queued at its deadline: a renewal held up (behind an Extend, by slow
+// nodes) does not keep it from ending then.
 func (s *scheduler) queueLocked(l *Lock) {
 	sc := &l.sched
-	if sc.busy {
-		return
-	}
 	at, slack, ok := l.nextTime()
+	if sc.busy && ok {
+		at, slack = l.deadlineNow(), 0
+	}
 	if !ok || (!l.renewed && !sc.watched) {
 		if sc.pos > 0 {
 			heap.Remove(&s.queue, sc.pos-1)
@@ -194,10 +195,11 @@ func (s *scheduler) run() {
 			case !ok:
 			case !now.Before(l.deadlineNow()):
 				lose = append(lose, l)
-			case l.renewed && !now.Before(at.Add(-slack)):
+			case l.renewed && !l.sched.busy && !now.Before(at.Add(-slack)):
 				l.sched.busy = true
 				renew = append(renew, l)
-			default: // its time moved later
+				s.queueLocked(l) // at its deadline, until the renewal is over
+			default: // its time moved later, or it is being renewed
 				s.queueLocked(l)
 			}
 		}

@@ -236,3 +236,57 @@ func TestRenewal_noGoroutinePerLock(t *testing.T) {
 		t.Fatalf("%d goroutines for %d held locks and %d Do calls, want at most 10 (one scheduler)", got, locks, locks)
 	}
 }
+
+// TestRenewal_heldUpRenewalStillEndsAtTheDeadline: a renewal that waits
+// behind an Extend whose nodes do not answer does not keep the lock from
+// ending at the renewal margin before Until: Done closes then, while both
+// are still out.
+func TestRenewal_heldUpRenewalStillEndsAtTheDeadline(t *testing.T) {
+	c := newCluster(t, 3)
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 16)
+	for _, rdb := range c.clients {
+		rdb.AddHook(newScriptHook(t, "extend.lua", func(ctx context.Context) error {
+			entered <- struct{}{}
+			select {
+			case <-gate:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+	}
+	clock := fakeClock()
+	const ttl = 3 * time.Second
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(time.Minute))
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", ttl, redlock.WithAutoRenew())
+	redlock.WaitSettled(lock)
+	done := lock.Done()
+	lossAt := lock.Until().Add(-renewMargin(ttl, time.Minute))
+
+	extended := make(chan error, 1)
+	go func() { extended <- lock.Extend(ctx, ttl) }()
+	<-entered // the Extend holds the lock's operations, its calls at the gate
+
+	waiters(t, clock, 1)
+	clock.Advance(time.Second) // the renewal is due: it waits behind the Extend
+	waiters(t, clock, 1)       // the scheduler, for the deadline
+	if !isOpen(done) {
+		t.Fatal("Done closed before the deadline")
+	}
+	clock.Advance(lossAt.Sub(clock.Now()))
+	if !closed(done) {
+		t.Fatal("Done still open at the renewal margin before Until, with the renewal held up")
+	}
+	if lock.Validity() != 0 {
+		t.Fatalf("Validity %v after the loss", lock.Validity())
+	}
+	close(gate)
+	if err := <-extended; !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("the held-up Extend: %v, want ErrLockLost (the lock ended meanwhile)", err)
+	}
+	if err := lock.Release(ctx); err != nil && !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatal(err)
+	}
+}
