@@ -212,7 +212,7 @@ func (s *scheduler) run() {
 			if next := s.queue[0].sched.early; timer == nil || next.Before(s.waitAt) {
 				// A new wait only when the earliest lock moved earlier:
 				// the wait under way is kept otherwise.
-				s.waitAt, timer = next, clock.After(next.Sub(now))
+				s.waitAt, timer = next, clock.After(next.Sub(clock.Now()))
 			}
 		} else {
 			s.waitAt, timer = time.Time{}, nil
