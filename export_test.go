@@ -46,11 +46,21 @@ func PipesIdle(c *Client) bool {
 	return true
 }
 
-// LocalWaiters returns how many goroutines of c wait in Acquire for key's
-// local turn.
+// LocalWaiters returns how many goroutines of c wait in Acquire for the
+// local turn of a plain lock on key.
 func LocalWaiters(c *Client, key string) int {
+	return localWaiters(c, plain{key}.turns())
+}
+
+// LocalWriters returns how many goroutines of c wait in Acquire for the
+// local turn of a write lock on key.
+func LocalWriters(c *Client, key string) int {
+	return localWaiters(c, newReadWrite(key, true).turns())
+}
+
+func localWaiters(c *Client, queue string) int {
 	c.queues.mu.Lock()
-	q := c.queues.byKey[key]
+	q := c.queues.byKey[queue]
 	c.queues.mu.Unlock()
 	if q == nil {
 		return 0

@@ -78,6 +78,9 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	if c.refused() != nil {
 		return false, nil // no lock is granted on a Client that reaches one server twice
 	}
+	if _, ok := l.kind.(plain); !ok {
+		return false, nil // only a plain lock is handed over; the others pass the turn on their release
+	}
 	w := t.qs.nextForHandOff(t.q, l, c.cfg.handOffs)
 	if w == nil {
 		return false, nil

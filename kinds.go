@@ -70,11 +70,13 @@ type kind interface {
 	// name names the kind in Events: plain, reentrant, read, write,
 	// semaphore, multi-key or fair.
 	name() string
-	// takesTurns tells whether the Client's goroutines that want the lock
-	// wait for it in a local queue (see localqueue.go): a plain lock's do.
-	// The holds of the other kinds may coexist (readers, permits, an
-	// owner's holds) or are ordered on the nodes (fair).
-	takesTurns() bool
+	// turns names the local queue in which the Client's goroutines that
+	// want the lock wait for it (see localqueue.go), or is "" when they do
+	// not: the plain lock's, a writer's and a multi-key lock's do, each in
+	// a queue of its own kind and keys. The holds of the other kinds may
+	// coexist (readers, permits, an owner's holds) or are ordered on the
+	// nodes (fair).
+	turns() string
 }
 
 // waitsInLine is a kind whose waiter keeps a place in a queue on the nodes
@@ -110,7 +112,7 @@ type plain struct{ key string }
 func (k plain) keys() []string      { return []string{k.key} }
 func (k plain) describe() string    { return strconv.Quote(k.key) }
 func (k plain) name() string        { return "plain" }
-func (k plain) takesTurns() bool    { return true }
+func (k plain) turns() string       { return "plain\x00" + k.key }
 func (k plain) quorum(n int) int    { return quorumOf(n) }
 func (k plain) fenceKeys() []string { return []string{fenceKey(k.key)} }
 func (k plain) channels() []string  { return []string{releaseChannel(k.key)} }
@@ -164,7 +166,7 @@ func (s scripted) drop(token string) nodeOp {
 func (s scripted) leave(string) *nodeOp { return nil }
 func (s scripted) fenceKeys() []string  { return s.fences }
 func (s scripted) channels() []string   { return s.chans }
-func (s scripted) takesTurns() bool     { return false }
+func (s scripted) turns() string        { return "" }
 
 // reentrant is a lock held by an owner, any number of times at once.
 type reentrant struct {
@@ -209,6 +211,9 @@ func (k multi) keys() []string   { return k.ks }
 func (k multi) describe() string { return fmt.Sprintf("%q", k.ks) }
 func (k multi) name() string     { return "multi-key" }
 func (k multi) quorum(n int) int { return quorumOf(n) }
+func (k multi) turns() string {
+	return "multi\x00" + strings.Join(slices.Sorted(slices.Values(k.ks)), "\x00")
+}
 
 // The multi-key script announces on every key's channel; its ARGV[4] is a
 // flag rather than one channel.
@@ -285,6 +290,12 @@ func (k readWrite) describe() string {
 	return fmt.Sprintf("read lock %q", k.key)
 }
 func (k readWrite) quorum(n int) int { return quorumOf(n) }
+func (k readWrite) turns() string {
+	if !k.writer {
+		return "" // readers hold together
+	}
+	return "write\x00" + k.key
+}
 func (k readWrite) name() string {
 	if k.writer {
 		return "write"
@@ -545,7 +556,7 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.acquireLoop(ctx, k, ac, attempts) })
+	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.inTurn(ctx, k, ac, attempts) })
 }
 
 // TryAcquireAll is AcquireAll with exactly one attempt; see TryAcquire.

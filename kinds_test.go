@@ -986,3 +986,69 @@ func acquireAndRelease(t *testing.T, rc *redlock.Client, ctx context.Context, ke
 	}()
 	return done
 }
+
+// TestKinds_writeAndMultiTakeTurns: the goroutines of one Client that want
+// a write lock, or a multi-key lock on the same keys, wait for it in a
+// local queue rather than collide on the nodes: about one attempt per
+// critical section, never two holders at once; readers do not queue.
+func TestKinds_writeAndMultiTakeTurns(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  redlock.AcquireOption
+	}{
+		{"write", redlock.ForWrite()},
+		{"multi-key", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const goroutines, sections = 8, 5
+			c := newCluster(t, 3)
+			var attempts, acquires atomic.Int64
+			rc := c.client(t, redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+				if e.Op == redlock.OpAcquire && e.Err == nil {
+					attempts.Add(int64(e.Attempts))
+					acquires.Add(1)
+				}
+			})))
+			ctx := context.Background()
+			var inside, overlaps atomic.Int32
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range sections {
+						var l *redlock.Lock
+						var err error
+						if tc.opt == nil {
+							l, err = rc.AcquireAll(ctx, []string{"{doc}:a", "{doc}:b"}, 10*time.Second)
+						} else {
+							l, err = rc.Acquire(ctx, "{doc}:a", 10*time.Second, tc.opt)
+						}
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if inside.Add(1) > 1 {
+							overlaps.Add(1)
+						}
+						time.Sleep(time.Millisecond)
+						inside.Add(-1)
+						if err := l.Release(ctx); err != nil {
+							t.Error(err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if overlaps.Load() > 0 {
+				t.Fatalf("%d overlapping critical sections", overlaps.Load())
+			}
+			if n := acquires.Load(); n != goroutines*sections {
+				t.Fatalf("%d acquires observed, want %d", n, goroutines*sections)
+			}
+			if per := float64(attempts.Load()) / float64(goroutines*sections); per > 1.5 {
+				t.Fatalf("%.2f attempts per critical section, want about 1 (local turns)", per)
+			}
+		})
+	}
+}

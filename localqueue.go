@@ -222,13 +222,14 @@ func (qs *localQueues) giveTurn(q *localQueue, w *waiter) {
 	w.grant <- grant{}
 }
 
-// inTurn runs acquire, an Acquire's attempts, in the key's local turn, and
+// inTurn runs acquire, an Acquire's attempts for a lock of kind k, in the
+// turn of its local queue (named by k.turns()), and
 // makes the lock it wins the holder of the turn. A lock handed over by the
 // previous holder is returned without running acquire.
-func (qs *localQueues) inTurn(ctx context.Context, key string, ac acquireConfig, acquire func() (*Lock, error)) (*Lock, error) {
-	q, g, err := qs.wait(ctx, key, ac)
+func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acquireConfig, acquire func() (*Lock, error)) (*Lock, error) {
+	q, g, err := qs.wait(ctx, queue, ac)
 	if err != nil {
-		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%q: gave up waiting behind this client's other acquires", key), cause: err, heldOn: -1}
+		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: gave up waiting behind this client's other acquires", k.describe()), cause: err, heldOn: -1}
 	}
 	if g.lock != nil {
 		return g.lock, nil

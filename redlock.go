@@ -461,15 +461,20 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, err
 	}
 	k := ac.kindFor(key)
-	return c.observed(ctx, k, func(attempts *int) (*Lock, error) {
-		// An Acquire bounded by WithMaxAttempts does not wait in the local
-		// queue, whose wait is bounded only by ctx.
-		if !k.takesTurns() || ac.maxAttempts > 0 {
-			return c.acquireLoop(ctx, k, ac, attempts)
-		}
-		return c.queues.inTurn(ctx, key, ac, func() (*Lock, error) {
-			return c.acquireLoop(ctx, k, ac, attempts)
-		})
+	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.inTurn(ctx, k, ac, attempts) })
+}
+
+// inTurn is Acquire's attempts for a lock of kind k, made in the turn of
+// the kind's local queue when it has one (see localqueue.go).
+func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
+	// An Acquire bounded by WithMaxAttempts does not wait in the local
+	// queue, whose wait is bounded only by ctx.
+	queue := k.turns()
+	if queue == "" || ac.maxAttempts > 0 {
+		return c.acquireLoop(ctx, k, ac, attempts)
+	}
+	return c.queues.inTurn(ctx, queue, k, ac, func() (*Lock, error) {
+		return c.acquireLoop(ctx, k, ac, attempts)
 	})
 }
 
