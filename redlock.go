@@ -659,12 +659,17 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // the caller then ends it (Lock.lose), once the Extend is over, so that an
 // Observer told of the loss may call Release.
 func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, err error) {
-	c := l.client
 	if err := ctx.Err(); err != nil {
 		return tally{}, false, fmt.Errorf("redlock: extend %q: %w", l.key, err)
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
+	return l.extendHeld(ctx, tm, timeout)
+}
+
+// extendHeld is extend, called with the lock's op held.
+func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, err error) {
+	c := l.client
 	if err := l.over(); err != nil {
 		return tally{}, false, err
 	}

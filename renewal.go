@@ -19,14 +19,20 @@ import (
 // while any lock is scheduled, which waits on the Client's Clock for the
 // earliest of them; no lock has a goroutine of its own.
 //
-// Renewals that fall due together go out together: a plain lock whose
-// renewal is due within renewSlack is renewed with the others due by then,
-// up to renewBatchMax of them in one script call per node (renew_batch.lua),
-// one round trip renewing them all. Each lock keeps its own quorum and
+// Renewals that fall due together go out together: when a lock's renewal
+// falls due, the plain locks due within their slack after it (a twentieth
+// of the ttl, at most renewSlackMax) go with it, a little early, up to
+// renewBatchMax of them in one script call per node (renew_batch.lua), one
+// round trip renewing them all. Each lock keeps its own quorum and
 // validity, counted from what each node answered for it. Locks of the
-// other kinds, locks on Clients of Redis Cluster nodes or without batching,
-// and renewals retried after a failure, are renewed one lock at a time, as
-// an Extend.
+// other kinds, a renewal closer to its lock's deadline than the node
+// timeout, a lock an Extend or a Release is busy with, and the locks of
+// Clients of Redis Cluster nodes or without batching, are renewed one lock
+// at a time, as an Extend.
+//
+// Nothing the scheduler tells (a loss, to the logger and the Observer) runs
+// on its goroutine or with a lock of a batch held: an Observer may Release
+// any lock, and wait for the nodes to do it.
 
 var (
 	//go:embed renew_batch.lua
@@ -47,7 +53,7 @@ const (
 // guards it.
 type schedule struct {
 	at      time.Time // when the lock needs the scheduler next, on the Clock
-	early   time.Time // at less the slack it may be taken early with others
+	early   time.Time // at less the slack: from then on it goes with a lock due before it
 	pos     int       // 1 + its index in the scheduler's queue; 0 when not queued
 	retryAt time.Time // after a failed renewal: when to try again
 	busy    bool      // a renewal of the lock is under way
@@ -135,7 +141,7 @@ func (s *scheduler) queueLocked(l *Lock) {
 	case !s.running:
 		s.running = true
 		go s.run()
-	case s.waitAt.IsZero() || sc.early.Before(s.waitAt):
+	case s.waitAt.IsZero() || sc.at.Before(s.waitAt):
 		select {
 		case s.wake <- struct{}{}:
 		default:
@@ -209,7 +215,9 @@ func (s *scheduler) run() {
 			return
 		}
 		if len(s.queue) > 0 {
-			if next := s.queue[0].sched.early; timer == nil || next.Before(s.waitAt) {
+			// It wakes when the first lock is due, and takes with it those
+			// that fall due within their slack.
+			if next := s.queue[0].sched.at; timer == nil || next.Before(s.waitAt) {
 				// A new wait only when the earliest lock moved earlier:
 				// the wait under way is kept otherwise.
 				s.waitAt, timer = next, clock.After(next.Sub(clock.Now()))
@@ -220,7 +228,10 @@ func (s *scheduler) run() {
 		s.mu.Unlock()
 
 		for _, l := range lose {
-			l.lose(l.lossReason())
+			// In a goroutine: the Observer and the logger told of the loss
+			// (an Observer may Release the lock, waiting for the nodes)
+			// hold up neither the scheduler nor the other locks.
+			go l.lose(l.lossReason())
 		}
 		s.c.startRenewals(renew)
 		if len(lose) > 0 || len(renew) > 0 {
@@ -247,7 +258,8 @@ func (l *Lock) deadlineNow() time.Time {
 // lossReason is why a lock whose deadline passed is lost.
 func (l *Lock) lossReason() error {
 	if l.renewed {
-		return fmt.Errorf("not renewed by %v before the end of its validity", l.terms.renewMargin())
+		tm, _ := l.lease()
+		return fmt.Errorf("not renewed by %v before the end of its validity", tm.renewMargin())
 	}
 	return errors.New("its validity ran out")
 }
@@ -287,19 +299,23 @@ func (c *Client) startRenewals(locks []*Lock) {
 }
 
 // renewOnce renews the lock once, as an Extend with the node timeout cut
-// to its deadline, and tells the scheduler how it went.
+// to its deadline, and tells the scheduler how it went. It renews the
+// lease as it is once an Extend or Release busy with the lock is done
+// with it: a shorter Extend's ttl and deadline.
 func (l *Lock) renewOnce() {
 	c := l.client
-	tm, until := l.lease()
-	deadline := l.deadline(tm, until)
 	var retryAt time.Time
 	defer func() { c.sched.renewed(l, retryAt) }()
-	left := deadline.Sub(c.cfg.clock.Now())
+	l.op.Lock()
+	tm, until := l.lease()
+	left := l.deadline(tm, until).Sub(c.cfg.clock.Now())
 	if left <= 0 {
+		l.op.Unlock()
 		l.lose(l.lossReason())
 		return
 	}
-	_, lost, err := l.extend(context.Background(), tm, min(tm.timeout, left))
+	_, lost, err := l.extendHeld(context.Background(), tm, min(tm.timeout, left))
+	l.op.Unlock()
 	l.renewalOver(tm, lost, err, &retryAt)
 }
 
@@ -366,25 +382,45 @@ func (c *Client) renewBatch(locks []*Lock) {
 	}
 	elapsed := clock.Now().Sub(start)
 	refused := c.refused()
+	type outcome struct {
+		t    tally
+		err  error
+		lost bool
+	}
+	outcomes := make([]outcome, len(held))
 	for j, l := range held {
-		tm := leases[j]
-		lt := t.of(j, n)
-		var err error
-		lost := false
+		o := &outcomes[j]
 		if refused == nil {
 			l.settled = settled
-			c.observeNodes(ctx, OpExtend, l.kind, wall, lt)
-			lost, err = l.judgeExtend(ctx, tm, start, elapsed, lt)
-			l.observeOp(ctx, OpExtend, wall, err)
+			o.t = t.of(j, n)
+			o.lost, o.err = l.judgeExtend(ctx, leases[j], start, elapsed, o.t)
 		} else {
-			err = l.refusedExtend()
+			o.err = l.refusedExtend()
 		}
+	}
+	// Every lock of the batch is let go before anything is told: an
+	// Observer may Release any of them.
+	for _, l := range held {
 		l.op.Unlock()
-		if lost {
-			l.lose(err)
+	}
+	for j, l := range held {
+		o := outcomes[j]
+		if refused == nil {
+			c.observeNodes(ctx, OpExtend, l.kind, wall, o.t)
+			l.observeOp(ctx, OpExtend, wall, o.err)
+		}
+		if o.lost {
+			// In a goroutine: an Observer told of the loss (which may
+			// Release the lock, against frozen nodes) holds up no other.
+			go func() {
+				var retryAt time.Time
+				l.renewalOver(leases[j], true, o.err, &retryAt)
+				c.sched.renewed(l, retryAt)
+			}()
+			continue
 		}
 		var retryAt time.Time
-		l.renewalOver(tm, false, err, &retryAt)
+		l.renewalOver(leases[j], false, o.err, &retryAt)
 		c.sched.renewed(l, retryAt)
 	}
 }
@@ -447,11 +483,11 @@ func (t *tally) heldAt(i, j int) bool {
 	return t.answers[i] == holds && t.many != nil && t.many[i] != nil && t.many[i][j] > 0
 }
 
-// schedQueue is the scheduler's queue of locks, earliest first.
+// schedQueue is the scheduler's queue of locks, earliest due first.
 type schedQueue []*Lock
 
 func (q schedQueue) Len() int           { return len(q) }
-func (q schedQueue) Less(i, j int) bool { return q[i].sched.early.Before(q[j].sched.early) }
+func (q schedQueue) Less(i, j int) bool { return q[i].sched.at.Before(q[j].sched.at) }
 func (q schedQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
 	q[i].sched.pos, q[j].sched.pos = i+1, j+1

@@ -292,3 +292,172 @@ func TestRenewal_heldUpRenewalStillEndsAtTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRenewal_followsAShorterExtendItWaitedFor: a renewal that fell due
+// while a shorter Extend was out renews the lease that Extend gave (its
+// ttl), not the one from before it.
+func TestRenewal_followsAShorterExtendItWaitedFor(t *testing.T) {
+	c := newCluster(t, 3)
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 16)
+	for _, rdb := range c.clients {
+		rdb.AddHook(newScriptHook(t, "extend.lua", func(ctx context.Context) error {
+			entered <- struct{}{}
+			select {
+			case <-gate:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+	}
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(time.Minute))
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", 3*time.Second, redlock.WithAutoRenew())
+	defer lock.Release(ctx)
+	redlock.WaitSettled(lock)
+
+	clock.Advance(500 * time.Millisecond)
+	extended := make(chan error, 1)
+	go func() { extended <- lock.Extend(ctx, time.Second) }()
+	<-entered // the Extend holds the lock's operations, its calls at the gate
+	waiters(t, clock, 1)
+	clock.Advance(500 * time.Millisecond) // the renewal is due, and waits for the Extend
+	waiters(t, clock, 1)                  // the scheduler, for the deadline
+	close(gate)
+	if err := <-extended; err != nil {
+		t.Fatal(err)
+	}
+	drift := 12 * time.Millisecond // 1s × 0.01 + 2ms
+	extendedUntil := clock.Now().Add(-500 * time.Millisecond).Add(time.Second - drift)
+	waitFor(t, "the renewal", func() bool { return lock.Until().After(extendedUntil) })
+	if want := clock.Now().Add(time.Second - drift); !lock.Until().Equal(want) {
+		t.Fatalf("Until after the renewal = %v, want %v: the Extend's ttl of 1s from now", lock.Until(), want)
+	}
+}
+
+// TestRenewal_observerReleasesAnotherLockOfTheBatch: an Observer told of
+// one lock's loss may Release another lock renewed in the same batch: the
+// batch holds none of them while it tells.
+func TestRenewal_observerReleasesAnotherLockOfTheBatch(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	var mu sync.Mutex
+	partner := map[string]*redlock.Lock{}
+	released := make(chan error, 2)
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithObserver(redlock.ObserverFunc(func(ctx context.Context, e redlock.Event) {
+		if e.Op != redlock.OpLost {
+			return
+		}
+		mu.Lock()
+		other := partner[e.Key]
+		mu.Unlock()
+		released <- other.Release(ctx)
+	})))
+	ctx := context.Background()
+	a := mustTryAcquire(t, rc, ctx, "a", 3*time.Second, redlock.WithAutoRenew())
+	b := mustTryAcquire(t, rc, ctx, "b", 3*time.Second, redlock.WithAutoRenew())
+	redlock.WaitSettled(a)
+	redlock.WaitSettled(b)
+	mu.Lock()
+	partner["a"], partner["b"] = b, a
+	mu.Unlock()
+	for _, s := range c.servers[:2] {
+		s.Del("a")
+		s.Del("b")
+	}
+	waiters(t, clock, 1)
+	clock.Advance(time.Second) // both are renewed in one batch, and both are lost
+	// The first loss told releases the other lock, which is then released
+	// rather than lost.
+	select {
+	case err := <-released:
+		if err != nil && !errors.Is(err, redlock.ErrLockLost) {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Observer's Release of the other lock of the batch never returned")
+	}
+	if !closed(a.Done()) || !closed(b.Done()) {
+		t.Fatal("Done still open")
+	}
+}
+
+// TestRenewal_slowObserverHoldsUpNoOtherLock: an Observer slow to handle
+// one lock's end does not hold up another lock's: its Done closes at its
+// own deadline.
+func TestRenewal_slowObserverHoldsUpNoOtherLock(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	hold := make(chan struct{})
+	defer close(hold)
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithObserver(redlock.ObserverFunc(func(ctx context.Context, e redlock.Event) {
+		if e.Op == redlock.OpLost && e.Key == "first" {
+			<-hold
+		}
+	})))
+	ctx := context.Background()
+	first := mustTryAcquire(t, rc, ctx, "first", time.Second)
+	second := mustTryAcquire(t, rc, ctx, "second", 2*time.Second)
+	defer first.Release(ctx)
+	defer second.Release(ctx)
+	first.Done()
+	done := second.Done()
+	waiters(t, clock, 1)
+	clock.Advance(time.Second) // the first ends; its Observer waits
+	waiters(t, clock, 1)       // the scheduler, for the second
+	clock.Advance(time.Second)
+	if !closed(done) {
+		t.Fatal("the second lock's Done did not close at its end while the Observer of the first's was busy")
+	}
+}
+
+// TestRenewal_dueWithinTheSlackGoTogether: locks acquired a few tens of
+// milliseconds apart, whose renewals fall due within the slack (a
+// twentieth of the ttl, at most 100 ms) of the first's, are renewed with
+// it in one script call per node.
+func TestRenewal_dueWithinTheSlackGoTogether(t *testing.T) {
+	c := newCluster(t, 3)
+	counters := make([]*scriptCounter, 3)
+	for i, rdb := range c.clients {
+		counters[i] = newScriptCounter("renew_batch.lua", "extend.lua")
+		rdb.AddHook(counters[i])
+	}
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock))
+	ctx := context.Background()
+	var held []*redlock.Lock
+	for i := range 5 {
+		if i > 0 {
+			clock.Advance(20 * time.Millisecond)
+		}
+		l := mustTryAcquire(t, rc, ctx, fmt.Sprint("spread-", i), 3*time.Second, redlock.WithAutoRenew())
+		redlock.WaitSettled(l)
+		held = append(held, l)
+	}
+	defer func() {
+		for _, l := range held {
+			mustRelease(t, l)
+		}
+	}()
+	last := held[4].Until()
+	waiters(t, clock, 1)
+	clock.Advance(held[0].Until().Add(-1978 * time.Millisecond).Sub(clock.Now())) // the first is due: (3s − 32 ms)·2/3 before its Until
+	waitFor(t, "every lock renewed", func() bool {
+		for _, l := range held {
+			if !l.Until().After(last) {
+				return false
+			}
+		}
+		return true
+	})
+	if err := rc.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, sc := range counters {
+		if batches, keys := sc.counts("renew_batch.lua"); batches != 1 || keys != 5 {
+			t.Errorf("node %d: %d batch calls for %d keys, want one for all 5", i, batches, keys)
+		}
+	}
+}
