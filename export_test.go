@@ -80,6 +80,7 @@ func ScriptSource(file string) string {
 		"extend.lua":         extendLua,
 		"renew_batch.lua":    renewBatchLua,
 		"release.lua":        releaseLua,
+		"line.lua":           lineLua,
 		"inspect.lua":        inspectLua,
 		"fenced_set.lua":     fencedSetLua,
 		"kind_reentrant.lua": withCounters(reentrantLua),

@@ -487,7 +487,14 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		}
 	}
 	var watch *releaseWatch // subscribed after the first failure
-	defer func() { watch.close() }()
+	var ln *waitLine        // a plain lock's waiter's place in line, once it waits
+	if p, ok := k.(plain); ok && ac.retry != nil {
+		ln = newLine(p.key, ac.ttl)
+	}
+	defer func() {
+		ln.leave(c, ac.timeout)
+		watch.close()
+	}()
 	var (
 		first  bool      // a fair lock's last announcement named this waiter first in line
 		woken  bool      // the last wait ended with a release announcement
@@ -532,7 +539,12 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		// would never be heard).
 		if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && c.failing[watch.node].Load() != nil) {
 			watch.close()
-			watch = c.watchRelease(ctx, k.channels(), qe.heldOn, a.cfg.timeout)
+			watch = c.watchRelease(ctx, k.channels(), ln, qe.heldOn, a.cfg.timeout)
+		}
+		if watch != nil {
+			// Take a place in line, or keep it: a release wakes the first
+			// in line that listens.
+			ln.join(c, watch.node, a.cfg.timeout)
 		}
 		delay := ac.retry.Delay(failed)
 		if woken {

@@ -33,6 +33,10 @@ var (
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed line.lua
+	lineLua    string
+	lineScript = redis.NewScript(lineLua)
 )
 
 // FenceHorizon is how long a node keeps a key's fencing counter (and a fair
@@ -112,7 +116,20 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 // releaseOn deletes key if it holds token, and announces it on the key's
 // release channel, so that waiters try again at once.
 func releaseOn(key, token string) nodeOp {
-	return nodeOp{script: releaseScript, keys: []string{key}, args: []any{token, releaseChannel(key)}}
+	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key)}, args: []any{token, releaseChannel(key)}}
+}
+
+// lineKey is the line of a plain lock's waiters on a node (line.lua).
+func lineKey(key string) string { return companion(key, "line") }
+
+// lineOn joins (join true) or leaves the line of key's waiters on a node
+// under the waiter's name; a line lasts ttl after the last join.
+func lineOn(key, name string, join bool, ttl time.Duration) nodeOp {
+	op := "leave"
+	if join {
+		op = "join"
+	}
+	return nodeOp{script: lineScript, keys: []string{lineKey(key)}, args: []any{op, name, pxMillis(ttl)}}
 }
 
 // dropOn deletes key if it holds token, without announcing it: the cleanup

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
@@ -30,6 +31,7 @@ import (
 type releaseWatch struct {
 	node     int
 	channels []string
+	own      string // the waiter's own channel, where a release names it first in line; "" when none
 	sub      *subscriber
 	ch       chan *redis.Message // announcements, once subscribed
 	ready    chan struct{}       // closed once every channel is subscribed
@@ -44,9 +46,13 @@ type releaseWatch struct {
 // (a loaded or frozen node) is not given up: it goes on in the background,
 // and announcements count from when it is confirmed; until then the retry
 // delay runs as always.
-func (c *Client) watchRelease(ctx context.Context, channels []string, node int, timeout time.Duration) *releaseWatch {
+func (c *Client) watchRelease(ctx context.Context, channels []string, ln *waitLine, node int, timeout time.Duration) *releaseWatch {
+	if own := ln.channel(); own != "" {
+		channels = append(slices.Clip(channels), own)
+	}
 	w := &releaseWatch{
 		node:     node,
+		own:      ln.channel(),
 		channels: channels,
 		sub:      c.subscribers[node],
 		ch:       make(chan *redis.Message, 1),
@@ -86,6 +92,77 @@ func (w *releaseWatch) subscribed() bool {
 	default:
 		return false
 	}
+}
+
+// waitLine is a plain lock's waiter's place in the key's line on the node it
+// listens on (line.lua): a release there wakes the first in line that
+// still listens, on its own channel, rather than every waiter. The line
+// is only a hint about whom to wake: every attempt is an acquire like any
+// other, and a waiter missing from the line (it expired, the node
+// restarted) is woken by its retry timer, or by a release that finds the
+// line empty and tells everyone.
+type waitLine struct {
+	key  string
+	name string        // the waiter's, random
+	ttl  time.Duration // how long the line lasts after a join
+	node int           // where it joined; -1 when it has not
+}
+
+// lineLinger is the least a line lasts after its last join: more than a
+// subscribed waiter's wait between attempts (subscribedPoll and its
+// random part), which renews its place.
+const lineLinger = 3 * time.Second
+
+func newLine(key string, ttl time.Duration) *waitLine {
+	return &waitLine{key: key, name: rand.Text(), ttl: max(ttl, lineLinger), node: -1}
+}
+
+// channel is the waiter's own channel for key.
+func (ln *waitLine) channel() string {
+	if ln == nil {
+		return ""
+	}
+	return releaseChannel(ln.key) + ":" + ln.name
+}
+
+// join takes or keeps the waiter's place in the line on node, leaving the
+// line of the node it was in before, if another.
+func (ln *waitLine) join(c *Client, node int, timeout time.Duration) {
+	if ln == nil || node < 0 {
+		return
+	}
+	if ln.node >= 0 && ln.node != node {
+		c.sendOne(ln.node, lineOn(ln.key, ln.name, false, ln.ttl), timeout)
+	}
+	ln.node = node
+	c.sendOne(node, lineOn(ln.key, ln.name, true, ln.ttl), timeout)
+}
+
+// leave leaves the line, when the waiter won the lock or gave up.
+func (ln *waitLine) leave(c *Client, timeout time.Duration) {
+	if ln == nil || ln.node < 0 {
+		return
+	}
+	c.sendOne(ln.node, lineOn(ln.key, ln.name, false, ln.ttl), timeout)
+	ln.node = -1
+}
+
+// sendOne sends op to node i without waiting for its reply: through the
+// node's pipe, in order with the node's other calls (a leave lands before
+// the holder's release), or, without batching, from a goroutine. Drain
+// waits for it as for any call.
+func (c *Client) sendOne(i int, op nodeOp, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	c.calls.add()
+	reply := func(int64, []int64, error) {
+		cancel()
+		c.calls.done()
+	}
+	if p := c.nodes[i].pipe; p != nil {
+		p.submit(call{ctx: ctx, io: ctx, op: op, reply: reply})
+		return
+	}
+	go func() { reply(op.run(ctx, c.nodes[i].rdb)) }()
 }
 
 // drain drops the announcements received so far.
@@ -357,6 +434,11 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 		case <-timer:
 			return true, false, false
 		case m := <-watch.released():
+			if watch.own != "" && m.Channel == watch.own {
+				// First in line: this waiter alone was woken, and tries at
+				// once.
+				return true, false, true
+			}
 			if inLine {
 				// A queue's release names the first in line: only that
 				// waiter tries, and at once.

@@ -52,7 +52,7 @@ func TestWatchRelease_frozenNode(t *testing.T) {
 	}
 	const timeout = 100 * time.Millisecond
 	start := time.Now()
-	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, 0, timeout)
+	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, nil, 0, timeout)
 	took := time.Since(start)
 	defer w.close()
 	// Wide: without the goroutine it takes the client's minute.
@@ -78,7 +78,7 @@ func TestWatchRelease_lateSubscription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, 0, 0) // no wait at all
+	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, nil, 0, 0) // no wait at all
 	defer w.close()
 	select {
 	case <-w.ready:

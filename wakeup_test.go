@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"testing"
 	"time"
@@ -186,5 +187,66 @@ func TestWaiters_oneChannelWhileOneWaits(t *testing.T) {
 	}
 	if d := time.Since(released); d > 900*time.Millisecond {
 		t.Fatalf("the waiter left acquired %v after the release: not woken by it", d)
+	}
+}
+
+// TestWaiters_releaseWakesTheFirstInLine: with many processes (Clients)
+// waiting for one key, each release wakes the first waiter in the key's
+// line, not all of them: the waiters take the lock one after another with
+// about one attempt each after the first release, not one per waiter per
+// release.
+func TestWaiters_releaseWakesTheFirstInLine(t *testing.T) {
+	const waiters = 20
+	c := newCluster(t, 3)
+	holder := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Minute)
+	redlock.WaitSettled(holder)
+	var attempts atomic.Int64
+	observer := redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+		if e.Op == redlock.OpAcquire {
+			attempts.Add(int64(e.Attempts))
+		}
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lineSize := func() int {
+		n := 0
+		for _, s := range c.servers {
+			if size, err := s.ZMembers("{k}:line"); err == nil {
+				n += len(size)
+			}
+		}
+		return n
+	}
+	done := make(chan error, waiters)
+	for i := range waiters {
+		rc := mustNew(t, c.connect(t), observer)
+		go func() {
+			l, err := rc.Acquire(ctx, "k", time.Minute)
+			if err == nil {
+				err = l.Release(context.Background())
+			}
+			done <- err
+		}()
+		waitFor(t, fmt.Sprintf("waiter %d in line", i), func() bool { return lineSize() == i+1 })
+	}
+	before := attempts.Load() // none: an Acquire reports its attempts when it returns
+	mustRelease(t, holder)
+	for range waiters {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the waiters did not all get the lock")
+		}
+	}
+	// Each waiter made its first attempt, a few timed ones while the others
+	// joined the line (at least a second apart), and about one when woken.
+	if got := attempts.Load() - before; got > 3*waiters {
+		t.Fatalf("%d attempts for %d waiters, want at most %d: a release woke more than the first in line", got, waiters, 3*waiters)
+	}
+	if n := lineSize(); n != 0 {
+		t.Fatalf("%d waiters left in line after every one had the lock", n)
 	}
 }

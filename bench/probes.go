@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +38,11 @@ import (
 //	                  (N = 3): locks lost, the process's CPU (cores) and
 //	                  goroutines while it holds them, and per node the
 //	                  script calls and the server's CPU.
+//	-probe handover   P Clients (as P processes) wait for one key and take
+//	                  it in turn, each holding it 1 ms (N = 3): the time
+//	                  from one holder's release to the next holder's lock
+//	                  (p50, p99, max), attempts and script calls per node
+//	                  per critical section.
 
 func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, size int, hold time.Duration) error {
 	switch probe {
@@ -45,8 +52,10 @@ func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, size 
 		return probeLeftovers(ctx, w, e, size)
 	case "renewal":
 		return probeRenewal(ctx, w, e, size, hold)
+	case "handover":
+		return probeHandover(ctx, w, e, size)
 	}
-	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal)", probe)
+	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover)", probe)
 }
 
 // nodeStats reads INFO from every node: connected clients, and the script
@@ -391,6 +400,110 @@ func probeRenewal(ctx context.Context, w io.Writer, e *benchEnv, locks int, hold
 		fmt.Fprintf(w, "  node %d: %.0f script calls/s (%.0f renewals/s expected), %.3f cores\n", i,
 			float64(calls1[i]-calls0[i])/wall.Seconds(), float64(locks)/(ttl/3).Seconds(),
 			float64(server1[i]-server0[i])/float64(wall))
+	}
+	return nil
+}
+
+func probeHandover(ctx context.Context, w io.Writer, e *benchEnv, processes int) error {
+	const n = 3
+	const key = "probe-handover"
+	sections := 5 * processes
+	admin, stopAdmin := e.clients(n)
+	defer stopAdmin()
+	for _, c := range admin {
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	holderNodes, stopHolder := e.clients(n)
+	defer stopHolder()
+	holder, err := redlock.New(holderNodes)
+	if err != nil {
+		return err
+	}
+	first, err := holder.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		return err
+	}
+
+	var (
+		mu         sync.Mutex
+		releasedAt time.Time       // the last holder's release began
+		gaps       []time.Duration // from a release to the next lock
+		attempts   int64
+		done       int
+	)
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range processes {
+		nodes, stop := e.clients(n)
+		defer stop()
+		rc, err := redlock.New(nodes, redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, ev redlock.Event) {
+			if ev.Op == redlock.OpAcquire {
+				mu.Lock()
+				attempts += int64(ev.Attempts)
+				mu.Unlock()
+			}
+		})))
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				l, err := rc.Acquire(rctx, key, 10*time.Second)
+				if err != nil {
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				gaps = append(gaps, now.Sub(releasedAt))
+				done++
+				over := done >= sections
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				releasedAt = time.Now()
+				mu.Unlock()
+				_ = l.Release(ctx)
+				if over {
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second) // every process fails its first attempt and waits
+	_, calls0, err := nodeStats(ctx, admin)
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	attempts0 := attempts
+	releasedAt = time.Now()
+	mu.Unlock()
+	start := time.Now()
+	_ = first.Release(ctx)
+	wg.Wait()
+	wall := time.Since(start)
+	_, calls1, err := nodeStats(ctx, admin)
+	if err != nil {
+		return err
+	}
+	slices.Sort(gaps)
+	at := func(q float64) time.Duration { return gaps[min(len(gaps)-1, int(q*float64(len(gaps))))] }
+	fmt.Fprintf(w, "probe handover: %d Clients (as processes) take one key in turn, %d sections of 1 ms, N = %d, in %v\n",
+		processes, len(gaps), n, wall.Round(time.Millisecond))
+	if len(gaps) == 0 {
+		return errors.New("no section ran")
+	}
+	fmt.Fprintf(w, "  from a release to the next lock: p50 %v, p99 %v, max %v\n",
+		at(0.5).Round(10*time.Microsecond), at(0.99).Round(10*time.Microsecond), gaps[len(gaps)-1].Round(10*time.Microsecond))
+	fmt.Fprintf(w, "  attempts per section (of the Acquires that returned): %.2f\n", float64(attempts-attempts0)/float64(len(gaps)))
+	for i := range admin {
+		fmt.Fprintf(w, "  node %d: %.1f script calls per section\n", i, float64(calls1[i]-calls0[i])/float64(len(gaps)))
 	}
 	return nil
 }

@@ -247,6 +247,10 @@ func (h *history) leftovers() []Violation {
 		if counter(k.key) {
 			bound = redlock.FenceHorizon
 		}
+		if strings.HasSuffix(k.key, ":line") {
+			// a plain lock's waiters' line: the waiter's ttl, or 3 s at least
+			bound = max(h.maxTTL, lineLinger) + 100*time.Millisecond
+		}
 		switch {
 		case k.pttl < 0:
 			vs = append(vs, Violation{checkLeft, fmt.Sprintf("node %d: %q has no time to live", k.node, k.key)})
@@ -256,6 +260,10 @@ func (h *history) leftovers() []Violation {
 	}
 	return vs
 }
+
+// lineLinger is the least a plain lock's line of waiters lasts after a
+// waiter joined it (the library's lineLinger).
+const lineLinger = 3 * time.Second
 
 // fairQueuePatience is how long a fair lock's waiter keeps its place on a
 // node without trying again (docs/kinds.md); the queue lives twice that.

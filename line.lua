@@ -1,0 +1,23 @@
+-- A waiter's place in a plain lock's line on this node: releases wake the
+-- first in line that still listens (see release.lua), not every waiter.
+-- The line is a sorted set of waiter names by arrival (the node's time);
+-- it expires when no waiter has joined it for ARGV[3] milliseconds.
+-- KEYS[1]: the line
+-- ARGV[1]: 'join' (keeps an earlier place) or 'leave'
+-- ARGV[2]: the waiter's name
+-- ARGV[3]: for join, how long the line lasts, in milliseconds
+-- Returns 1, or 0 when the key is not a line (it is left alone).
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'zset' and kind ~= 'none' then
+  return 0
+end
+if ARGV[1] == 'join' then
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[1], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+else
+  redis.call('ZREM', KEYS[1], ARGV[2])
+end
+return 1
