@@ -60,6 +60,16 @@ func (sc *scriptCounter) note(cmd redis.Cmder) {
 	}
 }
 
+// countRenewals counts the renewal scripts' runs on each node.
+func countRenewals(c *cluster) []*scriptCounter {
+	counters := make([]*scriptCounter, len(c.clients))
+	for i, rdb := range c.clients {
+		counters[i] = newScriptCounter("renew_batch.lua", "extend.lua")
+		rdb.AddHook(counters[i])
+	}
+	return counters
+}
+
 func (sc *scriptCounter) counts(file string) (runs, keys int) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
@@ -90,11 +100,7 @@ func (sc *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 func TestRenewal_batchedPerNode(t *testing.T) {
 	const locks = 300
 	c := newCluster(t, 3)
-	counters := make([]*scriptCounter, 3)
-	for i, rdb := range c.clients {
-		counters[i] = newScriptCounter("renew_batch.lua", "extend.lua")
-		rdb.AddHook(counters[i])
-	}
+	counters := countRenewals(c)
 	clock := fakeClock()
 	rc := c.client(t, redlock.WithClock(clock))
 	ctx := context.Background()
@@ -245,19 +251,7 @@ func TestRenewal_noGoroutinePerLock(t *testing.T) {
 // are still out.
 func TestRenewal_heldUpRenewalStillEndsAtTheDeadline(t *testing.T) {
 	c := newCluster(t, 3)
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 16)
-	for _, rdb := range c.clients {
-		rdb.AddHook(newScriptHook(t, "extend.lua", func(ctx context.Context) error {
-			entered <- struct{}{}
-			select {
-			case <-gate:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}))
-	}
+	gate, entered := gateExtends(t, c)
 	clock := fakeClock()
 	const ttl = 3 * time.Second
 	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(time.Minute))
@@ -298,19 +292,7 @@ func TestRenewal_heldUpRenewalStillEndsAtTheDeadline(t *testing.T) {
 // ttl), not the one from before it.
 func TestRenewal_followsAShorterExtendItWaitedFor(t *testing.T) {
 	c := newCluster(t, 3)
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 16)
-	for _, rdb := range c.clients {
-		rdb.AddHook(newScriptHook(t, "extend.lua", func(ctx context.Context) error {
-			entered <- struct{}{}
-			select {
-			case <-gate:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}))
-	}
+	gate, entered := gateExtends(t, c)
 	clock := fakeClock()
 	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(time.Minute))
 	ctx := context.Background()
@@ -419,11 +401,7 @@ func TestRenewal_slowObserverHoldsUpNoOtherLock(t *testing.T) {
 // it in one script call per node.
 func TestRenewal_dueWithinTheSlackGoTogether(t *testing.T) {
 	c := newCluster(t, 3)
-	counters := make([]*scriptCounter, 3)
-	for i, rdb := range c.clients {
-		counters[i] = newScriptCounter("renew_batch.lua", "extend.lua")
-		rdb.AddHook(counters[i])
-	}
+	counters := countRenewals(c)
 	clock := fakeClock()
 	rc := c.client(t, redlock.WithClock(clock))
 	ctx := context.Background()
@@ -460,4 +438,22 @@ func TestRenewal_dueWithinTheSlackGoTogether(t *testing.T) {
 			t.Errorf("node %d: %d batch calls for %d keys, want one for all 5", i, batches, keys)
 		}
 	}
+}
+
+// gateExtends holds every extend.lua call to the cluster's nodes until
+// gate is closed; entered receives as each call arrives.
+func gateExtends(t *testing.T, c *cluster) (gate chan struct{}, entered chan struct{}) {
+	gate, entered = make(chan struct{}), make(chan struct{}, 16)
+	for _, rdb := range c.clients {
+		rdb.AddHook(newScriptHook(t, "extend.lua", func(ctx context.Context) error {
+			entered <- struct{}{}
+			select {
+			case <-gate:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+	}
+	return gate, entered
 }

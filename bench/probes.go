@@ -104,13 +104,11 @@ func heapInUse() uint64 {
 
 func probeWait(ctx context.Context, w io.Writer, e *benchEnv, waiters int) error {
 	const n = 3
-	admin, stopAdmin := e.clients(n)
-	defer stopAdmin()
-	for _, c := range admin {
-		if err := c.FlushAll(ctx).Err(); err != nil {
-			return err
-		}
+	admin, stopAdmin, err := e.freshNodes(ctx, n)
+	if err != nil {
+		return err
 	}
+	defer stopAdmin()
 	holderNodes, stopHolder := e.clients(n)
 	defer stopHolder()
 	holder, err := redlock.New(holderNodes)
@@ -207,50 +205,31 @@ func probeWait(ctx context.Context, w io.Writer, e *benchEnv, waiters int) error
 func probeLeftovers(ctx context.Context, w io.Writer, e *benchEnv, keys int) error {
 	const n = 3
 	const lockTTL = time.Second
-	admin, stopAdmin := e.clients(n)
-	defer stopAdmin()
-	for _, c := range admin {
-		if err := c.FlushAll(ctx).Err(); err != nil {
-			return err
-		}
+	admin, stopAdmin, err := e.freshNodes(ctx, n)
+	if err != nil {
+		return err
 	}
+	defer stopAdmin()
 	nodes, stop := e.clients(n)
 	defer stop()
 	rc, err := redlock.New(nodes)
 	if err != nil {
 		return err
 	}
-	var (
-		wg   sync.WaitGroup
-		next atomic.Int64
-		errs atomic.Int64
-	)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(keys) {
-					return
-				}
-				opts := []redlock.AcquireOption{redlock.WithFencing()}
-				if i%2 == 1 {
-					opts = append(opts, redlock.Fair())
-				}
-				l, err := rc.TryAcquire(ctx, fmt.Sprintf("probe-left:%d", i), lockTTL, opts...)
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				_ = l.Release(ctx)
-			}
-		}()
-	}
-	wg.Wait()
+	errs := inParallel(keys, func(i int) error {
+		opts := []redlock.AcquireOption{redlock.WithFencing()}
+		if i%2 == 1 {
+			opts = append(opts, redlock.Fair())
+		}
+		l, err := rc.TryAcquire(ctx, fmt.Sprintf("probe-left:%d", i), lockTTL, opts...)
+		if err != nil {
+			return err
+		}
+		return l.Release(ctx)
+	})
 	_ = rc.Drain(ctx)
 	time.Sleep(lockTTL + 500*time.Millisecond) // every lock's TTL has passed
-	fmt.Fprintf(w, "probe leftovers: %d distinct keys locked WithFencing (half of them Fair) and released, N = %d, %d failed\n", keys, n, errs.Load())
+	fmt.Fprintf(w, "probe leftovers: %d distinct keys locked WithFencing (half of them Fair) and released, N = %d, %d failed\n", keys, n, errs)
 	for i, c := range admin {
 		size, err := c.DBSize(ctx).Result()
 		if err != nil {
@@ -311,13 +290,11 @@ func serverCPU(ctx context.Context, cs []*redis.Client) ([]time.Duration, error)
 func probeRenewal(ctx context.Context, w io.Writer, e *benchEnv, locks int, hold time.Duration) error {
 	const n = 3
 	const ttl = 3 * time.Second
-	admin, stopAdmin := e.clients(n)
-	defer stopAdmin()
-	for _, c := range admin {
-		if err := c.FlushAll(ctx).Err(); err != nil {
-			return err
-		}
+	admin, stopAdmin, err := e.freshNodes(ctx, n)
+	if err != nil {
+		return err
 	}
+	defer stopAdmin()
 	goroutines0 := runtime.NumGoroutine()
 	nodes, stop := e.clients(n)
 	defer stop()
@@ -326,33 +303,17 @@ func probeRenewal(ctx context.Context, w io.Writer, e *benchEnv, locks int, hold
 		return err
 	}
 	held := make([]*redlock.Lock, locks)
-	var (
-		wg   sync.WaitGroup
-		next atomic.Int64
-		errs atomic.Int64
-	)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(locks) {
-					return
-				}
-				l, err := rc.TryAcquire(ctx, fmt.Sprintf("probe-renew:%d", i), ttl, redlock.WithAutoRenew())
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				l.Done()
-				held[i] = l
-			}
-		}()
-	}
-	wg.Wait()
-	if errs.Load() > 0 {
-		return fmt.Errorf("%d of %d acquires failed", errs.Load(), locks)
+	errs := inParallel(locks, func(i int) error {
+		l, err := rc.TryAcquire(ctx, fmt.Sprintf("probe-renew:%d", i), ttl, redlock.WithAutoRenew())
+		if err != nil {
+			return err
+		}
+		l.Done()
+		held[i] = l
+		return nil
+	})
+	if errs > 0 {
+		return fmt.Errorf("%d of %d acquires failed", errs, locks)
 	}
 	time.Sleep(ttl) // the renewals settle into their rhythm
 	_, calls0, err := nodeStats(ctx, admin)
@@ -408,13 +369,11 @@ func probeHandover(ctx context.Context, w io.Writer, e *benchEnv, processes int)
 	const n = 3
 	const key = "probe-handover"
 	sections := 5 * processes
-	admin, stopAdmin := e.clients(n)
-	defer stopAdmin()
-	for _, c := range admin {
-		if err := c.FlushAll(ctx).Err(); err != nil {
-			return err
-		}
+	admin, stopAdmin, err := e.freshNodes(ctx, n)
+	if err != nil {
+		return err
 	}
+	defer stopAdmin()
 	holderNodes, stopHolder := e.clients(n)
 	defer stopHolder()
 	holder, err := redlock.New(holderNodes)
@@ -506,4 +465,44 @@ func probeHandover(ctx context.Context, w io.Writer, e *benchEnv, processes int)
 		fmt.Fprintf(w, "  node %d: %.1f script calls per section\n", i, float64(calls1[i]-calls0[i])/float64(len(gaps)))
 	}
 	return nil
+}
+
+// freshNodes connects to the first n nodes and empties them; stop closes
+// the connections.
+func (e *benchEnv) freshNodes(ctx context.Context, n int) ([]*redis.Client, func(), error) {
+	admin, stop := e.clients(n)
+	for _, c := range admin {
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			stop()
+			return nil, nil, err
+		}
+	}
+	return admin, stop, nil
+}
+
+// inParallel runs fn for 0 to count-1 on 16 goroutines, and returns how
+// many calls failed.
+func inParallel(count int, fn func(i int) error) int64 {
+	var (
+		wg     sync.WaitGroup
+		next   atomic.Int64
+		failed atomic.Int64
+	)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(count) {
+					return
+				}
+				if fn(int(i)) != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return failed.Load()
 }
