@@ -24,9 +24,10 @@ import (
 // of the ttl, at most renewSlackMax) go with it, a little early, up to
 // renewBatchMax of them in one script call per node (renew_batch.lua), one
 // round trip renewing them all. Each lock keeps its own quorum and
-// validity, counted from what each node answered for it. Locks of the
-// other kinds, a renewal closer to its lock's deadline than the node
-// timeout, a lock an Extend or a Release is busy with, and the locks of
+// validity, counted from what each node answered for it; the batch waits
+// for the nodes until the earliest of their deadlines at most. Locks of the
+// other kinds, a renewal with less than a quarter of the validity a
+// renewal gives left before its deadline, a lock an Extend or a Release is busy with, and the locks of
 // Clients of Redis Cluster nodes or without batching, are renewed one lock
 // at a time, as an Extend.
 //
@@ -285,7 +286,10 @@ func (c *Client) startRenewals(locks []*Lock) {
 	var batch []*Lock
 	for _, l := range locks {
 		tm, until := l.lease()
-		if _, plain := l.kind.(plain); plain && c.batchRenewals && l.deadline(tm, until).Sub(clock.Now()) > tm.timeout {
+		// A renewal close to its deadline goes alone: in a batch, it
+		// would cut the wait for the nodes of all the others to its own.
+		left := l.deadline(tm, until).Sub(clock.Now())
+		if _, plain := l.kind.(plain); plain && c.batchRenewals && left >= (tm.ttl-tm.drift)/4 {
 			batch = append(batch, l)
 			continue
 		}
@@ -363,12 +367,14 @@ func (c *Client) renewBatch(locks []*Lock) {
 	keys := make([]string, len(held))
 	args := make([]any, 0, 2*len(held))
 	timeout := time.Duration(1<<63 - 1)
+	now := clock.Now()
 	for j, l := range held {
-		tm, _ := l.lease()
+		tm, until := l.lease()
 		leases[j] = tm
 		keys[j] = l.key
 		args = append(args, l.token, pxMillis(tm.ttl))
-		timeout = min(timeout, tm.timeout)
+		// Each lock's wait ends by its deadline, as a renewal's does.
+		timeout = min(timeout, tm.timeout, l.deadline(tm, until).Sub(now))
 	}
 	op := nodeOp{script: renewBatchScript, keys: keys, args: args, many: true}
 

@@ -102,7 +102,9 @@ func TestRenewal_batchedPerNode(t *testing.T) {
 	c := newCluster(t, 3)
 	counters := countRenewals(c)
 	clock := fakeClock()
-	rc := c.client(t, redlock.WithClock(clock))
+	// A generous node timeout: a batch that timed out on a loaded machine
+	// would be tried again only when the fake clock moves.
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(10*time.Second))
 	ctx := context.Background()
 	const ttl = 3 * time.Second
 	held := make([]*redlock.Lock, locks)
@@ -155,7 +157,9 @@ func TestRenewal_batchedPerNode(t *testing.T) {
 func TestRenewal_batchJudgesEachLock(t *testing.T) {
 	c := newCluster(t, 3)
 	clock := fakeClock()
-	rc := c.client(t, redlock.WithClock(clock))
+	// A generous node timeout: a batch that timed out on a loaded machine
+	// would be tried again only when the fake clock moves.
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(10*time.Second))
 	ctx := context.Background()
 	const ttl = 3 * time.Second
 	var gone, minority, whole *redlock.Lock
@@ -403,7 +407,9 @@ func TestRenewal_dueWithinTheSlackGoTogether(t *testing.T) {
 	c := newCluster(t, 3)
 	counters := countRenewals(c)
 	clock := fakeClock()
-	rc := c.client(t, redlock.WithClock(clock))
+	// A generous node timeout: a batch that timed out on a loaded machine
+	// would be tried again only when the fake clock moves.
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(10*time.Second))
 	ctx := context.Background()
 	var held []*redlock.Lock
 	for i := range 5 {
