@@ -153,9 +153,12 @@ func (l *Lock) lose(why error) {
 	l.lost = true
 	l.mu.Unlock()
 	l.client.sched.drop(l)
+	// The holder first: Done closes before the logger and the Observer
+	// are told, so that a slow Observer (one that Releases locks against
+	// frozen nodes) does not keep it open.
+	l.end()
 	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
 	l.client.observe(context.Background(), Event{Op: OpLost, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: why})
-	l.end()
 	l.finish()
 }
 

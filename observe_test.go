@@ -120,6 +120,17 @@ func TestObserver_renewalAndLoss(t *testing.T) {
 	if !closed(lock.Done()) {
 		t.Fatal("the lock was not lost")
 	}
+	// Done closes first; the Observer is told right after.
+	waitFor(t, "the loss to be observed", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, e := range rec.events {
+			if e.Op == redlock.OpLost {
+				return true
+			}
+		}
+		return false
+	})
 	if lost := rec.take(redlock.OpLost); len(lost) != 1 || lost[0].Key != "k" || lost[0].Err == nil {
 		t.Fatalf("lost events %+v", lost)
 	}

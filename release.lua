@@ -1,10 +1,12 @@
 -- Deletes the lock if this node still holds our token; another holder's key
 -- is left as it is. When ARGV[2] is given, announces the release: to the
--- first waiter in the key's line on this node (KEYS[2], see line.lua) that
--- still listens, on its own channel (ARGV[2] .. ':' .. its name), so that
--- one waiter tries rather than all; when the line has none, on ARGV[2]
--- itself, to every waiter subscribed to it. Waiters found gone (nobody
--- receives their message) leave the line, a few per release.
+-- first two waiters in the key's line on this node (KEYS[2], see line.lua)
+-- that still listen, each on its own channel (ARGV[2] .. ':' .. its name),
+-- so that two waiters try rather than all (two: should the first have just
+-- given up or hung, the second goes on); when the line has none, on
+-- ARGV[2] itself, to every waiter subscribed to it. Waiters found gone
+-- (nobody receives their message) leave the line, up to 10 looked at per
+-- release.
 -- KEYS[1]: the lock key
 -- KEYS[2]: the key's line (optional)
 -- ARGV[1]: our token
@@ -18,17 +20,21 @@ redis.call('DEL', KEYS[1])
 if ARGV[2] == '' then
   return 1
 end
+local woken = 0
 if #KEYS > 1 and redis.call('TYPE', KEYS[2]).ok == 'zset' then
-  for _ = 1, 8 do
-    local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-    if not first then
-      break
+  local line = redis.call('ZRANGE', KEYS[2], 0, 9)
+  for _, name in ipairs(line) do
+    if redis.call('PUBLISH', ARGV[2] .. ':' .. name, '') > 0 then
+      woken = woken + 1
+      if woken == 2 then
+        break
+      end
+    else
+      redis.call('ZREM', KEYS[2], name)
     end
-    if redis.call('PUBLISH', ARGV[2] .. ':' .. first, '') > 0 then
-      return 1
-    end
-    redis.call('ZREM', KEYS[2], first)
   end
 end
-redis.call('PUBLISH', ARGV[2], '')
+if woken == 0 then
+  redis.call('PUBLISH', ARGV[2], '')
+end
 return 1

@@ -198,7 +198,7 @@ func TestRenewal_batchJudgesEachLock(t *testing.T) {
 func TestRenewal_noGoroutinePerLock(t *testing.T) {
 	const locks = 200
 	c := newCluster(t, 3)
-	rc := c.client(t)
+	rc := c.client(t, redlock.WithNodeTimeout(10*time.Second)) // 400 locks at once on a loaded machine
 	ctx := context.Background()
 	mustRelease(t, mustTryAcquire(t, rc, ctx, "warm-up", time.Minute)) // connections and pipes
 	waitFor(t, "the warm-up's goroutines to end", func() bool { return clientGoroutines() < 1000 })
@@ -371,8 +371,9 @@ func TestRenewal_observerReleasesAnotherLockOfTheBatch(t *testing.T) {
 }
 
 // TestRenewal_slowObserverHoldsUpNoOtherLock: an Observer slow to handle
-// one lock's end does not hold up another lock's: its Done closes at its
-// own deadline.
+// one lock's end holds up neither that lock's Done, which closes before
+// the Observer is told, nor another lock's, which closes at its own
+// deadline.
 func TestRenewal_slowObserverHoldsUpNoOtherLock(t *testing.T) {
 	c := newCluster(t, 3)
 	clock := fakeClock()
@@ -388,11 +389,14 @@ func TestRenewal_slowObserverHoldsUpNoOtherLock(t *testing.T) {
 	second := mustTryAcquire(t, rc, ctx, "second", 2*time.Second)
 	defer first.Release(ctx)
 	defer second.Release(ctx)
-	first.Done()
+	firstDone := first.Done()
 	done := second.Done()
 	waiters(t, clock, 1)
 	clock.Advance(time.Second) // the first ends; its Observer waits
-	waiters(t, clock, 1)       // the scheduler, for the second
+	if !closed(firstDone) {
+		t.Fatal("the first lock's Done waited for the Observer told of its end")
+	}
+	waiters(t, clock, 1) // the scheduler, for the second
 	clock.Advance(time.Second)
 	if !closed(done) {
 		t.Fatal("the second lock's Done did not close at its end while the Observer of the first's was busy")
