@@ -109,12 +109,11 @@ func probeWait(ctx context.Context, w io.Writer, e *benchEnv, waiters int) error
 		return err
 	}
 	defer stopAdmin()
-	holderNodes, stopHolder := e.clients(n)
-	defer stopHolder()
-	holder, err := redlock.New(holderNodes)
+	holder, stopHolder, err := e.redlockClient(n)
 	if err != nil {
 		return err
 	}
+	defer stopHolder()
 	keys := make([]string, waiters)
 	held := make([]*redlock.Lock, waiters)
 	for i := range keys {
@@ -374,12 +373,11 @@ func probeHandover(ctx context.Context, w io.Writer, e *benchEnv, processes int)
 		return err
 	}
 	defer stopAdmin()
-	holderNodes, stopHolder := e.clients(n)
-	defer stopHolder()
-	holder, err := redlock.New(holderNodes)
+	holder, stopHolder, err := e.redlockClient(n)
 	if err != nil {
 		return err
 	}
+	defer stopHolder()
 	first, err := holder.TryAcquire(ctx, key, time.Minute)
 	if err != nil {
 		return err
@@ -505,4 +503,16 @@ func inParallel(count int, fn func(i int) error) int64 {
 	}
 	wg.Wait()
 	return failed.Load()
+}
+
+// redlockClient is a Client of its own on the first n nodes, as another
+// process's; stop closes its connections.
+func (e *benchEnv) redlockClient(n int, opts ...redlock.Option) (*redlock.Client, func(), error) {
+	nodes, stop := e.clients(n)
+	rc, err := redlock.New(nodes, opts...)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return rc, stop, nil
 }
