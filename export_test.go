@@ -58,6 +58,12 @@ func LocalWriters(c *Client, key string) int {
 	return localWaiters(c, newReadWrite(key, true).turns())
 }
 
+// LocalMultiWaiters returns how many goroutines of c wait in AcquireAll
+// for the local turn of a multi-key lock on keys.
+func LocalMultiWaiters(c *Client, keys ...string) int {
+	return localWaiters(c, newMulti(keys).turns())
+}
+
 func localWaiters(c *Client, queue string) int {
 	c.queues.mu.Lock()
 	q := c.queues.byKey[queue]

@@ -2,7 +2,31 @@ package redlock
 
 import (
 	"context"
+	"time"
 )
+
+// handsOver is a kind whose lock is handed to the next goroutine of its
+// Client waiting for it (see handOff): the plain lock, a writer and a
+// multi-key lock, the kinds that take local turns.
+type handsOver interface {
+	// handOff takes the lock for token on a node where it holds from's
+	// token, or where an acquire of token would take it, and keeps it where
+	// it holds token already. Its result is 0 when another holder has it,
+	// else c*10 + 2*w + r (see handOffFlags): c what the kind's acquire
+	// answers (the fencing counter, 1 when not fenced), w 1 if another
+	// process listens for the lock's release on the node, r 1 if from's
+	// token was there (see handoff.lua).
+	handOff(token, from string, ttl time.Duration, fenced bool) nodeOp
+}
+
+// handOffFlags splits a hand-off script's answer for a node that holds the
+// lock now: c*10 + 2*w + r (in decimal, the scripts append the digit to c:
+// c can be the node's clock in microseconds, which a Lua number could not
+// multiply without losing its last digits).
+func handOffFlags(v int64) (c int64, w, r bool) {
+	f := v % 10
+	return v / 10, f&2 != 0, f&1 != 0
+}
 
 // handOffResult is what a hand-off did and learned.
 type handOffResult struct {
@@ -42,21 +66,21 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // When it fails, the keys it may have set are released again, which also
 // frees the nodes where it had replaced l's token; the caller releases l on
 // the nodes the hand-off did not hear from.
-func (c *Client) handOff(ctx context.Context, l *Lock, w *waiter) handOffResult {
-	a := newAcquisition(l.kind, w.ac, l.settled)
+func (c *Client) handOff(ctx context.Context, l *Lock, from handsOver, w *waiter) handOffResult {
+	a := newAcquisition(w.kind, w.ac, l.settled)
 	a.start = c.cfg.clock.Now()
-	t := a.fanOut(ctx, c, wonAt(l.quorum), nil, handOffOn(l.key, a.token, l.token, a.cfg.ttl, a.cfg.fenced))
+	t := a.fanOut(ctx, c, wonAt(l.quorum), nil, from.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenced))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, ans := range t.answers {
 		switch ans {
 		case holds:
-			v := t.values[i]
+			c, w, r := handOffFlags(t.values[i])
 			h.had[i] = holdsNot
-			if v&1 == 1 {
+			if r {
 				h.had[i] = holds
 			}
-			h.contended = h.contended || v&2 == 2
-			t.values[i] = v >> 2 // what the acquire scripts answer
+			h.contended = h.contended || w
+			t.values[i] = c // what the acquire scripts answer
 		case holdsNot:
 			h.had[i] = holdsNot // another token is there
 		default:
@@ -78,14 +102,15 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	if c.refused() != nil {
 		return false, nil // no lock is granted on a Client that reaches one server twice
 	}
-	if _, ok := l.kind.(plain); !ok {
-		return false, nil // only a plain lock is handed over; the others pass the turn on their release
+	from, ok := l.kind.(handsOver)
+	if !ok {
+		return false, nil // this kind is not handed over: its release passes the turn on
 	}
 	w := t.qs.nextForHandOff(t.q, l, c.cfg.handOffs)
 	if w == nil {
 		return false, nil
 	}
-	h := c.handOff(ctx, l, w)
+	h := c.handOff(ctx, l, from, w)
 	yes, no, unknown := h.count()
 	if h.next != nil {
 		t.qs.handOver(t.q, w, h.next, h.contended)

@@ -9,10 +9,13 @@
 -- ARGV[3]: the holder's token
 -- ARGV[4]: the key's release channel
 -- Returns 0 if someone else holds the key (or a lock of another kind).
--- Otherwise 4*c + 2*w + r: c is
--- the fencing counter's new value (1 when not fenced), w is 1 if
--- another process waits for the key's release here (it subscribed to the
--- channel), r is 1 if the holder's token was there and 0 if not.
+-- Otherwise the decimal digits of c followed by one digit, 2*w + r, as a
+-- string (c*10 + 2*w + r, which go-redis reads as an integer): c is the
+-- fencing counter's new value (1 when not fenced), w is 1 if another
+-- process waits for the key's release here (it subscribed to the channel),
+-- r is 1 if the holder's token was there and 0 if not. A string, because
+-- c may be the node's clock in microseconds (counter.lua): as a Lua
+-- number, c*10 (or c*4) would lose its last digits past 2^53.
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
   return 0
@@ -38,4 +41,4 @@ local w = 0
 if redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2] > 0 then
   w = 1
 end
-return 4 * c + 2 * w + r
+return string.format('%d', c) .. (2 * w + r)

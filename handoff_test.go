@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -260,4 +261,150 @@ func TestLock_Release_handOffFailsAfterReplacing(t *testing.T) {
 	if got := c.holders("k", "another holder"); len(got) != 1 || got[0] != 1 {
 		t.Fatalf("the other holder's key is on %v, want [1]", got)
 	}
+}
+
+// kindOps counts the operations of the kind scripts (and the first argument
+// of the others) that a hooked node received.
+func kindOps(h *roundTrips) map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	counts := map[string]int{}
+	for _, op := range h.ops {
+		counts[op]++
+	}
+	return counts
+}
+
+// counterIn2042 is a fencing counter at the node clock's microseconds in
+// 2042 (2042-01-01), past 2^51: every counter reaches such values once the
+// nodes' clocks pass mid-2041, or once a node whose clock is ahead raised
+// it. A hand-off answer built as 4*c + … lost its last bits there.
+const counterIn2042 = "2272147200000000"
+
+// TestLock_Release_handsEveryTurnTakingKindToLocalWaiter: the kinds whose
+// goroutines take local turns (the plain lock, a writer, a multi-key lock)
+// hand a released lock to the next goroutine of the Client in one round
+// trip: a new token and a higher fencing token on every node, no release in
+// between; also with fencing counters past 2^51.
+func TestLock_Release_handsEveryTurnTakingKindToLocalWaiter(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		keys    []string
+		acquire func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error)
+		waiting func(rc *redlock.Client) int
+	}{
+		{"plain", []string{"k"}, func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, redlock.WithFencing())
+		}, func(rc *redlock.Client) int { return redlock.LocalWaiters(rc, "k") }},
+		{"write", []string{"k"}, func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, redlock.ForWrite(), redlock.WithFencing())
+		}, func(rc *redlock.Client) int { return redlock.LocalWriters(rc, "k") }},
+		{"multi-key", []string{"a", "b"}, func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.AcquireAll(ctx, []string{"a", "b"}, time.Minute, redlock.WithFencing())
+		}, func(rc *redlock.Client) int { return redlock.LocalMultiWaiters(rc, "a", "b") }},
+	} {
+		for _, counter := range []string{"", counterIn2042} {
+			t.Run(fmt.Sprintf("%s/counter=%s", tc.name, counter), func(t *testing.T) {
+				c := newCluster(t, 3)
+				h := newRoundTrips()
+				close(h.gate)
+				for _, rdb := range c.clients {
+					rdb.AddHook(h)
+				}
+				if counter != "" {
+					for _, s := range c.servers {
+						for _, k := range tc.keys {
+							s.Set("{"+k+"}:fence", counter)
+						}
+					}
+				}
+				rc := c.client(t)
+				ctx := context.Background()
+				first, err := tc.acquire(ctx, rc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan acquired, 1)
+				go func() {
+					l, err := tc.acquire(ctx, rc)
+					got <- acquired{l, err}
+				}()
+				waitFor(t, "the second Acquire to queue", func() bool { return tc.waiting(rc) == 1 })
+
+				if err := first.Release(ctx); err != nil {
+					t.Fatalf("Release with a local waiter: %v", err)
+				}
+				second := mustGet(t, got)
+				redlock.WaitSettled(second)
+				if ops := kindOps(h); ops["handoff"] != 3 || ops["release"] != 0 {
+					if ops := scriptCalls(t, h, "handoff.lua", "release.lua"); tc.name != "plain" || ops["handoff.lua"] != 3 || ops["release.lua"] != 0 {
+						t.Errorf("operations %v, scripts %v: want 3 hand-offs and no release", kindOps(h), ops)
+					}
+				}
+				if second.Token() == first.Token() {
+					t.Fatal("the handed lock has the releasing lock's token")
+				}
+				for _, k := range tc.keys {
+					if got := c.holders(k, second.Token()); len(got) != 3 {
+						t.Fatalf("%s: the new token on nodes %v, want all 3", k, got)
+					}
+				}
+				if second.FencingToken() <= first.FencingToken() {
+					t.Fatalf("fencing token %d after %d: a handed lock gets a higher one", second.FencingToken(), first.FencingToken())
+				}
+				if err := first.Extend(ctx, time.Minute); !errors.Is(err, redlock.ErrLockLost) {
+					t.Fatalf("Extend of the released lock: %v, want ErrLockLost", err)
+				}
+				mustRelease(t, second)
+				for _, k := range tc.keys {
+					if got := c.holdersAny(k); len(got) != 0 {
+						t.Fatalf("%s left on nodes %v", k, got)
+					}
+				}
+				if n := redlock.QueuedKeys(rc); n != 0 {
+					t.Errorf("%d keys left queued", n)
+				}
+			})
+		}
+	}
+}
+
+// TestLock_Release_writerHandOffKeepsReadersOut: a reader of another
+// process waiting for a write lock does not get in while the lock is handed
+// from one writer to the next; it does once the last writer releases.
+func TestLock_Release_writerHandOffKeepsReadersOut(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	other := c.client(t)
+	ctx := context.Background()
+	first, err := rc.Acquire(ctx, "k", time.Minute, redlock.ForWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := make(chan acquired, 1)
+	go func() {
+		l, err := other.Acquire(ctx, "k", time.Minute, redlock.ForRead(), redlock.WithRetry(redlock.RetryFunc(func(int) time.Duration { return time.Millisecond })))
+		reader <- acquired{l, err}
+	}()
+	next := make(chan acquired, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "k", time.Minute, redlock.ForWrite())
+		next <- acquired{l, err}
+	}()
+	waitFor(t, "the second writer to queue", func() bool { return redlock.LocalWriters(rc, "k") == 1 })
+	mustRelease(t, first)
+	second := mustGet(t, next)
+	// The reader keeps trying every millisecond while the second writer
+	// holds the key on every node.
+	redlock.WaitSettled(second)
+	for range 50 {
+		select {
+		case a := <-reader:
+			t.Fatalf("a reader got in while a writer held the lock (err %v)", a.err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	mustRelease(t, second)
+	r := mustGet(t, reader)
+	mustRelease(t, r)
 }

@@ -1,18 +1,25 @@
 -- A lock on several keys at once, all or nothing on this node.
 -- KEYS[1..m]: the lock keys, each a string holding the token
 -- KEYS[m+1..2m]: their fencing counters, when ARGV[5] is 1
--- ARGV[1]: acquire, extend, release or drop
+-- ARGV[1]: acquire, extend, release, drop or handoff (take the keys from
+-- the holder whose token is ARGV[7+m], the next of its process in line; see
+-- handoff.lua)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: '1' to announce a release
 -- on each key's channel, '' not to
 -- ARGV[5]: 1 to draw the fencing counters on acquire, else 0
 -- ARGV[6]: m, the number of lock keys
 -- ARGV[7..6+m]: the keys' release channels
+-- ARGV[7+m]: for handoff, the releasing holder's token
 -- A key held by a lock of another kind (not a string: GET fails, and pcall
 -- returns the error as a table) counts as held by another holder.
 -- Acquire returns 0 when another holder has any of the keys, else the
 -- fencing counter (1 when not fenced): every key's counter draws its next value and
 -- then set to the highest of them, so that the answer is a token that no key
 -- on this node has reached before and that every key's counter now stores.
+-- Handoff returns 0 when another holder has any of the keys, else c, w and
+-- r as handoff.lua does (c as acquire's, w 1 if a process
+-- listens on any key's release channel, r 1 if any key held the releasing
+-- holder's token).
 -- Extend returns 1 if every key held our token; release and drop return 1 if
 -- any key held it.
 local op, token, px, m = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
@@ -22,22 +29,30 @@ local function lengthen(k)
     redis.call('PEXPIRE', k, px)
   end
 end
-if op == 'acquire' then
+-- Takes every key for our token when none is held by another than us or
+-- from (nil but for handoff); returns 0 when one is, else the fencing
+-- counter, and whether from's token was on any key.
+local function take(from)
   for i = 1, m do
     local v = redis.pcall('GET', KEYS[i])
-    if v and v ~= token then
-      return 0
+    if v and v ~= token and v ~= from then
+      return 0, 0
     end
   end
+  local r = 0
   for i = 1, m do
-    if redis.pcall('GET', KEYS[i]) == token then
+    local v = redis.pcall('GET', KEYS[i])
+    if v == token then
       lengthen(KEYS[i])
     else
+      if v == from then
+        r = 1
+      end
       redis.call('SET', KEYS[i], token, 'PX', px)
     end
   end
   if ARGV[5] ~= '1' then
-    return 1
+    return 1, r
   end
   local c = 0
   for i = 1, m do
@@ -46,7 +61,22 @@ if op == 'acquire' then
   for i = 1, m do
     counter_raise(KEYS[m + i], c)
   end
-  return c
+  return c, r
+end
+if op == 'acquire' then
+  return (take(nil))
+elseif op == 'handoff' then
+  local c, r = take(ARGV[7 + m])
+  if c == 0 then
+    return 0
+  end
+  local w = 0
+  for i = 1, m do
+    if redis.call('PUBSUB', 'NUMSUB', ARGV[6 + i])[2] > 0 then
+      w = 1
+    end
+  end
+  return string.format('%d', c) .. (2 * w + r)
 elseif op == 'extend' then
   for i = 1, m do
     if redis.pcall('GET', KEYS[i]) ~= token then

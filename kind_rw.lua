@@ -8,7 +8,9 @@
 -- KEYS[2]: {key}:writer-waiting, a string holding a waiting writer's ID
 -- KEYS[3]: the key's fencing counter, when ARGV[5] is 1
 -- ARGV[1]: acquire, extend, release, drop (after a failed attempt: keeps the
---          writer's mark) or leave (a writer gives up: removes it)
+--          writer's mark), leave (a writer gives up: removes it) or handoff
+--          (a writer takes the lock from the writer whose token is ARGV[8],
+--          the next of its process in line; see handoff.lua)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
 -- ARGV[5]: 1 to draw the fencing counter on acquire, else 0
 -- ARGV[6]: r for a reader, w for a writer
@@ -16,8 +18,13 @@
 --          Acquire (each attempt has its own token)
 -- A key held by a lock of another kind (a hash, a semaphore's set, another
 -- holder's string) counts as held against us.
+-- ARGV[8]: for handoff, the releasing writer's token
 -- Acquire returns 0 when the lock is held against us, else the fencing
--- counter (1 when not fenced). The others return 1 if our hold was there.
+-- counter (1 when not fenced). Handoff returns 0 when the lock is held
+-- against us, else c, w and r as handoff.lua does (c the fencing
+-- counter, w 1 if a process listens on the release channel ARGV[4], r 1 if
+-- the releasing writer's token was there). The others return 1 if our hold
+-- was there.
 local k, ww = KEYS[1], KEYS[2]
 local op, token, px, role, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6], ARGV[7]
 local t = redis.call('TIME')
@@ -54,6 +61,9 @@ local function purge()
 end
 
 if role == 'r' then
+  if op == 'handoff' then
+    return 0 -- readers hold together: none is handed over
+  end
   if op == 'acquire' then
     if kind ~= 'none' and not readers then
       return 0 -- a writer, or a lock of another kind
@@ -90,8 +100,9 @@ if role == 'r' then
 end
 
 -- the writer
-local ours = kind == 'string' and redis.call('GET', k) == token
-if op == 'acquire' then
+local held = kind == 'string' and redis.call('GET', k)
+local ours = held == token
+local function take()
   if ours then
     lengthen()
     return fence()
@@ -112,6 +123,26 @@ if op == 'acquire' then
     redis.call('DEL', ww)
   end
   return fence()
+end
+if op == 'acquire' then
+  return take()
+elseif op == 'handoff' then
+  local r, c = 0, 0
+  if held == ARGV[8] then
+    r = 1
+    redis.call('SET', k, token, 'PX', px)
+    c = fence()
+  else
+    c = take()
+    if c == 0 then
+      return 0
+    end
+  end
+  local w = 0
+  if redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2] > 0 then
+    w = 1
+  end
+  return string.format('%d', c) .. (2 * w + r)
 elseif op == 'extend' then
   if ours then
     lengthen()

@@ -123,6 +123,9 @@ func (k plain) extend(token string, ttl time.Duration) nodeOp { return extendOn(
 func (k plain) release(token string) nodeOp                   { return releaseOn(k.key, token) }
 func (k plain) drop(token string) nodeOp                      { return dropOn(k.key, token) }
 func (k plain) leave(string) *nodeOp                          { return nil }
+func (k plain) handOff(token, from string, ttl time.Duration, fenced bool) nodeOp {
+	return handOffOn(k.key, token, from, ttl, fenced)
+}
 
 // scripted is a kind whose operations are one script, given the operation's
 // name; see the kind_*.lua files for the arguments.
@@ -223,6 +226,13 @@ func (k multi) release(token string) nodeOp {
 	return op
 }
 
+// handOff takes every key from the holder of from (kind_multi.lua).
+func (k multi) handOff(token, from string, ttl time.Duration, fenced bool) nodeOp {
+	op := k.scripted.op("handoff", token, ttl, fenced, false)
+	op.args = append(op.args, from)
+	return op
+}
+
 // semaphore is one of at most permits holders of a resource.
 type semaphore struct {
 	scripted
@@ -308,6 +318,14 @@ func (k readWrite) leave(token string) *nodeOp {
 	}
 	op := k.op("leave", token, time.Millisecond, false, true)
 	return &op
+}
+
+// handOff takes a write lock from the writer holding from (kind_rw.lua).
+// Only writers take local turns, so only a writer is handed over.
+func (k readWrite) handOff(token, from string, ttl time.Duration, fenced bool) nodeOp {
+	op := k.op("handoff", token, ttl, fenced, true)
+	op.args = append(op.args, from)
+	return op
 }
 
 // fairPatience is how long a fair lock's waiter keeps its place in the

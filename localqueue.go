@@ -43,6 +43,7 @@ type grant struct {
 
 // waiter is a goroutine queued for a key, with what its Acquire asked for.
 type waiter struct {
+	kind  kind // the lock it waits for, as a lock handed to it is to be
 	ac    acquireConfig
 	grant chan grant // buffered: the turn is given without blocking
 }
@@ -66,7 +67,7 @@ type localQueues struct {
 
 // wait blocks until it is the caller's turn on key, or ctx ends. It returns
 // the key's queue and, when the previous holder handed it over, the lock.
-func (qs *localQueues) wait(ctx context.Context, key string, ac acquireConfig) (*localQueue, grant, error) {
+func (qs *localQueues) wait(ctx context.Context, key string, k kind, ac acquireConfig) (*localQueue, grant, error) {
 	qs.mu.Lock()
 	if qs.byKey == nil {
 		qs.byKey = map[string]*localQueue{}
@@ -83,7 +84,7 @@ func (qs *localQueues) wait(ctx context.Context, key string, ac acquireConfig) (
 		q.mu.Unlock()
 		return q, grant{}, nil
 	}
-	w := &waiter{ac: ac, grant: make(chan grant, 1)}
+	w := &waiter{kind: k, ac: ac, grant: make(chan grant, 1)}
 	q.waiters = append(q.waiters, w)
 	holder := q.holder
 	q.mu.Unlock()
@@ -227,7 +228,7 @@ func (qs *localQueues) giveTurn(q *localQueue, w *waiter) {
 // makes the lock it wins the holder of the turn. A lock handed over by the
 // previous holder is returned without running acquire.
 func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acquireConfig, acquire func() (*Lock, error)) (*Lock, error) {
-	q, g, err := qs.wait(ctx, queue, ac)
+	q, g, err := qs.wait(ctx, queue, k, ac)
 	if err != nil {
 		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: gave up waiting behind this client's other acquires", k.describe()), cause: err, heldOn: -1}
 	}

@@ -23,6 +23,7 @@ type roundTrips struct {
 	gated     bool
 	held      int      // scripts in the gated round trip
 	shas      []string // of every script sent, in order
+	ops       []string // of every script sent, in order: its first argument (a kind script's operation)
 	afterGate func()   // if set, run once the gated round trip has its replies
 }
 
@@ -69,8 +70,14 @@ func (h *roundTrips) record(cmds []redis.Cmder, send func() error) error {
 	h.mu.Lock()
 	h.trips = append(h.trips, tr)
 	for _, cmd := range cmds {
-		if args := cmd.Args(); name == "evalsha" && len(args) > 1 {
+		args := cmd.Args()
+		if name == "evalsha" && len(args) > 1 {
 			h.shas = append(h.shas, args[1].(string))
+		}
+		if len(args) > 2 {
+			if nkeys, ok := args[2].(int); ok && len(args) > 3+nkeys {
+				h.ops = append(h.ops, fmt.Sprint(args[3+nkeys]))
+			}
 		}
 	}
 	first := !h.gated
