@@ -78,3 +78,17 @@ func (c *manualClock) BlockUntilContext(ctx context.Context, n int) error {
 		}
 	}
 }
+
+// nextWait is how long until the earliest waiter on the clock is due; 0
+// when none waits.
+func (c *manualClock) nextWait() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next time.Duration
+	for i, w := range c.waiters {
+		if d := w.at.Sub(c.now); i == 0 || d < next {
+			next = d
+		}
+	}
+	return next
+}

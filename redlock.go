@@ -401,7 +401,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	default:
 		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
 	}
-	heldOn := listenNode(k.channels(), t.answers)
+	heldOn := listenNode(k.channels(), t.answers, c.deaf)
 	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
 		taken: takenByOne(t, q), misconfigured: t.outOfReach(q)}
 }
@@ -535,9 +535,10 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		}
 		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "lock", k.describe(), "attempt", failed, "err", qe)
 		// Listen on a node that named a holder, and move to another when
-		// the one listened to is failing (frozen or cut off: its releases
-		// would never be heard).
-		if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && c.failing[watch.node].Load() != nil) {
+		// the one listened to is failing (frozen or cut off) or its
+		// subscriptions' connection no longer receives: its releases would
+		// never be heard.
+		if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && (c.failing[watch.node].Load() != nil || watch.deaf())) {
 			watch.close()
 			watch = c.watchRelease(ctx, k.channels(), ln, qe.heldOn, a.cfg.timeout)
 		}

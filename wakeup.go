@@ -3,9 +3,11 @@ package redlock
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,10 +82,11 @@ func (w *releaseWatch) released() <-chan *redis.Message {
 	return w.ch
 }
 
-// subscribed reports whether every channel's subscription is confirmed:
-// from then on, a release is heard as it is announced.
+// subscribed reports whether every channel's subscription is confirmed
+// and the connection still receives: a release is then heard as it is
+// announced.
 func (w *releaseWatch) subscribed() bool {
-	if w == nil {
+	if w == nil || w.sub.deaf.Load() {
 		return false
 	}
 	select {
@@ -92,6 +95,12 @@ func (w *releaseWatch) subscribed() bool {
 	default:
 		return false
 	}
+}
+
+// deaf reports whether the watch's connection has stopped receiving (see
+// subscriber.deaf): its node's releases are not heard.
+func (w *releaseWatch) deaf() bool {
+	return w != nil && w.sub.deaf.Load()
 }
 
 // waitLine is a plain lock's waiter's place in the key's line on the node it
@@ -207,6 +216,12 @@ type subscriber struct {
 	channels map[string]*subscription              // every channel asked for and not yet given up
 	running  bool                                  // the goroutine runs
 	kick     chan struct{}                         // buffered: the watches changed
+
+	// deaf: the connection's last receive failed, and none has worked
+	// since. go-redis makes a new connection and subscribes it to every
+	// channel again by itself, but while it can not (the node refuses new
+	// clients), the subscriptions hear nothing though they were confirmed.
+	deaf atomic.Bool
 }
 
 // subscription is the state of one channel on the connection.
@@ -292,6 +307,9 @@ func (s *subscriber) run() {
 	ctx := context.Background()
 	ps := s.rdb.Subscribe(ctx) // no channels yet: no connection yet
 	defer func() { _ = ps.Close() }()
+	quit := make(chan struct{})
+	defer close(quit) // before the Close above: the receiver stops handing on
+	s.deaf.Store(false)
 	var msgs <-chan any
 	linger := time.NewTimer(subscriberLinger)
 	defer linger.Stop()
@@ -309,7 +327,7 @@ func (s *subscriber) run() {
 				_ = ps.Unsubscribe(ctx, unsubscribe...)
 			}
 			if msgs == nil && len(subscribe) > 0 {
-				msgs = ps.ChannelWithSubscriptions()
+				msgs = s.receive(ps, quit)
 			}
 		case m, ok := <-msgs:
 			if !ok {
@@ -322,6 +340,48 @@ func (s *subscriber) run() {
 			}
 		}
 	}
+}
+
+// receive hands on what ps receives, from a goroutine of its own, until
+// quit is closed or ps is, and keeps s.deaf: set when a receive fails,
+// cleared when one works. After a failure go-redis makes a new connection,
+// subscribed to every channel again, at the next receive; while it can
+// not, the receives are tried again at a growing pace (up to once a
+// second).
+func (s *subscriber) receive(ps *redis.PubSub, quit <-chan struct{}) <-chan any {
+	out := make(chan any)
+	go func() {
+		failures := 0
+		for {
+			m, err := ps.Receive(context.Background())
+			if err != nil {
+				if errors.Is(err, redis.ErrClosed) {
+					return
+				}
+				s.deaf.Store(true)
+				failures++
+				select {
+				case <-time.After(min(time.Duration(failures)*50*time.Millisecond, time.Second)):
+				case <-quit:
+					return
+				}
+				continue
+			}
+			failures = 0
+			s.deaf.Store(false)
+			switch m.(type) {
+			case *redis.Subscription, *redis.Message:
+			default:
+				continue // a pong
+			}
+			select {
+			case out <- m:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // changes works out the commands that bring the connection's channels to
@@ -409,6 +469,10 @@ func (s *subscriber) done() bool {
 	return true
 }
 
+// deaf reports whether the Client's subscriptions' connection to node i
+// has stopped receiving (see subscriber.deaf).
+func (c *Client) deaf(i int) bool { return c.subscribers[i].deaf.Load() }
+
 // wakeSpread is the real time over which the waiters woken by one release
 // spread their attempts, so that they do not all split the votes. A local
 // waiter yielding to them (see localQueues.inTurn) starts after it.
@@ -464,17 +528,34 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 // listenNode picks the node an Acquire refused with answers listens on for
 // the release: one of the nodes where another holder had the key, chosen
 // by the lock's first channel, so that waiters on different keys spread
-// over the nodes while those on one key meet on one. It returns -1 when no
-// node named another holder.
-func listenNode(channels []string, answers []answer) int {
-	held := 0
-	for _, a := range answers {
+// over the nodes while those on one key meet on one. Nodes for which deaf
+// (which may be nil) is true are passed over while another named a
+// holder. It returns -1 when no node named another holder.
+func listenNode(channels []string, answers []answer, deaf func(node int) bool) int {
+	if len(channels) == 0 {
+		return -1
+	}
+	held, heard := 0, 0
+	for i, a := range answers {
 		if a == holdsNot {
 			held++
+			if deaf == nil || !deaf(i) {
+				heard++
+			}
 		}
 	}
-	if held == 0 || len(channels) == 0 {
+	if held == 0 {
 		return -1
+	}
+	if heard > 0 && heard < held {
+		// Only the nodes whose releases are heard.
+		only := slices.Clone(answers)
+		for i, a := range only {
+			if a == holdsNot && deaf(i) {
+				only[i] = failed
+			}
+		}
+		return listenNode(channels, only, nil)
 	}
 	h := uint32(2166136261) // FNV-1a
 	for i := range len(channels[0]) {

@@ -1,13 +1,18 @@
 package redlock_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/internal/leaktest"
@@ -296,5 +301,138 @@ func TestWaiters_hungFirstInLineHoldsUpNobody(t *testing.T) {
 	}
 	if d := time.Since(released); d > 900*time.Millisecond {
 		t.Fatalf("the second in line acquired %v after the release: not woken by it", d)
+	}
+}
+
+// breakableNode dials a node for a go-redis client and can make it refuse
+// new connections, as a Redis node at its maxclients does, and cut the
+// connection that subscribed to channels.
+type breakableNode struct {
+	mu     sync.Mutex
+	refuse bool
+	conns  []*watchedConn
+}
+
+// watchedConn notes whether it carried a SUBSCRIBE.
+type watchedConn struct {
+	net.Conn
+	subscriber atomic.Bool
+}
+
+func (c *watchedConn) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("subscribe")) {
+		c.subscriber.Store(true)
+	}
+	return c.Conn.Write(b)
+}
+
+func (n *breakableNode) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.refuse {
+		return nil, errors.New("ERR max number of clients reached")
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	wc := &watchedConn{Conn: conn}
+	n.conns = append(n.conns, wc)
+	return wc, nil
+}
+
+// cutSubscriber refuses new connections from now on and closes those that
+// subscribed; the others go on working.
+func (n *breakableNode) cutSubscriber() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.refuse = true
+	for _, c := range n.conns {
+		if c.subscriber.Load() {
+			_ = c.Conn.Close()
+		}
+	}
+}
+
+// TestWaiters_deadSubscriptionIsNotTrusted: the connection a waiter's
+// subscription lives on is cut, and the node refuses new connections, while
+// it still answers the lock's calls on the connections it has. The waiter
+// must not go on believing it will hear the release there: it moves to a
+// node that still tells it, and the release wakes it. (It used to keep its
+// confirmed subscription and sleep out its subscribed poll, missing every
+// release for as long as the node refused.)
+func TestWaiters_deadSubscriptionIsNotTrusted(t *testing.T) {
+	c := newCluster(t, 3)
+	holder := c.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held := mustTryAcquire(t, holder, ctx, "k", time.Minute)
+	waitIdle(t, holder)
+
+	dialers := make([]*breakableNode, len(c.addrs))
+	nodes := make([]redis.UniversalClient, len(c.addrs))
+	for i, addr := range c.addrs {
+		dialers[i] = &breakableNode{}
+		rdb := redis.NewClient(&redis.Options{Addr: addr, Dialer: dialers[i].dial, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		nodes[i] = rdb
+	}
+	clock := fakeClock()
+	rc := mustNew(t, nodes, redlock.WithClock(clock))
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "k", time.Minute)
+		got <- acquired{l, err}
+	}()
+	// The waiter was refused, listens on one node and waits on the clock.
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	listening := -1
+	for i, n := range c.subscribedChannels() {
+		if n > 0 {
+			listening = i
+		}
+	}
+	if listening < 0 {
+		t.Fatal("the waiter listens on no node")
+	}
+	dialers[listening].cutSubscriber()
+
+	// The clock moves only when the waiter waits on it: each move is one
+	// more refused attempt. Within a few, it must listen elsewhere.
+	moved := func() bool {
+		for i, n := range c.subscribedChannels() {
+			if i != listening && n > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for round := 0; !moved(); round++ {
+		if round == 50 {
+			t.Fatalf("after 50 attempts the waiter still listens only on node %d, whose subscription is dead", listening)
+		}
+		if err := clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(clock.nextWait())
+		time.Sleep(10 * time.Millisecond) // the subscriber notices the cut
+	}
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	// The release wakes it: the clock no longer moves.
+	mustRelease(t, held)
+	select {
+	case a := <-got:
+		if a.err != nil {
+			t.Fatalf("Acquire: %v", a.err)
+		}
+		mustRelease(t, a.lock)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not hear the release (it waits for its timer, which does not move)")
 	}
 }
