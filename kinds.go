@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -376,6 +377,8 @@ func (k *fair) keys() []string   { return []string{k.key} }
 func (k *fair) describe() string { return fmt.Sprintf("fair lock %q", k.key) }
 func (k *fair) name() string     { return "fair" }
 func (k *fair) quorum(n int) int { return quorumOf(n) }
+// ticketKeys is the ticket counter, for raiseFenceOn.
+func (k *fair) ticketKeys() []string { return []string{companion(k.key, "tickets")} }
 func (k *fair) ticketOp() nodeOp {
 	return k.withArgs(k.op("ticket", "", time.Millisecond, false, false))
 }
@@ -460,19 +463,59 @@ func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
 // each set keeps them apart unless the highest values tie; the queue then
 // orders them by token. Every node ranks waiters by the same ticket, so the
 // first in line is the same everywhere.
+//
+// A counter's next value is at least the node's clock in microseconds
+// (counter.lua), so the nodes' answers differ by their clocks' offsets.
+// When the highest is more than ticketSpread above the lowest (a node's
+// clock is ahead, or its counter ran ahead), the counters of a quorum are
+// raised to the ticket before the waiter queues: a waiter drawing later,
+// from any quorum, then meets a raised counter and gets a higher ticket,
+// rather than one below ours that would be granted first. Without the
+// raise, a later waiter is ordered after us only once ticketSpread has
+// passed; waiters closer together than that are as good as simultaneous.
 func (c *Client) drawTicket(ctx context.Context, f *fair, timeout time.Duration) *quorumError {
 	q := f.quorum(len(c.nodes))
 	t, _ := c.fanOut(ctx, timeout, wonAt(q), nil, settlement{}, f.ticketOp())
 	if t.yes < q {
-		return &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: a ticket from %d of %d nodes, quorum %d", f.describe(), t.yes, len(c.nodes), q),
-			cause: ctx.Err(), nodes: t.errs, heldOn: -1, misconfigured: t.outOfReach(q)}
+		return f.ticketRefused(ctx, "a ticket from", t, len(c.nodes), q)
 	}
+	lo := int64(math.MaxInt64)
 	for i, a := range t.answers {
 		if a == holds {
 			f.ticket = max(f.ticket, t.values[i])
+			lo = min(lo, t.values[i])
 		}
 	}
+	if f.ticket-lo <= ticketSpread {
+		return nil
+	}
+	at := 0
+	skip := make([]bool, len(t.answers))
+	for i, a := range t.answers {
+		if a == holds && t.values[i] == f.ticket {
+			at++
+			skip[i] = true
+		}
+	}
+	raised := func(r *tally) bool { return at+r.yes >= q }
+	r, _ := c.fanOut(ctx, timeout, raised, skip, settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket))
+	if !raised(&r) {
+		f.ticket = 0
+		return f.ticketRefused(ctx, "a ticket stored on", r, len(c.nodes), q-at)
+	}
 	return nil
+}
+
+// ticketSpread is how far apart (in the counters' microseconds) the
+// values of one ticket draw may be without raising the lower counters (see
+// drawTicket).
+const ticketSpread = 1000
+
+// ticketRefused is the error of a ticket draw, or of its raise, that missed
+// its quorum: yes of the n nodes answered, q were needed.
+func (k *fair) ticketRefused(ctx context.Context, what string, t tally, n, q int) *quorumError {
+	return &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: %s %d of %d nodes, quorum %d", k.describe(), what, t.yes, n, q),
+		cause: ctx.Err(), nodes: t.errs, heldOn: -1, misconfigured: t.outOfReach(q)}
 }
 
 // WithOwner makes the lock reentrant, held by owner: while owner holds it,

@@ -327,6 +327,54 @@ func TestKinds_fairOrder(t *testing.T) {
 	}
 }
 
+// TestKinds_fairOrderWithANodeClockAhead: one node's clock is an hour ahead,
+// so its ticket counter answers an hour's microseconds above the others.
+// The first waiter draws its ticket from every node (the highest: that
+// node's); that node then goes away, and a second waiter draws from the
+// other two. The second must still queue behind the first: it used to get a
+// ticket an hour lower, and be granted first.
+func TestKinds_fairOrderWithANodeClockAhead(t *testing.T) {
+	c := newCluster(t, 3)
+	c.servers[2].SetTime(time.Now().Add(time.Hour))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	holder := mustTryAcquire(t, c.client(t), ctx, "turn", time.Minute, redlock.Fair())
+	redlock.WaitSettled(holder)
+
+	waiter := func() {
+		own := mustNew(t, c.connect(t), redlock.WithNodeTimeout(200*time.Millisecond))
+		go func() {
+			l, err := own.Acquire(ctx, "turn", time.Minute, redlock.Fair())
+			if err == nil {
+				_ = l.Release(context.Background())
+			}
+		}()
+	}
+	waiter()
+	waitFor(t, "the first waiter to queue on node 0", func() bool { return queueSizes(c, "turn")[0] == 1 })
+	queue, err := c.servers[0].SortedSet("{turn}:queue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	for id := range queue {
+		first = id
+	}
+	c.servers[2].Close()
+	waiter()
+	waitFor(t, "the second waiter to queue on node 0", func() bool { return queueSizes(c, "turn")[0] == 2 })
+	queue, err = c.servers[0].SortedSet("{turn}:queue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, ticket := range queue {
+		if id != first && ticket <= queue[first] {
+			t.Fatalf("the second waiter's ticket %.0f is not above the first's %.0f: it would be granted first", ticket, queue[first])
+		}
+	}
+	mustRelease(t, holder)
+}
+
 // TestKinds_fairWaiterDisappears: a queued waiter that stopped trying holds
 // the queue up only until its place lapses.
 func TestKinds_fairWaiterDisappears(t *testing.T) {
