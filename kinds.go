@@ -377,6 +377,7 @@ func (k *fair) keys() []string   { return []string{k.key} }
 func (k *fair) describe() string { return fmt.Sprintf("fair lock %q", k.key) }
 func (k *fair) name() string     { return "fair" }
 func (k *fair) quorum(n int) int { return quorumOf(n) }
+
 // ticketKeys is the ticket counter, for raiseFenceOn.
 func (k *fair) ticketKeys() []string { return []string{companion(k.key, "tickets")} }
 func (k *fair) ticketOp() nodeOp {
