@@ -1,8 +1,11 @@
 -- A waiter's place in a plain lock's line on this node: releases wake the
 -- first in line that still listens (see release.lua), not every waiter.
 -- The line is a sorted set of waiter names by arrival (the node's time);
--- it expires when no waiter has joined it for ARGV[3] milliseconds.
+-- it expires when no waiter has joined it for ARGV[3] milliseconds. A join
+-- or a leave also takes the waiter off the line's woken waiters: it tried
+-- again after its wake-up, or is done.
 -- KEYS[1]: the line
+-- KEYS[2]: the line's woken waiters (a hash of names; see release.lua)
 -- ARGV[1]: 'join' (keeps an earlier place) or 'leave'
 -- ARGV[2]: the waiter's name
 -- ARGV[3]: for join, how long the line lasts, in milliseconds
@@ -20,4 +23,5 @@ if ARGV[1] == 'join' then
 else
   redis.call('ZREM', KEYS[1], ARGV[2])
 end
+redis.call('HDEL', KEYS[2], ARGV[2])
 return 1

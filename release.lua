@@ -6,9 +6,13 @@
 -- given up or hung, the second goes on); when the line has none, on
 -- ARGV[2] itself, to every waiter subscribed to it. Waiters found gone
 -- (nobody receives their message) leave the line, up to 10 looked at per
--- release.
+-- release. A waiter woken by an earlier release that has not been back in
+-- line since (KEYS[3]: it did not try again, so it hangs, or is slow) is
+-- passed over: two hung waiters first in line would otherwise take every
+-- release's wake-ups, and the waiters behind them would hear none.
 -- KEYS[1]: the lock key
 -- KEYS[2]: the key's line (optional)
+-- KEYS[3]: the line's woken waiters, a hash of names (with KEYS[2])
 -- ARGV[1]: our token
 -- ARGV[2]: the release channel, or "" to say nothing
 -- Returns 1 if our key was deleted, 0 if it was gone, held another token or
@@ -21,10 +25,13 @@ if ARGV[2] == '' then
   return 1
 end
 local woken = 0
-if #KEYS > 1 and redis.call('TYPE', KEYS[2]).ok == 'zset' then
+if #KEYS > 2 and redis.call('TYPE', KEYS[2]).ok == 'zset' then
   local line = redis.call('ZRANGE', KEYS[2], 0, 9)
   for _, name in ipairs(line) do
-    if redis.call('PUBLISH', ARGV[2] .. ':' .. name, '') > 0 then
+    if redis.call('HEXISTS', KEYS[3], name) == 1 then
+      -- woken before, and not back in line since: passed over
+    elseif redis.call('PUBLISH', ARGV[2] .. ':' .. name, '') > 0 then
+      redis.call('HSET', KEYS[3], name, 1)
       woken = woken + 1
       if woken == 2 then
         break
@@ -32,6 +39,9 @@ if #KEYS > 1 and redis.call('TYPE', KEYS[2]).ok == 'zset' then
     else
       redis.call('ZREM', KEYS[2], name)
     end
+  end
+  if woken > 0 then
+    redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[2]))
   end
 end
 if woken == 0 then

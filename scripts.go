@@ -116,11 +116,15 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 // releaseOn deletes key if it holds token, and announces it on the key's
 // release channel, so that waiters try again at once.
 func releaseOn(key, token string) nodeOp {
-	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key)}, args: []any{token, releaseChannel(key)}}
+	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key), wokenKey(key)}, args: []any{token, releaseChannel(key)}}
 }
 
 // lineKey is the line of a plain lock's waiters on a node (line.lua).
 func lineKey(key string) string { return companion(key, "line") }
+
+// wokenKey holds the names of the waiters in the line that a release woke
+// and that have not joined it again since (release.lua).
+func wokenKey(key string) string { return companion(key, "line-woken") }
 
 // lineOn joins (join true) or leaves the line of key's waiters on a node
 // under the waiter's name; a line lasts ttl after the last join.
@@ -129,7 +133,7 @@ func lineOn(key, name string, join bool, ttl time.Duration) nodeOp {
 	if join {
 		op = "join"
 	}
-	return nodeOp{script: lineScript, keys: []string{lineKey(key)}, args: []any{op, name, pxMillis(ttl)}}
+	return nodeOp{script: lineScript, keys: []string{lineKey(key), wokenKey(key)}, args: []any{op, name, pxMillis(ttl)}}
 }
 
 // dropOn deletes key if it holds token, without announcing it: the cleanup

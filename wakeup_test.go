@@ -304,6 +304,70 @@ func TestWaiters_hungFirstInLineHoldsUpNobody(t *testing.T) {
 	}
 }
 
+// TestWaiters_twoHungFirstInLineHoldUpOneReleaseAtMost: the first two in
+// line listen and never act (their processes hang with the connections
+// open). A release wakes them, and nobody else; the next release passes
+// them over (woken, and not back in line since) and wakes the waiter
+// behind them. It used to wake the same two at every release, and the
+// waiters behind them heard none.
+func TestWaiters_twoHungFirstInLineHoldUpOneReleaseAtMost(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := c.client(t)
+	held := mustTryAcquire(t, holder, ctx, "k", time.Minute)
+	for i, name := range []string{"hung-1", "hung-2"} {
+		for _, s := range c.servers {
+			if _, err := s.ZAdd("{k}:line", float64(i+1), name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, rdb := range c.connect(t) {
+			sub := rdb.Subscribe(ctx, "{k}:released:"+name)
+			defer sub.Close()
+			if _, err := sub.Receive(ctx); err != nil { // the confirmation
+				t.Fatal(err)
+			}
+		}
+	}
+	// The waiter's timer never fires: only a release it hears wakes it.
+	rc := mustNew(t, c.connect(t), redlock.WithClock(fakeClock()))
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "k", time.Minute)
+		got <- acquired{l, err}
+	}()
+	lineSize := func() int {
+		n := 0
+		for _, s := range c.servers {
+			members, _ := s.ZMembers("{k}:line")
+			n += len(members)
+		}
+		return n
+	}
+	waitFor(t, "the waiter in line behind the hung ones", func() bool { return lineSize() == 7 })
+
+	// The first release wakes the two hung waiters only; another process
+	// takes the key and releases it again.
+	mustRelease(t, held)
+	select {
+	case a := <-got:
+		t.Fatalf("the third in line was woken by the first release (err %v): it should have woken the first two", a.err)
+	default:
+	}
+	again := mustTryAcquire(t, holder, ctx, "k", time.Minute)
+	mustRelease(t, again)
+	select {
+	case a := <-got:
+		if a.err != nil {
+			t.Fatalf("Acquire: %v", a.err)
+		}
+		mustRelease(t, a.lock)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second release did not wake the waiter behind the two hung ones")
+	}
+}
+
 // breakableNode dials a node for a go-redis client and can make it refuse
 // new connections, as a Redis node at its maxclients does, and cut the
 // connection that subscribed to channels.
