@@ -66,10 +66,14 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // When it fails, the keys it may have set are released again, which also
 // frees the nodes where it had replaced l's token; the caller releases l on
 // the nodes the hand-off did not hear from.
+//
+// It returns once the next lock is won and what l's Release reports is
+// known too (see handedOver): a quorum of answers can win the next lock
+// and still leave open whether l held until then.
 func (c *Client) handOff(ctx context.Context, l *Lock, from handsOver, w *waiter) handOffResult {
 	a := newAcquisition(w.kind, w.ac, l.settled)
 	a.start = c.cfg.clock.Now()
-	t := a.fanOut(ctx, c, wonAt(l.quorum), nil, from.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenced))
+	t := a.fanOut(ctx, c, c.handedOver(l), nil, from.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenced))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, ans := range t.answers {
 		switch ans {
@@ -90,6 +94,34 @@ func (c *Client) handOff(ctx context.Context, l *Lock, from handsOver, w *waiter
 	h.next, _ = c.conclude(ctx, &a, t)
 	l.settled = a.settled
 	return h
+}
+
+// handedOver is a hand-off's stop condition: the next lock is won on a
+// quorum, and l's outcome is decided: a quorum had l's token, or more than
+// a minority did not, or every node yet to answer is failing (it counts as
+// holding l, as in any Release). Won on two of three nodes, one that had
+// l's token and one where it was gone, the third tells whether l held.
+func (c *Client) handedOver(l *Lock) func(*tally) bool {
+	n, q := len(c.nodes), l.quorum
+	return func(t *tally) bool {
+		if t.yes < q {
+			return false
+		}
+		had, not := 0, 0
+		for i, ans := range t.answers {
+			switch ans {
+			case holds:
+				if _, _, r := handOffFlags(t.values[i]); r {
+					had++
+				} else {
+					not++
+				}
+			case holdsNot:
+				not++
+			}
+		}
+		return had >= q || not > n-q || !c.awaits(t, l.settled)
+	}
 }
 
 // release is a Release that hands l to the next goroutine of its Client

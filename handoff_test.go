@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -407,4 +408,71 @@ func TestLock_Release_writerHandOffKeepsReadersOut(t *testing.T) {
 	mustRelease(t, second)
 	r := mustGet(t, reader)
 	mustRelease(t, r)
+}
+
+// gatedScript holds a node's calls of one script until open is closed.
+type gatedScript struct {
+	sha  string
+	hit  chan struct{} // closed at the first call held
+	open chan struct{}
+	once sync.Once
+}
+
+func newGatedScript(sha string) *gatedScript {
+	return &gatedScript{sha: sha, hit: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gatedScript) hold(cmds []redis.Cmder) {
+	for _, cmd := range cmds {
+		if args := cmd.Args(); len(args) > 1 && args[1] == g.sha {
+			g.once.Do(func() { close(g.hit) })
+			<-g.open
+			return
+		}
+	}
+}
+
+func (g *gatedScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *gatedScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		g.hold([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+func (g *gatedScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		g.hold(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+// TestLock_Release_handOffTellsALossOnAMajority: the releasing lock's key
+// was lost on two nodes of three. The hand-off wins the next lock on node 0
+// (which had the token) and node 1 (free); node 2, slower, tells that a
+// majority no longer had it: Release reports ErrLockLost. It used to
+// judge from the first two answers alone and report the lock held.
+func TestLock_Release_handOffTellsALossOnAMajority(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	first, err := rc.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(first)
+	waiting := queuedAcquire(t, rc, ctx, "k", time.Minute)
+	c.servers[1].Del("k")
+	c.servers[2].Del("k")
+	gate := newGatedScript(scriptSHA(t, "handoff.lua"))
+	c.clients[2].AddHook(gate)
+
+	released := make(chan error, 1)
+	go func() { released <- first.Release(ctx) }()
+	<-gate.hit
+	close(gate.open)
+	if err := <-released; !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Release: %v, want ErrLockLost: the key was gone on 2 of 3 nodes", err)
+	}
+	second := mustGet(t, waiting)
+	mustRelease(t, second)
 }
