@@ -6,12 +6,19 @@
 -- which has passed every value it gave unless it ran behind another node's
 -- clock, or stepped back, by more than the horizon. The values stay below
 -- 2^53 (the clock until the year 2255), exact in Lua's numbers.
-local function counter_next(k)
+-- counter_draw also returns whether the value is the clock's (rather than
+-- one more than the last, which is ahead of the clock); counter_next
+-- returns the value alone.
+local function counter_draw(k)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local n = math.max(tonumber(redis.call('GET', k) or '0') + 1, now)
   redis.call('SET', k, string.format('%d', n), 'PX', HORIZON_MS)
-  return n
+  return n, n == now
+end
+
+local function counter_next(k)
+  return (counter_draw(k))
 end
 
 -- counter_raise sets counter k to at least n; never lowers it.

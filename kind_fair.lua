@@ -5,7 +5,9 @@
 --          (ms) after which a waiter that stopped trying leaves the queue
 -- KEYS[4]: {key}:tickets, the ticket counter (a counter like a fencing one)
 -- KEYS[5]: the key's fencing counter, when ARGV[5] is 1
--- ARGV[1]: ticket (returns the next ticket), acquire, extend, release, drop
+-- ARGV[1]: ticket (returns the next ticket n, as the string of n*10 + 1
+--          when n is the node's clock, n*10 when the counter is ahead of
+--          it: see drawTicket), acquire, extend, release, drop
 --          (after a failed attempt: stays queued), leave (gives up its place)
 --          or dequeue (leaves the queue once the lock was won elsewhere)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
@@ -24,7 +26,12 @@
 local key, q, dl = KEYS[1], KEYS[2], KEYS[3]
 local op, token, px, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[8]
 if op == 'ticket' then
-  return counter_next(KEYS[4])
+  local n, clock = counter_draw(KEYS[4])
+  local f = 0
+  if clock then
+    f = 1
+  end
+  return string.format('%d', n) .. f
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -465,29 +465,32 @@ func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
 // orders them by token. Every node ranks waiters by the same ticket, so the
 // first in line is the same everywhere.
 //
-// A counter's next value is at least the node's clock in microseconds
-// (counter.lua), so the nodes' answers differ by their clocks' offsets.
-// When the highest is more than ticketSpread above the lowest (a node's
-// clock is ahead, or its counter ran ahead), the counters of a quorum are
-// raised to the ticket before the waiter queues: a waiter drawing later,
-// from any quorum, then meets a raised counter and gets a higher ticket,
-// rather than one below ours that would be granted first. Without the
-// raise, a later waiter is ordered after us only once ticketSpread has
-// passed; waiters closer together than that are as good as simultaneous.
+// A counter's next value is the node's clock in microseconds, or one more
+// than its last when that is more (counter.lua), so the nodes' answers
+// differ by their clocks' offsets. When every answer is its node's clock
+// and the highest is at most ticketSpread above the lowest, a waiter that
+// draws later than that gets a higher ticket from any node: nothing more
+// is done (waiters closer together are as good as simultaneous).
+// Otherwise (a node's clock is ahead, or a counter ran ahead of the clock
+// and goes up by one a draw) the counters of a quorum are raised to the
+// ticket before the waiter queues: a waiter drawing later, from any
+// quorum, then meets a raised counter and gets a higher ticket, rather
+// than one equal to ours or below it that could be granted first.
 func (c *Client) drawTicket(ctx context.Context, f *fair, timeout time.Duration) *quorumError {
 	q := f.quorum(len(c.nodes))
 	t, _ := c.fanOut(ctx, timeout, wonAt(q), nil, settlement{}, f.ticketOp())
 	if t.yes < q {
 		return f.ticketRefused(ctx, "a ticket from", t, len(c.nodes), q)
 	}
-	lo := int64(math.MaxInt64)
+	lo, clocks := int64(math.MaxInt64), true
 	for i, a := range t.answers {
 		if a == holds {
+			t.values[i], clocks = t.values[i]/10, clocks && t.values[i]%10 == 1
 			f.ticket = max(f.ticket, t.values[i])
 			lo = min(lo, t.values[i])
 		}
 	}
-	if f.ticket-lo <= ticketSpread {
+	if clocks && f.ticket-lo <= ticketSpread {
 		return nil
 	}
 	at := 0
@@ -508,8 +511,8 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, timeout time.Duration)
 }
 
 // ticketSpread is how far apart (in the counters' microseconds) the
-// values of one ticket draw may be without raising the lower counters (see
-// drawTicket).
+// clock values of one ticket draw may be without raising the lower
+// counters (see drawTicket).
 const ticketSpread = 1000
 
 // ticketRefused is the error of a ticket draw, or of its raise, that missed

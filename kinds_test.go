@@ -375,6 +375,71 @@ func TestKinds_fairOrderWithANodeClockAhead(t *testing.T) {
 	mustRelease(t, holder)
 }
 
+// TestKinds_fairOrderWithCountersAheadOfTheClocks: the ticket counters are
+// an hour ahead of every node's clock (as a raise to a ticket from a node
+// whose clock was ahead leaves them), so a draw adds one to each; and a
+// different node is down at each waiter's draw. Waiters that came one
+// after the other must be granted in that order: the third's draw used to
+// tie with the second's (the node the second missed was one behind), and
+// the tie was broken at random.
+func TestKinds_fairOrderWithCountersAheadOfTheClocks(t *testing.T) {
+	c := newCluster(t, 3)
+	ahead := fmt.Sprint(time.Now().Add(time.Hour).UnixMicro())
+	for _, s := range c.servers {
+		if err := s.Set("{turn}:tickets", ahead); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := mustTryAcquire(t, c.client(t), ctx, "turn", time.Minute, redlock.Fair())
+	redlock.WaitSettled(holder)
+
+	order := make(chan int, 3)
+	tickets := make([]uint64, 3)
+	queued := func(n int) func() bool {
+		return func() bool {
+			for _, k := range queueSizes(c, "turn") {
+				if k >= n {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	for i, down := range []int{2, 0, 1} {
+		c.servers[down].Close()
+		own := mustNew(t, c.connect(t), redlock.WithNodeTimeout(200*time.Millisecond),
+			redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
+		go func() {
+			l, err := own.Acquire(ctx, "turn", time.Minute, redlock.Fair())
+			if err != nil {
+				return
+			}
+			tickets[i] = l.Ticket()
+			order <- i
+			_ = l.Release(context.Background())
+		}()
+		waitFor(t, fmt.Sprintf("waiter %d to queue", i), queued(i+1))
+		if err := c.servers[down].Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustRelease(t, holder)
+	var got []int
+	for range 3 {
+		select {
+		case i := <-order:
+			got = append(got, i)
+		case <-ctx.Done():
+			t.Fatalf("granted %v, then nothing", got)
+		}
+	}
+	if !slices.Equal(got, []int{0, 1, 2}) || tickets[0] >= tickets[1] || tickets[1] >= tickets[2] {
+		t.Fatalf("granted in the order %v, tickets %v: want 0, 1, 2, each ticket above the one before", got, tickets)
+	}
+}
+
 // TestKinds_fairWaiterDisappears: a queued waiter that stopped trying holds
 // the queue up only until its place lapses.
 func TestKinds_fairWaiterDisappears(t *testing.T) {
