@@ -100,3 +100,12 @@ func ScriptSource(file string) string {
 	}
 	return src
 }
+
+// Subscriber reports whether c's subscriber of node i runs, and whether it
+// is deaf (its connection stopped receiving).
+func Subscriber(c *Client, i int) (running, deaf bool) {
+	s := c.subscribers[i]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running, s.deaf.Load()
+}

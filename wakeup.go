@@ -355,6 +355,11 @@ func (s *subscriber) receive(ps *redis.PubSub, quit <-chan struct{}) <-chan any 
 		for {
 			m, err := ps.Receive(context.Background())
 			if err != nil {
+				select {
+				case <-quit:
+					return // the subscriber closed the connection: it went idle
+				default:
+				}
 				if errors.Is(err, redis.ErrClosed) {
 					return
 				}
@@ -460,6 +465,7 @@ func (s *subscriber) done() bool {
 		return false
 	}
 	s.running = false
+	s.deaf.Store(false) // no connection now: the next watch makes a new one
 	clear(s.channels)
 	// A kick left for this goroutine is for none: drop it.
 	select {

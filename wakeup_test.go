@@ -500,3 +500,42 @@ func TestWaiters_deadSubscriptionIsNotTrusted(t *testing.T) {
 		t.Fatal("the waiter did not hear the release (it waits for its timer, which does not move)")
 	}
 }
+
+// TestWaiters_idleSubscriberIsNotDeaf: a subscriber that closes its
+// connection because nobody waits any more is not taken for one whose
+// connection broke: later waiters still listen on its node. (The close
+// used to mark it deaf for good, and every later waiter of the Client
+// listened elsewhere.)
+func TestWaiters_idleSubscriberIsNotDeaf(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	held := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	rc := mustNew(t, c.connect(t))
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "k", time.Minute)
+		got <- acquired{l, err}
+	}()
+	node := -1
+	waitFor(t, "the waiter to listen", func() bool {
+		for i := range c.servers {
+			if running, _ := redlock.Subscriber(rc, i); running {
+				node = i
+				return true
+			}
+		}
+		return false
+	})
+	mustRelease(t, held)
+	mustRelease(t, mustGet(t, got))
+	waitFor(t, "the subscriber to go idle", func() bool {
+		running, _ := redlock.Subscriber(rc, node)
+		return !running
+	})
+	for range 100 {
+		if _, deaf := redlock.Subscriber(rc, node); deaf {
+			t.Fatalf("node %d's subscriber is deaf after it closed its idle connection", node)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
