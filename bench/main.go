@@ -66,6 +66,7 @@ func main() {
 	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers or renewal (see probes.go)")
 	size := flag.Int("size", 1000, "the probe's size: waiters (wait), distinct keys (leftovers) or held locks (renewal)")
 	hold := flag.Duration("hold", time.Minute, "how long the renewal probe holds its locks")
+	deadlines := flag.Bool("deadlines", false, "give every library's go-redis clients ContextTimeoutEnabled and PoolSize 64 rather than go-redis's defaults")
 	flag.Parse()
 	match, err := regexp.Compile(*only)
 	if err != nil {
@@ -98,7 +99,7 @@ func main() {
 		}
 		nodes = append(nodes, n)
 	}
-	env := &benchEnv{store: nodes[5].Addr()}
+	env := &benchEnv{store: nodes[5].Addr(), deadlines: *deadlines}
 	for _, n := range nodes[:5] {
 		env.addrs = append(env.addrs, n.Addr())
 	}
@@ -184,16 +185,21 @@ func writeFile(path string, write func(io.Writer) error) error {
 }
 
 type benchEnv struct {
-	addrs []string // the lock nodes
-	store string   // the counter of workload C
+	addrs     []string // the lock nodes
+	store     string   // the counter of workload C
+	deadlines bool     // -deadlines: see clients
 }
 
 func (e *benchEnv) clients(n int) ([]*redis.Client, func()) {
 	cs := make([]*redis.Client, n)
 	for i := range n {
-		// ContextTimeoutEnabled: every library's context deadlines reach
-		// the socket, as they must for any of them to bound a call.
-		cs[i] = redis.NewClient(&redis.Options{Addr: e.addrs[i], PoolSize: 64, ContextTimeoutEnabled: true})
+		opts := &redis.Options{Addr: e.addrs[i]} // go-redis's defaults, as most programs run it
+		if e.deadlines {
+			// Every library's context deadlines reach the socket, as they
+			// must for any of them to bound a call.
+			opts.PoolSize, opts.ContextTimeoutEnabled = 64, true
+		}
+		cs[i] = redis.NewClient(opts)
 	}
 	return cs, func() {
 		for _, c := range cs {
@@ -267,6 +273,7 @@ func allCases() []benchCase {
 		cases = append(cases, benchCase{name: fmt.Sprintf("U floor-setnx N=%d", n), workload: "U", lib: "floor-setnx", n: n, clients: 1, newLock: newFloor})
 	}
 	cases = append(cases, benchCase{name: "U floor-ping N=1", workload: "U", lib: "floor-ping", n: 1, clients: 1, newLock: newPing})
+	cases = append(cases, benchCase{name: "K floor-pipelined N=1", workload: "K", lib: "floor-pipelined", n: 1, clients: 1, newLock: newPipelinedFloor})
 	return cases
 }
 
@@ -657,6 +664,82 @@ func (l *floorLocker) each(f func(*redis.Client) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// pipelinedFloor is the least a lock on one node can cost through
+// go-redis pipelines: a take script and a compare-and-delete script, each
+// call queued for one sender goroutine that sends what queued as one
+// pipeline (Pipelined) while the one before is answered, as this library's
+// pipe does, with nothing else: no quorum, no validity, no retry. It is
+// the ceiling of any go-redis-based lock on workload K.
+type pipelinedFloor struct {
+	rdb  *redis.Client
+	mu   sync.Mutex
+	q    []floorCall
+	busy bool
+}
+
+type floorCall struct {
+	script *redis.Script
+	key    string
+	args   []any
+	done   chan error
+}
+
+var floorTake = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0`)
+
+func newPipelinedFloor(e *benchEnv, n int) (locker, func()) {
+	cs, stop := e.clients(1)
+	return &pipelinedFloor{rdb: cs[0]}, stop
+}
+
+func (f *pipelinedFloor) call(s *redis.Script, key string, args ...any) error {
+	c := floorCall{script: s, key: key, args: args, done: make(chan error, 1)}
+	f.mu.Lock()
+	f.q = append(f.q, c)
+	start := !f.busy
+	f.busy = true
+	f.mu.Unlock()
+	if start {
+		go f.send()
+	}
+	return <-c.done
+}
+
+func (f *pipelinedFloor) send() {
+	ctx := context.Background()
+	for {
+		f.mu.Lock()
+		batch := f.q
+		f.q = nil
+		if len(batch) == 0 {
+			f.busy = false
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+		cmds := make([]*redis.Cmd, len(batch))
+		_, _ = f.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for i, c := range batch {
+				cmds[i] = c.script.EvalSha(ctx, pl, []string{c.key}, c.args...)
+			}
+			return nil
+		})
+		for i, c := range batch {
+			err := cmds[i].Err()
+			if redis.HasErrorPrefix(err, "NOSCRIPT") {
+				err = c.script.Run(ctx, f.rdb, []string{c.key}, c.args...).Err()
+			}
+			c.done <- err
+		}
+	}
+}
+
+func (f *pipelinedFloor) lock(_ context.Context, key string) (int, func() error, error) {
+	if err := f.call(floorTake, key, "t", ttl.Milliseconds()); err != nil {
+		return 1, nil, err
+	}
+	return 1, func() error { return f.call(floorDel, key, "t") }, nil
 }
 
 // pingLocker is one round trip: the floor of any remote operation.
