@@ -150,7 +150,8 @@ func (s scripted) op(name, token string, ttl time.Duration, fenced bool, announc
 		channel = s.chans[0]
 	}
 	args := append([]any{name, token, pxMillis(ttl), channel, fence}, s.extra...)
-	return nodeOp{script: s.script, keys: keys, args: args}
+	holds := name == "acquire" || name == "extend" || name == "handoff"
+	return nodeOp{script: s.script, keys: keys, args: args, holds: holds}
 }
 
 // The operations of a scripted kind; the kinds embed scripted and override

@@ -42,6 +42,8 @@ func (c *Client) termsFor(ttl time.Duration) (terms, error) {
 		return t, invalid("ttl %v must be positive", ttl)
 	case ttl <= t.drift:
 		return t, invalid("ttl %v is not larger than its drift allowance %v", ttl, t.drift)
+	case c.cfg.replicaAck.on() && c.cfg.replicaAck.timeout >= t.timeout:
+		return t, invalid("replica ack timeout %v is not shorter than the node timeout %v for ttl %v: give WithNodeTimeout, or a longer ttl", c.cfg.replicaAck.timeout, t.timeout, ttl)
 	}
 	return t, nil
 }

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,12 +41,40 @@ type nodeOp struct {
 	keys   []string
 	args   []any
 	many   bool
+	// holds: the op writes a hold (an acquire, extend, renewal, hand-off
+	// or fencing raise), which, with WithReplicaAck, counts only once the
+	// node's replicas confirm it (see replicaAck)
+	holds bool
 }
 
 // run sends op alone: EVALSHA, and EVAL when the node does not know the
-// script yet.
-func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient) (int64, []int64, error) {
-	return op.result(op.script.Run(ctx, rdb, op.keys, op.args...))
+// script yet; with ack, followed on the same connection by WAIT.
+func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replicaAck) (int64, []int64, error) {
+	if !ack.on() || !op.holds {
+		return op.result(op.script.Run(ctx, rdb, op.keys, op.args...))
+	}
+	var cmd *redis.Cmd
+	var wait *redis.Cmd
+	send := func(sha bool) {
+		_, _ = rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			if sha {
+				cmd = op.script.EvalSha(ctx, pl, op.keys, op.args...)
+			} else {
+				cmd = op.script.Eval(ctx, pl, op.keys, op.args...)
+			}
+			wait = ack.wait(ctx, pl)
+			return nil
+		})
+	}
+	send(true)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		send(false)
+	}
+	v, vs, err := op.result(cmd)
+	if err == nil && v > 0 {
+		err = ack.check(wait)
+	}
+	return v, vs, err
 }
 
 // result reads op's reply.
@@ -83,6 +112,7 @@ type call struct {
 // pipe sends the calls bound for one node.
 type pipe struct {
 	rdb      redis.UniversalClient
+	ack      replicaAck
 	mu       sync.Mutex
 	queue    []call
 	spare    []call    // a finished batch's slice, reused for the next queue
@@ -184,16 +214,24 @@ func (p *pipe) send(batch []call) {
 		return
 	case 1:
 		c := live[0]
-		c.reply(c.op.run(c.io, p.rdb))
+		c.reply(c.op.run(c.io, p.rdb, p.ack))
 		return
 	}
 
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(live))
+	// With WithReplicaAck, one WAIT after the batch's scripts covers every
+	// write of the batch: WAIT confirms all the writes made before it on
+	// its connection.
+	var wait, waitAgain *redis.Cmd
+	ack := p.ack.on() && slices.ContainsFunc(live, func(c call) bool { return c.op.holds })
 	_, _ = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for i, c := range live {
 			cmds[i] = c.op.script.EvalSha(ctx, pl, c.op.keys, c.op.args...)
+		}
+		if ack {
+			wait = p.ack.wait(ctx, pl)
 		}
 		return nil
 	})
@@ -215,11 +253,22 @@ func (p *pipe) send(batch []call) {
 				c := live[i]
 				cmds[i] = c.op.script.Eval(ctx, pl, c.op.keys, c.op.args...)
 			}
+			if ack {
+				waitAgain = p.ack.wait(ctx, pl)
+			}
 			return nil
 		})
 	}
 	for i, c := range live {
-		c.reply(c.op.result(cmds[i]))
+		v, vs, err := c.op.result(cmds[i])
+		if err == nil && v > 0 && ack && c.op.holds {
+			w := wait
+			if slices.Contains(again, i) {
+				w = waitAgain
+			}
+			err = p.ack.check(w)
+		}
+		c.reply(v, vs, err)
 	}
 }
 

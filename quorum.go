@@ -320,7 +320,7 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, deadli
 		case nd.inline && n == 1:
 			// One node whose client cuts the call at ctx's deadline: there
 			// is no quorum to return early with, so the call runs here.
-			v, vs, err := op.run(ctx, nd.rdb)
+			v, vs, err := op.run(ctx, nd.rdb, c.cfg.replicaAck)
 			reply(nodeReply{node: i, value: v, values: vs, err: err})
 		case nd.pipe != nil:
 			nd.pipe.submit(call{ctx: ctx, io: io, op: op, reply: func(v int64, vs []int64, err error) {
@@ -344,7 +344,7 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, deadli
 					reply(nodeReply{node: i, err: fmt.Errorf("not sent: %w", err)})
 					return
 				}
-				v, vs, err := op.run(callIO, nd.rdb)
+				v, vs, err := op.run(callIO, nd.rdb, c.cfg.replicaAck)
 				reply(nodeReply{node: i, value: v, values: vs, err: err})
 			}()
 		}

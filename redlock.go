@@ -131,10 +131,13 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 	for i := range c.nodes {
 		c.subscribers[i] = newSubscriber(c.nodes[i].rdb)
 		if !c.cfg.unbatched {
-			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb}
+			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, ack: c.cfg.replicaAck}
 		}
 		if _, cluster := any(nodes[i]).(*redis.ClusterClient); cluster {
 			c.batchRenewals = false // the keys of a batch span slots
+			if c.cfg.replicaAck.on() {
+				return nil, invalid("node %d is a Redis Cluster client: WithReplicaAck needs WAIT on the write's own connection, which a cluster pipeline does not keep", i)
+			}
 		}
 	}
 	c.sched = newScheduler(c)
@@ -154,6 +157,7 @@ type config struct {
 	unbatched   bool
 	handOffs    int
 	observer    Observer
+	replicaAck  replicaAck
 }
 
 // Option configures a Client. Pass options to New.

@@ -376,7 +376,7 @@ func (c *Client) renewBatch(locks []*Lock) {
 		// Each lock's wait ends by its deadline, as a renewal's does.
 		timeout = min(timeout, tm.timeout, l.deadline(tm, until).Sub(now))
 	}
-	op := nodeOp{script: renewBatchScript, keys: keys, args: args, many: true}
+	op := nodeOp{script: renewBatchScript, keys: keys, args: args, many: true, holds: true}
 
 	ctx := context.Background()
 	start, wall := clock.Now(), time.Now()

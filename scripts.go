@@ -89,9 +89,9 @@ func fenceKey(key string) string { return companion(key, "fence") }
 func acquireOn(key, token string, ttl time.Duration, fenced bool) nodeOp {
 	px := pxMillis(ttl)
 	if fenced {
-		return nodeOp{script: acquireScript, keys: []string{key, fenceKey(key)}, args: []any{token, px}}
+		return nodeOp{script: acquireScript, keys: []string{key, fenceKey(key)}, args: []any{token, px}, holds: true}
 	}
-	return nodeOp{script: acquireScript, keys: []string{key}, args: []any{token, px}}
+	return nodeOp{script: acquireScript, keys: []string{key}, args: []any{token, px}, holds: true}
 }
 
 // handOffOn takes key for token where it holds from's token or is free;
@@ -101,16 +101,16 @@ func handOffOn(key, token, from string, ttl time.Duration, fenced bool) nodeOp {
 	if fenced {
 		keys = append(keys, fenceKey(key))
 	}
-	return nodeOp{script: handOffScript, keys: keys, args: []any{token, pxMillis(ttl), from, releaseChannel(key)}}
+	return nodeOp{script: handOffScript, keys: keys, args: []any{token, pxMillis(ttl), from, releaseChannel(key)}, holds: true}
 }
 
 // raiseFenceOn sets the node's fencing counters to at least token.
 func raiseFenceOn(fences []string, token int64) nodeOp {
-	return nodeOp{script: raiseFenceScript, keys: fences, args: []any{token}}
+	return nodeOp{script: raiseFenceScript, keys: fences, args: []any{token}, holds: true}
 }
 
 func extendOn(key, token string, ttl time.Duration) nodeOp {
-	return nodeOp{script: extendScript, keys: []string{key}, args: []any{token, pxMillis(ttl)}}
+	return nodeOp{script: extendScript, keys: []string{key}, args: []any{token, pxMillis(ttl)}, holds: true}
 }
 
 // releaseOn deletes key if it holds token, and announces it on the key's

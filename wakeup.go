@@ -171,7 +171,7 @@ func (c *Client) sendOne(i int, op nodeOp, timeout time.Duration) {
 		p.submit(call{ctx: ctx, io: ctx, op: op, reply: reply})
 		return
 	}
-	go func() { reply(op.run(ctx, c.nodes[i].rdb)) }()
+	go func() { reply(op.run(ctx, c.nodes[i].rdb, c.cfg.replicaAck)) }()
 }
 
 // drain drops the announcements received so far.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -558,5 +559,67 @@ func TestContract_outcomeKnown(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// TestContract_replicaAck: WithReplicaAck on masters with replicas. Nodes
+// 0 and 1 have a replica each, node 2 none. A lock is held once a quorum's
+// replicas confirm it (nodes 0 and 1; node 2 never does); with node 0's
+// replica frozen, a quorum can not confirm, nothing is acquired and the
+// masters keep nothing; thawed, locks are taken again.
+func TestContract_replicaAck(t *testing.T) {
+	needRedis(t)
+	masters := []*Node{startTestNode(t, nodeSpec{kind: Redis}), startTestNode(t, nodeSpec{kind: Redis}), startTestNode(t, nodeSpec{kind: Redis})}
+	replicas := []*Node{startTestNode(t, nodeSpec{kind: Redis, replica: masters[0].Addr()}), startTestNode(t, nodeSpec{kind: Redis, replica: masters[1].Addr()})}
+	nodes := []redis.UniversalClient{client(t, masters[0].Addr()), client(t, masters[1].Addr()), client(t, masters[2].Addr())}
+	rc := newRedlock(t, nodes, redlock.WithReplicaAck(1, 200*time.Millisecond), redlock.WithNodeTimeout(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// The replicas may still be catching up with their masters.
+	lock, err := rc.Acquire(ctx, "k", 10*time.Second, redlock.WithRetry(redlock.RandomDelay(50*time.Millisecond, 100*time.Millisecond)))
+	if err != nil {
+		t.Fatalf("Acquire with the replicas of nodes 0 and 1 in step: %v", err)
+	}
+	for i, r := range replicas {
+		if v, err := doOn(ctx, r.Addr(), "GET", "k"); err != nil || v != lock.Token() {
+			t.Errorf("replica of node %d has %v (%v), want the token: WAIT confirmed it", i, v, err)
+		}
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := replicas[0].signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			_ = replicas[0].signal(syscall.SIGCONT)
+		}
+	}
+	defer thaw()
+	_, err = rc.TryAcquire(ctx, "k", 10*time.Second)
+	if !errors.Is(err, redlock.ErrNotAcquired) || !strings.Contains(err.Error(), "replicas confirmed") {
+		t.Fatalf("TryAcquire with node 0's replica frozen: %v, want ErrNotAcquired naming the replicas", err)
+	}
+	if err := rc.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range masters {
+		if v, err := doOn(ctx, m.Addr(), "EXISTS", "k"); err != nil || v.(int64) != 0 {
+			t.Errorf("master %d keeps the unconfirmed key (%v, %v)", i, v, err)
+		}
+	}
+
+	thaw()
+	lock, err = rc.Acquire(ctx, "k", 10*time.Second, redlock.WithRetry(redlock.RandomDelay(50*time.Millisecond, 100*time.Millisecond)))
+	if err != nil {
+		t.Fatalf("Acquire once the replica is back: %v", err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

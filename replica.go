@@ -1,0 +1,80 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A node with replicas answers a write before its replicas have it; if the
+// node then fails and a replica is promoted (Sentinel, a managed Redis),
+// the new master may not have our key, and another client can take the
+// lock there. With WithReplicaAck, a node counts as holding a lock only
+// once Redis's WAIT, sent on the same connection right after the write,
+// confirms that enough replicas have it. It narrows that window; it does
+// not close it: WAIT does not make the write durable (a replica can still
+// lose it in a restart without persistence, and an acknowledged write can
+// still be lost if the replicas that had it are not the one promoted).
+
+// errReplicasBehind: a node's replicas did not confirm a write in time.
+var errReplicasBehind = errors.New("replicas behind")
+
+// replicaAck is WithReplicaAck's setting; the zero value is off.
+type replicaAck struct {
+	replicas int
+	timeout  time.Duration
+}
+
+func (a replicaAck) on() bool { return a.replicas > 0 }
+
+// wait queues WAIT on pl, after the writes it confirms.
+func (a replicaAck) wait(ctx context.Context, pl redis.Pipeliner) *redis.Cmd {
+	return pl.Do(ctx, "wait", a.replicas, pxMillis(a.timeout))
+}
+
+// check reads a WAIT's reply: nil when enough replicas confirmed.
+func (a replicaAck) check(wait *redis.Cmd) error {
+	n, err := wait.Int64()
+	if err != nil {
+		return fmt.Errorf("WAIT for %d replicas (WithReplicaAck): %w", a.replicas, err)
+	}
+	if n < int64(a.replicas) {
+		return fmt.Errorf("%w: %d of %d replicas confirmed the write within %v (WithReplicaAck)", errReplicasBehind, n, a.replicas, a.timeout)
+	}
+	return nil
+}
+
+// WithReplicaAck makes a node count as holding a lock only once at least
+// replicas of its replicas confirm the write, waiting up to timeout: each
+// write of a hold (acquire, extend, renewal, hand-off, fencing raise) is
+// followed on its connection by Redis's WAIT replicas timeout, and a node
+// whose replicas confirm fewer counts as failed for that operation (its
+// write is cleaned up like any failed node's). Use it when a node is a
+// master with replicas that may be promoted in its place (Sentinel, a
+// managed Redis): a lock is then held on the replicas of a quorum, not only
+// on their masters, and a failover loses it less often. It does not make
+// a failover safe: a promoted replica can still miss a write that WAIT saw
+// confirmed elsewhere, and a replica without persistence loses what it
+// had when it restarts (docs/safety.md).
+//
+// replicas must be at least 1 and timeout positive; timeout must also be
+// shorter than the node timeout of each operation (WithNodeTimeout, or a
+// tenth of the ttl), which an Acquire or Extend otherwise refuses with an
+// error matching ErrInvalidArgument. Redis Cluster nodes (ClusterClient)
+// are refused by New: a pipeline there does not keep WAIT on the write's
+// connection. Default: off; a node counts once it answers.
+func WithReplicaAck(replicas int, timeout time.Duration) Option {
+	return clientOption(func(c *config) error {
+		if replicas < 1 {
+			return invalid("replica ack of %d replicas: must be at least 1", replicas)
+		}
+		if timeout <= 0 {
+			return invalid("replica ack timeout %v must be positive", timeout)
+		}
+		c.replicaAck = replicaAck{replicas: replicas, timeout: timeout}
+		return nil
+	})
+}
