@@ -40,6 +40,16 @@ func clientGoroutines() int {
 	return count
 }
 
+// lineSize counts the waiters in key's lines on every node.
+func (c *cluster) lineSize(key string) int {
+	n := 0
+	for _, s := range c.servers {
+		members, _ := s.ZMembers("{" + key + "}:line")
+		n += len(members)
+	}
+	return n
+}
+
 func sum(xs []int) int {
 	n := 0
 	for _, x := range xs {
@@ -285,15 +295,7 @@ func TestWaiters_hungFirstInLineHoldsUpNobody(t *testing.T) {
 		}
 		acquired <- err
 	}()
-	lineSize := func() int {
-		n := 0
-		for _, s := range c.servers {
-			members, _ := s.ZMembers("{k}:line")
-			n += len(members)
-		}
-		return n
-	}
-	waitFor(t, "the waiter in line behind the hung one", func() bool { return lineSize() == 4 })
+	waitFor(t, "the waiter in line behind the hung one", func() bool { return c.lineSize("k") == 4 })
 	released := time.Now()
 	mustRelease(t, held)
 	if err := <-acquired; err != nil {
@@ -337,15 +339,7 @@ func TestWaiters_twoHungFirstInLineHoldUpOneReleaseAtMost(t *testing.T) {
 		l, err := rc.Acquire(ctx, "k", time.Minute)
 		got <- acquired{l, err}
 	}()
-	lineSize := func() int {
-		n := 0
-		for _, s := range c.servers {
-			members, _ := s.ZMembers("{k}:line")
-			n += len(members)
-		}
-		return n
-	}
-	waitFor(t, "the waiter in line behind the hung ones", func() bool { return lineSize() == 7 })
+	waitFor(t, "the waiter in line behind the hung ones", func() bool { return c.lineSize("k") == 7 })
 
 	// The first release wakes the two hung waiters only; another process
 	// takes the key and releases it again.
