@@ -221,15 +221,6 @@ func TestWaiters_releaseWakesTheFirstInLine(t *testing.T) {
 	}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	lineSize := func() int {
-		n := 0
-		for _, s := range c.servers {
-			if size, err := s.ZMembers("{k}:line"); err == nil {
-				n += len(size)
-			}
-		}
-		return n
-	}
 	done := make(chan error, waiters)
 	for i := range waiters {
 		rc := mustNew(t, c.connect(t), observer)
@@ -240,7 +231,7 @@ func TestWaiters_releaseWakesTheFirstInLine(t *testing.T) {
 			}
 			done <- err
 		}()
-		waitFor(t, fmt.Sprintf("waiter %d in line", i), func() bool { return lineSize() == i+1 })
+		waitFor(t, fmt.Sprintf("waiter %d in line", i), func() bool { return c.lineSize("k") == i+1 })
 	}
 	before := attempts.Load() // none: an Acquire reports its attempts when it returns
 	mustRelease(t, holder)
@@ -260,7 +251,7 @@ func TestWaiters_releaseWakesTheFirstInLine(t *testing.T) {
 	if got := attempts.Load() - before; got > 4*waiters {
 		t.Fatalf("%d attempts for %d waiters, want at most %d: a release woke more than the first in line", got, waiters, 4*waiters)
 	}
-	if n := lineSize(); n != 0 {
+	if n := c.lineSize("k"); n != 0 {
 		t.Fatalf("%d waiters left in line after every one had the lock", n)
 	}
 }
