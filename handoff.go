@@ -87,6 +87,17 @@ func (c *Client) handOff(ctx context.Context, l *Lock, from handsOver, w *waiter
 			t.values[i] = c // what the acquire scripts answer
 		case holdsNot:
 			h.had[i] = holdsNot // another token is there
+		case failed:
+			h.had[i] = failed
+			if v := t.values[i]; v > 0 {
+				// The swap ran, and only its replicas did not confirm it
+				// (WithReplicaAck): whether l's token was there is known.
+				h.had[i] = holdsNot
+				if _, _, r := handOffFlags(v); r {
+					h.had[i] = holds
+				}
+				t.values[i] = 0
+			}
 		default:
 			h.had[i] = ans
 		}
@@ -118,6 +129,14 @@ func (c *Client) handedOver(l *Lock) func(*tally) bool {
 				}
 			case holdsNot:
 				not++
+			case failed:
+				if t.values[i] > 0 { // ran; its replicas did not confirm it
+					if _, _, r := handOffFlags(t.values[i]); r {
+						had++
+					} else {
+						not++
+					}
+				}
 			}
 		}
 		return had >= q || not > n-q || !c.awaits(t, l.settled)

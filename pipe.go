@@ -19,9 +19,10 @@ import (
 //
 // One send at a time per node also keeps each node's calls in the order
 // they were made, so a lock's later operation does not overtake its earlier
-// one there (a late SET can not land after the release's DEL). A call still
-// queued when its deadline passes or its context ends is answered with that
-// error and never sent: a write that can no longer count is not made.
+// one there (a late SET can not land after the release's DEL). A write of a
+// hold still queued when its deadline passes or its context ends is
+// answered with that error and never sent: a write that can no longer
+// count is not made. A release or a delete is sent all the same (lateIO).
 //
 // A send whose reply has not come by its deadline (a hung connection, in a
 // go-redis client that ignores context deadlines) stops holding up the
@@ -48,10 +49,25 @@ type nodeOp struct {
 }
 
 // run sends op alone: EVALSHA, and EVAL when the node does not know the
-// script yet; with ack, followed on the same connection by WAIT.
-func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replicaAck) (int64, []int64, error) {
+// script yet; with ack, followed on the same connection by WAIT. An EVAL
+// of an op that writes no hold is sent even when the NOSCRIPT answer came
+// after ctx's deadline, with timeout from then (see lateIO).
+func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replicaAck, timeout time.Duration) (int64, []int64, error) {
 	if !ack.on() || !op.holds {
-		return op.result(op.script.Run(ctx, rdb, op.keys, op.args...))
+		cmd := op.script.EvalSha(ctx, rdb, op.keys, op.args...)
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again := ctx
+			if ctx.Err() != nil {
+				late, cancel, send := lateIO(op, ctx, timeout)
+				if !send {
+					return op.result(cmd)
+				}
+				defer cancel()
+				again = late
+			}
+			cmd = op.script.Eval(again, rdb, op.keys, op.args...)
+		}
+		return op.result(cmd)
 	}
 	var cmd *redis.Cmd
 	var wait *redis.Cmd
@@ -100,13 +116,29 @@ func (op nodeOp) result(cmd *redis.Cmd) (int64, []int64, error) {
 }
 
 // call is one op on its way to one node; reply is called once with the
-// result (values only for an op that is many). ctx is the operation's: once it ends, the call is not sent. io is
-// what the call runs under once sent (see Client.send).
+// result (values only for an op that is many). ctx is the operation's:
+// once it ends, a call that writes a hold is not sent (see lateIO). io is
+// what the call runs under once sent (see Client.send), for up to timeout.
 type call struct {
-	ctx   context.Context
-	io    context.Context
-	op    nodeOp
-	reply func(value int64, values []int64, err error)
+	ctx     context.Context
+	io      context.Context
+	timeout time.Duration
+	op      nodeOp
+	reply   func(value int64, values []int64, err error)
+}
+
+// lateIO is what a call whose operation ended (ctx) before it was sent
+// runs under, and whether it is sent at all. A write of a hold that can no
+// longer count is not made. Any other call (a release, a failed attempt's
+// delete, leaving a line or a queue) is still sent, with timeout from now:
+// it only takes away what was ours, and a node it does not reach keeps our
+// key until its ttl. cancel frees the context.
+func lateIO(op nodeOp, io context.Context, timeout time.Duration) (_ context.Context, cancel context.CancelFunc, send bool) {
+	if op.holds {
+		return nil, nil, false
+	}
+	io, cancel = context.WithTimeout(context.WithoutCancel(io), timeout)
+	return io, cancel, true
 }
 
 // pipe sends the calls bound for one node.
@@ -204,8 +236,13 @@ func (p *pipe) send(batch []call) {
 	live := batch[:0] // filtered in place: each call is read before its slot is reused
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.reply(0, nil, fmt.Errorf("not sent: %w", err))
-			continue
+			io, cancel, send := lateIO(c.op, c.io, c.timeout)
+			if !send {
+				c.reply(0, nil, fmt.Errorf("not sent: %w", err))
+				continue
+			}
+			defer cancel()
+			c.io = io
 		}
 		live = append(live, c)
 	}
@@ -214,7 +251,7 @@ func (p *pipe) send(batch []call) {
 		return
 	case 1:
 		c := live[0]
-		c.reply(c.op.run(c.io, p.rdb, p.ack))
+		c.reply(c.op.run(c.io, p.rdb, p.ack, c.timeout))
 		return
 	}
 
@@ -245,6 +282,17 @@ func (p *pipe) send(batch []call) {
 	for i, cmd := range cmds {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		if ctx.Err() != nil {
+			// The NOSCRIPT answers came after the calls' deadline: the
+			// deletes among them are still sent (see lateIO), the others
+			// answered as they are.
+			again = slices.DeleteFunc(again, func(i int) bool { return live[i].op.holds })
+			var late context.CancelFunc
+			ctx, late = context.WithTimeout(context.WithoutCancel(ctx), maxTimeout(live))
+			defer late()
 		}
 	}
 	if len(again) > 0 {
@@ -282,6 +330,15 @@ func batchContext(batch []call) (context.Context, context.CancelFunc) {
 		return context.WithDeadline(ctx, d)
 	}
 	return ctx, func() {}
+}
+
+// maxTimeout is the longest of the calls' timeouts.
+func maxTimeout(batch []call) time.Duration {
+	var d time.Duration
+	for _, c := range batch {
+		d = max(d, c.timeout)
+	}
+	return d
 }
 
 // latestDeadline is the latest of the calls' deadlines, or zero when one of

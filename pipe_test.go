@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -394,4 +395,93 @@ func TestBatching_noScriptKeepsAKeysCallsInOrder(t *testing.T) {
 		v, _ := c.servers[0].Get("k")
 		t.Fatalf("node 0 keeps k = %q after the failed attempt's delete", v)
 	}
+}
+
+// TestBatching_releaseQueuedPastItsDeadlineIsSent: a release queued behind
+// a slow call outlives its node timeout there. When the node answers
+// again, the release is still sent: it only takes away what was ours, and
+// dropping it left the key until its ttl. (An acquire queued so is not
+// sent: TestBatching_cancelledQueuedCallsAreNotSent.)
+func TestBatching_releaseQueuedPastItsDeadlineIsSent(t *testing.T) {
+	c, h := hookedNode(t)
+	rc := c.client(t)
+	h.warmUp(t, rc)
+	h.mu.Lock()
+	h.gated = true // not the next round trip, the one after
+	h.mu.Unlock()
+	ctx := context.Background()
+	acquired := time.Now()
+	lock := mustTryAcquire(t, rc, ctx, "a", 2*time.Second) // node timeout 200ms
+	waitIdle(t, rc)
+	h.mu.Lock()
+	h.gated = false
+	h.mu.Unlock()
+
+	// A call with a node timeout of 1s holds the node up; the release
+	// queues behind it, and Release returns at its own 200ms.
+	go func() { _, _ = rc.TryAcquire(ctx, "b", 10*time.Second) }()
+	waitFor(t, "a call at the gate", h.queuedBehindGate(rc, 1))
+	_ = lock.Release(ctx)
+	close(h.gate)
+	waitFor(t, "the release to land", func() bool { return !c.servers[0].Exists("a") })
+	if d := time.Since(acquired); d > 1800*time.Millisecond {
+		t.Fatalf("the key went %v after it was taken: by its 2s ttl, not by the release", d)
+	}
+}
+
+// TestRelease_noScriptAnsweredLateIsSentAgain: a release's EVALSHA is
+// answered NOSCRIPT (the node lost its scripts) after the node timeout.
+// The release is sent again as EVAL all the same, with a timeout of its
+// own: the key goes (go-redis used to refuse the EVAL under the ended
+// context, and the key stayed until its ttl).
+func TestRelease_noScriptAnsweredLateIsSentAgain(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(fmt.Sprint("batching=", batching), func(t *testing.T) {
+			c := newCluster(t, 1)
+			admin := redis.NewClient(&redis.Options{Addr: c.addrs[0]})
+			t.Cleanup(func() { _ = admin.Close() })
+			slow := &lateNoScript{sha: scriptSHA(t, "release.lua"), delay: 80 * time.Millisecond, flush: func() { admin.ScriptFlush(context.Background()) }}
+			c.clients[0].AddHook(slow)
+			rc := c.client(t, redlock.WithNodeTimeout(50*time.Millisecond), redlock.WithBatching(batching))
+			ctx := context.Background()
+			lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+			waitIdle(t, rc)
+			slow.armed.Store(true)
+			_ = lock.Release(ctx) // not confirmed: the answer comes after the node timeout
+			waitFor(t, "the release to land", func() bool { return !c.servers[0].Exists("k") })
+		})
+	}
+}
+
+// lateNoScript makes a node forget its scripts just before the first call
+// of one script once armed, and holds that call's NOSCRIPT answer for
+// delay.
+type lateNoScript struct {
+	sha   string
+	delay time.Duration
+	flush func()
+	armed atomic.Bool
+}
+
+func (h *lateNoScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lateNoScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.around([]redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
+	}
+}
+func (h *lateNoScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.around(cmds, func() error { return next(ctx, cmds) })
+	}
+}
+func (h *lateNoScript) around(cmds []redis.Cmder, send func() error) error {
+	for _, cmd := range cmds {
+		if args := cmd.Args(); len(args) > 1 && args[0] == "evalsha" && args[1] == h.sha && h.armed.CompareAndSwap(true, false) {
+			h.flush()
+			err := send()
+			time.Sleep(h.delay)
+			return err
+		}
+	}
+	return send()
 }

@@ -254,7 +254,7 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	io, cancelIO := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	replies := make(chan nodeReply, len(c.nodes))
-	settled := c.send(ctx, io, func() { cancel(); cancelIO() }, deadline, skip, after, op, replies)
+	settled := c.send(ctx, io, func() { cancel(); cancelIO() }, timeout, deadline, skip, after, op, replies)
 	return c.collect(ctx, timeout, stop, replies), settled
 }
 
@@ -263,7 +263,9 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 // which nodes time out (Client.failing), and calls cancel once every call
 // has returned.
 //
-// ctx is the operation's: a call not yet sent when it ends is not sent.
+// ctx is the operation's: a call not yet sent when it ends is not sent if
+// it writes a hold, and is sent with a timeout of its own if it only takes
+// away what was ours (see lateIO).
 // io is what a call that was sent runs under: the node timeout alone. A
 // call cut when the caller's context ends could still land on the node
 // after the operation's next call there (the delete of a failed attempt,
@@ -272,7 +274,7 @@ func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*t
 // it in order. (The lone node of a Client whose client cuts calls at their
 // deadline is the exception: its call runs under ctx, so that the caller
 // is not held past it.)
-func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, deadline time.Time, skip []bool, after settlement, op nodeOp, replies chan<- nodeReply) settlement {
+func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeout time.Duration, deadline time.Time, skip []bool, after settlement, op nodeOp, replies chan<- nodeReply) settlement {
 	n := len(c.nodes)
 	settled := settlement{done: make([]chan struct{}, n), deadlines: make([]time.Time, n)}
 	var running atomic.Int32
@@ -320,10 +322,10 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, deadli
 		case nd.inline && n == 1:
 			// One node whose client cuts the call at ctx's deadline: there
 			// is no quorum to return early with, so the call runs here.
-			v, vs, err := op.run(ctx, nd.rdb, c.cfg.replicaAck)
+			v, vs, err := op.run(ctx, nd.rdb, c.cfg.replicaAck, timeout)
 			reply(nodeReply{node: i, value: v, values: vs, err: err})
 		case nd.pipe != nil:
-			nd.pipe.submit(call{ctx: ctx, io: io, op: op, reply: func(v int64, vs []int64, err error) {
+			nd.pipe.submit(call{ctx: ctx, io: io, timeout: timeout, op: op, reply: func(v int64, vs []int64, err error) {
 				reply(nodeReply{node: i, value: v, values: vs, err: err})
 			}})
 		default:
@@ -338,13 +340,19 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, deadli
 				}
 				after.waitNode(i)
 				if err := ctx.Err(); err != nil && time.Now().Before(deadline) {
-					// The caller gave up while this call waited: it is not
-					// sent. (Past the node timeout, the call before took
-					// all of it, and this one has its own.)
-					reply(nodeReply{node: i, err: fmt.Errorf("not sent: %w", err)})
-					return
+					// The caller gave up while this call waited: a write of
+					// a hold is not sent, a delete is (see lateIO). (Past
+					// the node timeout, the call before took all of it, and
+					// this one has its own.)
+					late, cancelLate, send := lateIO(op, callIO, timeout)
+					if !send {
+						reply(nodeReply{node: i, err: fmt.Errorf("not sent: %w", err)})
+						return
+					}
+					defer cancelLate()
+					callIO = late
 				}
-				v, vs, err := op.run(callIO, nd.rdb, c.cfg.replicaAck)
+				v, vs, err := op.run(callIO, nd.rdb, c.cfg.replicaAck, timeout)
 				reply(nodeReply{node: i, value: v, values: vs, err: err})
 			}()
 		}
@@ -449,6 +457,9 @@ func (t *tally) record(c *Client, r nodeReply) {
 	switch {
 	case r.err != nil:
 		t.fail(c, r.node, r.err)
+		// The script's answer, when it ran and its replicas did not
+		// confirm it (WithReplicaAck); 0 otherwise.
+		t.values[r.node] = r.value
 	case r.values != nil:
 		// An op that is many: the node answered, and what it holds is in
 		// many, lock by lock (see renewal.go).

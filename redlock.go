@@ -135,9 +135,9 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		}
 		if _, cluster := any(nodes[i]).(*redis.ClusterClient); cluster {
 			c.batchRenewals = false // the keys of a batch span slots
-			if c.cfg.replicaAck.on() {
-				return nil, invalid("node %d is a Redis Cluster client: WithReplicaAck needs WAIT on the write's own connection, which a cluster pipeline does not keep", i)
-			}
+		}
+		if _, single := any(nodes[i]).(*redis.Client); c.cfg.replicaAck.on() && !single {
+			return nil, invalid("node %d is a %T: WithReplicaAck needs WAIT on the write's own connection, which only a *redis.Client keeps (a Cluster or Ring client routes a keyless WAIT to a server of its choosing)", i, nodes[i])
 		}
 	}
 	c.sched = newScheduler(c)

@@ -63,9 +63,10 @@ func (a replicaAck) check(wait *redis.Cmd) error {
 // replicas must be at least 1 and timeout positive; timeout must also be
 // shorter than the node timeout of each operation (WithNodeTimeout, or a
 // tenth of the ttl), which an Acquire or Extend otherwise refuses with an
-// error matching ErrInvalidArgument. Redis Cluster nodes (ClusterClient)
-// are refused by New: a pipeline there does not keep WAIT on the write's
-// connection. Default: off; a node counts once it answers.
+// error matching ErrInvalidArgument. Every node must be a *redis.Client:
+// New refuses the others (a ClusterClient or a Ring sends a keyless WAIT to
+// a server of its choosing, not after the write). Default: off; a node
+// counts once it answers.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if replicas < 1 {

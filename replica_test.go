@@ -152,3 +152,51 @@ func TestWithReplicaAck_embeddedNodeHasNoReplicas(t *testing.T) {
 	waitIdle(t, rc)
 	waitFor(t, "the unconfirmed writes to be cleaned up", func() bool { return len(c.holdersAny("k")) == 0 })
 }
+
+// TestWithReplicaAck_handOffWhoseReplicasLag: a lock held on every node is
+// released with a local waiter while the nodes' replicas do not confirm.
+// The hand-off's swaps ran but count for nothing; the lock held until
+// then, and Release says so (it used to report the lock lost: the swap's
+// answer was dropped with its WAIT, and the release that followed found
+// the token gone).
+func TestWithReplicaAck_handOffWhoseReplicasLag(t *testing.T) {
+	c := newCluster(t, 3)
+	h := &replicaAcks{confirm: 1}
+	for _, rdb := range c.clients {
+		rdb.AddHook(h)
+	}
+	rc := c.client(t, redlock.WithReplicaAck(1, 20*time.Millisecond))
+	ctx := context.Background()
+	first, err := rc.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(first)
+	waiting := queuedAcquire(t, rc, ctx, "k", time.Minute, redlock.WithRetry(redlock.RandomDelay(5*time.Millisecond, 10*time.Millisecond)))
+	h.mu.Lock()
+	h.confirm = 0
+	h.mu.Unlock()
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("Release of a lock held on every node, handed over while the replicas lag: %v, want nil", err)
+	}
+	h.mu.Lock()
+	h.confirm = 1
+	h.mu.Unlock()
+	mustRelease(t, mustGet(t, waiting))
+}
+
+// TestWithReplicaAck_onlyPlainClients: a Ring (or a ClusterClient) sends a
+// keyless WAIT to a server of its choosing, not after the write: refused.
+func TestWithReplicaAck_onlyPlainClients(t *testing.T) {
+	c := newCluster(t, 3)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": c.addrs[0], "b": c.addrs[1]}})
+	t.Cleanup(func() { _ = ring.Close() })
+	nodes := c.connect(t)
+	nodes[2] = ring
+	if _, err := redlock.New(nodes, redlock.WithReplicaAck(1, 10*time.Millisecond)); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("New with a Ring node and WithReplicaAck: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := redlock.New(nodes); err != nil {
+		t.Fatalf("New with a Ring node: %v", err)
+	}
+}

@@ -168,10 +168,10 @@ func (c *Client) sendOne(i int, op nodeOp, timeout time.Duration) {
 		c.calls.done()
 	}
 	if p := c.nodes[i].pipe; p != nil {
-		p.submit(call{ctx: ctx, io: ctx, op: op, reply: reply})
+		p.submit(call{ctx: ctx, io: ctx, timeout: timeout, op: op, reply: reply})
 		return
 	}
-	go func() { reply(op.run(ctx, c.nodes[i].rdb, c.cfg.replicaAck)) }()
+	go func() { reply(op.run(ctx, c.nodes[i].rdb, c.cfg.replicaAck, timeout)) }()
 }
 
 // drain drops the announcements received so far.
