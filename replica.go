@@ -60,6 +60,11 @@ func (a replicaAck) check(wait *redis.Cmd) error {
 // confirmed elsewhere, and a replica without persistence loses what it
 // had when it restarts (docs/safety.md).
 //
+// While a node's replicas lag, every batch of writes to it waits up to
+// timeout for them, and the calls queued behind it wait too: keep timeout
+// a small part of the node timeout. A release or a delete that waited past
+// its node timeout is still sent.
+//
 // replicas must be at least 1 and timeout positive; timeout must also be
 // shorter than the node timeout of each operation (WithNodeTimeout, or a
 // tenth of the ttl), which an Acquire or Extend otherwise refuses with an
