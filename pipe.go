@@ -194,7 +194,7 @@ func (p *pipe) drain(id uint64) {
 			p.queue = p.spare[:0]
 		}
 		p.spare = nil
-		p.deadline = latestDeadline(batch)
+		p.deadline = sendDeadline(batch)
 		p.mu.Unlock()
 
 		p.send(batch)
@@ -339,6 +339,32 @@ func maxTimeout(batch []call) time.Duration {
 		d = max(d, c.timeout)
 	}
 	return d
+}
+
+// sendDeadline is when the send of batch is overdue: the latest of its
+// calls' deadlines, a late delete's counted from now (it gets a timeout of
+// its own, see lateIO), so that a batch of late deletes in flight is not
+// taken for a hung send and overtaken by a new sender; zero when a call
+// has no deadline.
+func sendDeadline(batch []call) time.Time {
+	latest := latestDeadline(batch)
+	if latest.IsZero() {
+		return latest
+	}
+	now := time.Now()
+	for _, c := range batch {
+		if d, _ := c.io.Deadline(); !c.op.holds && (c.ctx.Err() != nil || !now.Before(d)) {
+			latest = maxTime(latest, now.Add(c.timeout))
+		}
+	}
+	return latest
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // latestDeadline is the latest of the calls' deadlines, or zero when one of

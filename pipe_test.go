@@ -485,3 +485,51 @@ func (h *lateNoScript) around(cmds []redis.Cmder, send func() error) error {
 	}
 	return send()
 }
+
+// TestBatching_lateDeleteInFlightIsNotOvertaken: a release sent after its
+// node timeout (it queued behind a slow call) is in flight, held up. A call
+// made meanwhile waits behind it, as behind any send within its deadline;
+// it used to be taken for a hung send, and the new call went out on a
+// sender of its own, overtaking it.
+func TestBatching_lateDeleteInFlightIsNotOvertaken(t *testing.T) {
+	c, h := hookedNode(t)
+	rc := c.client(t)
+	h.warmUp(t, rc)
+	h.mu.Lock()
+	h.gated = true // not the next round trip, the one after
+	h.mu.Unlock()
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "a", 2*time.Second) // node timeout 200ms
+	waitIdle(t, rc)
+	release := newGatedScript(scriptSHA(t, "release.lua"))
+	c.clients[0].AddHook(release)
+	defer close(release.open)
+	h.mu.Lock()
+	h.gated = false
+	h.mu.Unlock()
+
+	go func() { _, _ = rc.TryAcquire(ctx, "b", 10*time.Second) }() // node timeout 1s, held at the gate
+	waitFor(t, "a call at the gate", h.queuedBehindGate(rc, 1))
+	_ = lock.Release(ctx) // queues, and returns at its 200ms
+	close(h.gate)
+	<-release.hit // the late release is in flight, held
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = rc.TryAcquire(ctx, "c", 10*time.Second)
+	}()
+	waitFor(t, "the new call to queue or go out", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return redlock.QueuedCalls(rc, 0) == 1
+		}
+	})
+	select {
+	case <-done:
+		t.Fatal("a call overtook the late release in flight to the node")
+	default:
+	}
+}
