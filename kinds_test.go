@@ -341,8 +341,12 @@ func TestKinds_fairOrderWithANodeClockAhead(t *testing.T) {
 	holder := mustTryAcquire(t, c.client(t), ctx, "turn", time.Minute, redlock.Fair())
 	redlock.WaitSettled(holder)
 
+	// Each waiter its own process, its nodes identified before any node
+	// closes (an embedded node closing while it answers INFO can crash).
+	owns := separateClients(t, c, 2)
 	waiter := func() {
-		own := mustNew(t, c.connect(t), redlock.WithNodeTimeout(200*time.Millisecond))
+		own := owns[0]
+		owns = owns[1:]
 		go func() {
 			l, err := own.Acquire(ctx, "turn", time.Minute, redlock.Fair())
 			if err == nil {
@@ -407,10 +411,13 @@ func TestKinds_fairOrderWithCountersAheadOfTheClocks(t *testing.T) {
 			return false
 		}
 	}
+	// Each waiter its own process, its nodes identified before any node
+	// closes (an embedded node closing while it answers INFO can crash).
+	owns := separateClients(t, c, 3, redlock.WithNodeTimeout(200*time.Millisecond),
+		redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
 	for i, down := range []int{2, 0, 1} {
 		c.servers[down].Close()
-		own := mustNew(t, c.connect(t), redlock.WithNodeTimeout(200*time.Millisecond),
-			redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
+		own := owns[i]
 		go func() {
 			l, err := own.Acquire(ctx, "turn", time.Minute, redlock.Fair())
 			if err != nil {

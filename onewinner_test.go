@@ -13,11 +13,11 @@ import (
 // separateClients returns count Clients over c's nodes, each with go-redis
 // clients of its own as separate processes have, warmed up (connected, their
 // nodes identified) as a long-running process's are.
-func separateClients(t *testing.T, c *cluster, count int) []*redlock.Client {
+func separateClients(t *testing.T, c *cluster, count int, opts ...redlock.Option) []*redlock.Client {
 	t.Helper()
 	rcs := make([]*redlock.Client, count)
 	for i := range rcs {
-		rcs[i] = mustNew(t, c.connect(t))
+		rcs[i] = mustNew(t, c.connect(t), opts...)
 		l, err := rcs[i].TryAcquire(context.Background(), "warm-up", time.Minute)
 		if err != nil {
 			t.Fatal(err)
