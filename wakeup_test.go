@@ -40,6 +40,21 @@ func clientGoroutines() int {
 	return count
 }
 
+// mustGetAndRelease waits up to 10 s for a waiting Acquire's lock, fails
+// with missed if it does not come, and releases it.
+func mustGetAndRelease(t *testing.T, got <-chan acquired, missed string) {
+	t.Helper()
+	select {
+	case a := <-got:
+		if a.err != nil {
+			t.Fatalf("Acquire: %v", a.err)
+		}
+		mustRelease(t, a.lock)
+	case <-time.After(10 * time.Second):
+		t.Fatal(missed)
+	}
+}
+
 // lineSize counts the waiters in key's lines on every node.
 func (c *cluster) lineSize(key string) int {
 	n := 0
@@ -342,15 +357,7 @@ func TestWaiters_twoHungFirstInLineHoldUpOneReleaseAtMost(t *testing.T) {
 	}
 	again := mustTryAcquire(t, holder, ctx, "k", time.Minute)
 	mustRelease(t, again)
-	select {
-	case a := <-got:
-		if a.err != nil {
-			t.Fatalf("Acquire: %v", a.err)
-		}
-		mustRelease(t, a.lock)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second release did not wake the waiter behind the two hung ones")
-	}
+	mustGetAndRelease(t, got, "the second release did not wake the waiter behind the two hung ones")
 }
 
 // breakableNode dials a node for a go-redis client and can make it refuse
@@ -475,15 +482,7 @@ func TestWaiters_deadSubscriptionIsNotTrusted(t *testing.T) {
 
 	// The release wakes it: the clock no longer moves.
 	mustRelease(t, held)
-	select {
-	case a := <-got:
-		if a.err != nil {
-			t.Fatalf("Acquire: %v", a.err)
-		}
-		mustRelease(t, a.lock)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter did not hear the release (it waits for its timer, which does not move)")
-	}
+	mustGetAndRelease(t, got, "the waiter did not hear the release (it waits for its timer, which does not move)")
 }
 
 // TestWaiters_idleSubscriberIsNotDeaf: a subscriber that closes its
