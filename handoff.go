@@ -19,6 +19,24 @@ type handsOver interface {
 	handOff(token, from string, ttl time.Duration, fenced bool) nodeOp
 }
 
+// handOffHad tells from a node's part in a hand-off (its answer ans and the
+// script's value v) whether the releasing lock's token was there (holds),
+// was not (holdsNot), or is not known (ans, failed or unanswered). A node
+// that failed only because its replicas did not confirm the swap
+// (WithReplicaAck) ran the script: v > 0 tells.
+func handOffHad(ans answer, v int64) answer {
+	switch {
+	case ans == holdsNot:
+		return holdsNot // another token is there
+	case ans == holds || ans == failed && v > 0:
+		if _, _, r := handOffFlags(v); r {
+			return holds
+		}
+		return holdsNot
+	}
+	return ans
+}
+
 // handOffFlags splits a hand-off script's answer for a node that holds the
 // lock now: c*10 + 2*w + r (in decimal, the scripts append the digit to c:
 // c can be the node's clock in microseconds, which a Lua number could not
@@ -76,30 +94,14 @@ func (c *Client) handOff(ctx context.Context, l *Lock, from handsOver, w *waiter
 	t := a.fanOut(ctx, c, c.handedOver(l), nil, from.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenced))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, ans := range t.answers {
+		h.had[i] = handOffHad(ans, t.values[i])
 		switch ans {
 		case holds:
-			c, w, r := handOffFlags(t.values[i])
-			h.had[i] = holdsNot
-			if r {
-				h.had[i] = holds
-			}
+			c, w, _ := handOffFlags(t.values[i])
 			h.contended = h.contended || w
 			t.values[i] = c // what the acquire scripts answer
-		case holdsNot:
-			h.had[i] = holdsNot // another token is there
 		case failed:
-			h.had[i] = failed
-			if v := t.values[i]; v > 0 {
-				// The swap ran, and only its replicas did not confirm it
-				// (WithReplicaAck): whether l's token was there is known.
-				h.had[i] = holdsNot
-				if _, _, r := handOffFlags(v); r {
-					h.had[i] = holds
-				}
-				t.values[i] = 0
-			}
-		default:
-			h.had[i] = ans
+			t.values[i] = 0
 		}
 	}
 	h.next, _ = c.conclude(ctx, &a, t)
@@ -120,23 +122,11 @@ func (c *Client) handedOver(l *Lock) func(*tally) bool {
 		}
 		had, not := 0, 0
 		for i, ans := range t.answers {
-			switch ans {
+			switch handOffHad(ans, t.values[i]) {
 			case holds:
-				if _, _, r := handOffFlags(t.values[i]); r {
-					had++
-				} else {
-					not++
-				}
+				had++
 			case holdsNot:
 				not++
-			case failed:
-				if t.values[i] > 0 { // ran; its replicas did not confirm it
-					if _, _, r := handOffFlags(t.values[i]); r {
-						had++
-					} else {
-						not++
-					}
-				}
 			}
 		}
 		return had >= q || not > n-q || !c.awaits(t, l.settled)
