@@ -464,7 +464,7 @@ func (r *runner) step(ctx context.Context, rc *redlock.Client, h *hold) {
 // with a context that had ended (an Extend in Do's fn after a loss).
 func (r *runner) expect(h *hold, err error) {
 	var ne *redlock.NodeError
-	if err == nil || errors.Is(err, redlock.ErrNotAcquired) || errors.Is(err, redlock.ErrLockLost) || errors.As(err, &ne) ||
+	if err == nil || errors.Is(err, redlock.ErrNotAcquired) || errors.Is(err, redlock.ErrLockLost) || errors.Is(err, redlock.ErrNotConfirmed) || errors.As(err, &ne) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return
 	}
