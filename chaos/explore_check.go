@@ -247,8 +247,9 @@ func (h *history) leftovers() []Violation {
 		if counter(k.key) {
 			bound = redlock.FenceHorizon
 		}
-		if strings.HasSuffix(k.key, ":line") {
-			// a plain lock's waiters' line: the waiter's ttl, or 3 s at least
+		if strings.HasSuffix(k.key, ":line") || strings.HasSuffix(k.key, ":line-woken") {
+			// a plain lock's waiters' line, and the waiters a release woke
+			// (it lasts as long as the line): the waiter's ttl, or 3 s at least
 			bound = max(h.maxTTL, lineLinger) + 100*time.Millisecond
 		}
 		switch {

@@ -190,6 +190,8 @@ func TestHistory_leftovers(t *testing.T) {
 		{0, "{a}:tickets", time.Hour},
 		{0, "a", 400 * time.Millisecond},
 		{1, "{a}:queue", 7 * time.Second},
+		{1, "{a}:line", 2900 * time.Millisecond},
+		{1, "{a}:line-woken", 2900 * time.Millisecond}, // as long as its line
 		{1, "b", -1},
 		{2, "{b}:grants", time.Minute},
 		{2, "{c}:fence", -1},
