@@ -1,5 +1,15 @@
 package redlock
 
+import "time"
+
+// SetNodeTimeoutFloor sets the least a derived node timeout is, for the
+// tests of a package (see minDerivedNodeTimeout), and returns the former.
+func SetNodeTimeoutFloor(d time.Duration) time.Duration {
+	old := minDerivedNodeTimeout
+	minDerivedNodeTimeout = d
+	return old
+}
+
 // WaitSettled waits until the writes of the lock's last operation (acquire,
 // extend or release) that were still under way when it returned have landed
 // or timed out, so that tests can look at every node.

@@ -560,6 +560,7 @@ func TestLock_autoRenew_lateAcquire(t *testing.T) {
 // TestLock_autoRenew_lostBeforeTheMargin: while renewals keep failing, Done
 // closes once the renewal margin before Until is reached, and not later.
 func TestLock_autoRenew_lostBeforeTheMargin(t *testing.T) {
+	libraryTimeouts(t) // the margin follows the derived node timeout
 	const ttl = time.Second
 	nodeTimeout := 100 * time.Millisecond // a tenth of the ttl
 	for _, do := range []bool{false, true} {

@@ -21,10 +21,26 @@ import (
 func TestMain(m *testing.M) {
 	// go-redis logs every failed dial; the tests close nodes on purpose.
 	redis.SetLogger(quietLogger{})
+	// Healthy nodes answer in well under a millisecond, but with two
+	// copies of the suite at once under the race detector on two cores a
+	// reply can wait 100 ms and more for its goroutine. A test about
+	// timeouts gives WithNodeTimeout itself.
+	redlock.SetNodeTimeoutFloor(testNodeTimeoutFloor)
 	// A go-redis pool that has failed to dial keeps one goroutine trying
 	// again every second until the pool is closed; the tests close their
 	// clients, and the goroutine ends at its next wake-up.
 	leaktest.Main(m, "github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
+}
+
+// testNodeTimeoutFloor is the least node timeout the tests derive from a
+// ttl (the library's is 50 ms).
+const testNodeTimeoutFloor = 400 * time.Millisecond
+
+// libraryTimeouts gives the test the library's own derived node timeouts
+// (no testNodeTimeoutFloor), for tests about their derivation.
+func libraryTimeouts(t *testing.T) {
+	old := redlock.SetNodeTimeoutFloor(50 * time.Millisecond)
+	t.Cleanup(func() { redlock.SetNodeTimeoutFloor(old) })
 }
 
 type quietLogger struct{}

@@ -135,6 +135,7 @@ func TestPxMillis(t *testing.T) {
 }
 
 func TestTerms_nodeTimeoutDerivedFromTTL(t *testing.T) {
+	defer SetNodeTimeoutFloor(SetNodeTimeoutFloor(50 * time.Millisecond)) // the library's, not the tests' (main_test.go)
 	c := &Client{cfg: config{driftFactor: 0.01}}
 	for _, tt := range []struct{ ttl, want, drift time.Duration }{
 		{100 * time.Millisecond, 50 * time.Millisecond, 3 * time.Millisecond},

@@ -14,6 +14,7 @@ import (
 )
 
 func TestWithReplicaAck_badValues(t *testing.T) {
+	libraryTimeouts(t) // a 1 s ttl derives a 100 ms node timeout
 	c := newCluster(t, 3)
 	for _, tc := range []struct {
 		replicas int
