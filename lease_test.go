@@ -355,6 +355,32 @@ func TestLock_autoRenew_lossClosesDone(t *testing.T) {
 	}
 }
 
+// TestLock_autoRenew_lostLockReleasesAsLost: a lock its renewal found lost
+// on a majority (Done closed) is reported lost by Release, whatever the
+// nodes that answer the release first say. It used to judge from the
+// first two answers alone (one node deleted the key, one had lost it) and
+// report the lock held until its release, while the third node, slower,
+// had lost it too.
+func TestLock_autoRenew_lostLockReleasesAsLost(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
+	redlock.WaitSettled(lock)
+	waiters(t, clock, 1)
+	c.servers[0].Del("k")
+	c.servers[1].Del("k")
+	clock.Advance(time.Second)
+	if !closed(lock.Done()) {
+		t.Fatal("Done still open after the lock was lost")
+	}
+	gate := newGatedScript(scriptSHA(t, "release.lua"))
+	c.clients[1].AddHook(gate)
+	defer close(gate.open)
+	if err := lock.Release(context.Background()); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Release of a lock lost on a majority, one node slow: err = %v, want ErrLockLost", err)
+	}
+}
+
 // TestLock_autoRenew_unreachableNodes: with every node unreachable the
 // renewals keep failing without telling whether the lock is held; the lock
 // is declared lost while some validity is left, not after.

@@ -253,9 +253,12 @@ type Lock struct {
 	terms    terms // of the last acquire or extend
 	until    time.Time
 	released bool
-	lost     bool     // the lock ended otherwise: see lose
-	watching bool     // Done was called: the scheduler ends it at its deadline
-	onEnd    []func() // see afterEnd
+	lost     bool // the lock ended otherwise: see lose
+	// lostShown: it ended because a majority of the nodes no longer held
+	// its token (an Extend or a renewal found it so)
+	lostShown bool
+	watching  bool     // Done was called: the scheduler ends it at its deadline
+	onEnd     []func() // see afterEnd
 
 	sched schedule // guarded by the Client's scheduler's mu
 
@@ -670,7 +673,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	_, lost, err := l.extend(ctx, tm, tm.timeout)
 	if lost {
-		l.lose(err)
+		l.lose(err, true)
 	}
 	return err
 }
@@ -798,7 +801,10 @@ func (l *Lock) over() error {
 //
 // It returns an error matching ErrLockLost when a majority of the nodes no
 // longer had the token, or the validity had run out and fewer than a quorum
-// confirmed it: the work done under the lock may not have been protected.
+// confirmed it, or an Extend or a renewal had found a majority without the
+// token before (and closed Done): the work done under the lock may not
+// have been protected. The token is deleted all the same wherever it is
+// left.
 // When so many nodes fail that neither can be told, it returns an error
 // matching ErrNotConfirmed that joins their *NodeError values; the keys they
 // may hold expire with the ttl. On a nil Lock it returns ErrNotAcquired.
@@ -809,7 +815,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()
-	tm, until, released := l.terms, l.until, l.released
+	tm, until, released, lost := l.terms, l.until, l.released, l.lostShown
 	l.released = true
 	l.mu.Unlock()
 	if released {
@@ -826,7 +832,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	l.mu.Lock()
 	next := l.next
 	l.mu.Unlock()
-	if !expired && next != nil {
+	if !expired && !lost && next != nil {
 		if done, err := next.release(ctx, l, tm); done {
 			return err
 		}
@@ -835,6 +841,13 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	l.settled = settled
 	c.observeNodes(ctx, OpRelease, l.kind, wall, t)
 	l.finish()
+	if lost {
+		// A majority was found without the token before (Done is
+		// closed): what the nodes answer now does not make it held until
+		// the release.
+		return &quorumError{sentinel: ErrLockLost, nodes: t.errs,
+			detail: fmt.Sprintf("%s: a majority of the nodes had lost it before its release; deleted on %d of %d nodes", l.kind.describe(), t.yes, len(c.nodes))}
+	}
 	return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, tm.ttl, t.errs)
 }
 
