@@ -42,13 +42,14 @@ const (
 type worker struct {
 	locker *redlock.Client
 	store  *redis.Client
+	wait   time.Duration // how long a submission waits for the lock
 }
 
 // submit runs job id unless it ran already or is running.
 func (w *worker) submit(ctx context.Context, id string, job func(ctx context.Context) error) (outcome, error) {
 	// Submissions at the same moment may split the nodes' votes: wait a
 	// little for the lock rather than give up on the first try.
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, w.wait)
 	defer cancel()
 	lock, err := w.locker.Acquire(wctx, "job:"+id, 10*time.Second, redlock.WithAutoRenew())
 	if errors.Is(err, redlock.ErrNotAcquired) && wctx.Err() != nil && ctx.Err() == nil {
@@ -78,7 +79,7 @@ type result struct {
 	outcomes map[outcome]int
 }
 
-func run(ctx context.Context, jobs, copies, processes int) (result, error) {
+func run(ctx context.Context, jobs, copies, processes int, wait time.Duration) (result, error) {
 	var lockNodes []*embedded.Node
 	for range 5 {
 		s, err := embedded.Start()
@@ -108,7 +109,7 @@ func run(ctx context.Context, jobs, copies, processes int) (result, error) {
 		if err != nil {
 			return result{}, err
 		}
-		workers[p] = &worker{locker: locker, store: store}
+		workers[p] = &worker{locker: locker, store: store, wait: wait}
 	}
 
 	res := result{runs: map[string]int{}, outcomes: map[outcome]int{}}
@@ -150,12 +151,13 @@ func main() {
 	jobs := flag.Int("jobs", 20, "distinct jobs (request IDs)")
 	copies := flag.Int("copies", 10, "times each is submitted at once")
 	processes := flag.Int("processes", 4, "processes (lock clients) submitting")
+	wait := flag.Duration("wait", 5*time.Second, "how long a submission waits for the lock before it reports the job in progress")
 	flag.Parse()
 	if *jobs < 1 || *copies < 1 || *processes < 1 {
 		fmt.Fprintln(os.Stderr, "idempotentjob: -jobs, -copies and -processes must be at least 1")
 		os.Exit(2)
 	}
-	res, err := run(context.Background(), *jobs, *copies, *processes)
+	res, err := run(context.Background(), *jobs, *copies, *processes, *wait)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 func TestEachJobRunsOnce(t *testing.T) {
 	const jobs, copies = 15, 8
-	res, err := run(context.Background(), jobs, copies, 3)
+	// Every submission waits until it gets the lock: on a loaded machine
+	// the submissions of one job may take seconds to get through.
+	res, err := run(context.Background(), jobs, copies, 3, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
