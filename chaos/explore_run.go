@@ -111,7 +111,10 @@ func (l *lane) warmUp(ctx context.Context) error {
 		defer rdb.Close()
 		nodes = append(nodes, rdb)
 	}
-	rc, err := redlock.New(nodes)
+	// Long node timeouts: the warm-up only needs every call to land, also
+	// on a loaded machine.
+	const ttl = 10 * time.Second
+	rc, err := redlock.New(nodes, redlock.WithNodeTimeout(2*time.Second))
 	if err != nil {
 		return err
 	}
@@ -121,16 +124,16 @@ func (l *lane) warmUp(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return errors.Join(lock.Extend(ctx, time.Second), lock.Release(ctx))
+		return errors.Join(lock.Extend(ctx, ttl), lock.Release(ctx))
 	}
 	for _, kind := range []string{stepPlain, stepReentrant, stepRead, stepWrite, stepSemaphore, stepFair, stepMulti} {
 		for _, fenced := range []bool{false, true} {
 			st := planStep{Kind: kind, Owner: "o", Fenced: fenced}
 			var err error
 			if kind == stepMulti {
-				err = use(rc.TryAcquireAll(ctx, []string{"warm:a", "warm:b"}, time.Second, kindOptions(st)...))
+				err = use(rc.TryAcquireAll(ctx, []string{"warm:a", "warm:b"}, ttl, kindOptions(st)...))
 			} else {
-				err = use(rc.TryAcquire(ctx, "warm:"+kind, time.Second, kindOptions(st)...))
+				err = use(rc.TryAcquire(ctx, "warm:"+kind, ttl, kindOptions(st)...))
 			}
 			if err != nil {
 				return fmt.Errorf("chaos: warming the nodes up (%s): %w", kind, err)
@@ -138,12 +141,12 @@ func (l *lane) warmUp(ctx context.Context) error {
 		}
 	}
 	// a hand-off, and the acquire of a failed attempt's cleanup
-	held, err := rc.TryAcquire(ctx, "warm:hand-off", time.Second)
+	held, err := rc.TryAcquire(ctx, "warm:hand-off", ttl)
 	if err != nil {
 		return err
 	}
 	next := make(chan error, 1)
-	go func() { next <- use(rc.Acquire(ctx, "warm:hand-off", time.Second)) }()
+	go func() { next <- use(rc.Acquire(ctx, "warm:hand-off", ttl)) }()
 	time.Sleep(50 * time.Millisecond) // the other Acquire waits for its local turn: the release hands it over
 	if err := errors.Join(held.Release(ctx), <-next); err != nil {
 		return fmt.Errorf("chaos: warming the nodes up (hand-off): %w", err)

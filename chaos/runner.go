@@ -226,6 +226,14 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 	wl.init()
 	e.wl = wl
 
+	opts := checkOptions{fenced: s.fenced, permits: s.permits}
+	if !s.Safe {
+		e.shown = func() bool {
+			sections, final := wl.history()
+			return check(sections, final, opts).Violations() > 0
+		}
+	}
+
 	wctx, stopWorkload := context.WithCancel(ctx)
 	defer stopWorkload()
 	werr := make(chan error, 1)
@@ -240,7 +248,6 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 	}
 
 	sections, final := wl.history()
-	opts := checkOptions{fenced: s.fenced, permits: s.permits}
 	if s.kind == kindFair {
 		opts.fair = true
 		for _, w := range e.windows {
@@ -264,6 +271,9 @@ type env struct {
 	wl        *workload
 	rng       *rand.Rand
 	ttl       time.Duration
+	// shown, for an unsafe scenario, tells whether the history so far
+	// shows a violation (see rounds)
+	shown func() bool
 
 	mu       sync.Mutex
 	windows  [][2]time.Time // when a fault was in force
