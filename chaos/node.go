@@ -40,6 +40,8 @@ func DefaultServerKind() ServerKind {
 type nodeSpec struct {
 	kind     ServerKind
 	persist  bool   // redis only: appendonly yes, appendfsync always
+	fsync    string // redis only: appendonly yes with this appendfsync (everysec, always); overrides persist
+	clock    string // redis only: a file holding the node's clock offset (libfaketime, see faketime.go)
 	replica  string // redis only: the host:port to replicate from
 	cluster  bool   // redis only: cluster mode (the node owns no slot until given some)
 	password string // redis only: requirepass
@@ -70,8 +72,8 @@ func (n *Node) Stop() { n.stop() }
 
 // startNode starts a node in a data directory of its own under dir.
 func startNode(dir string, spec nodeSpec) (*Node, error) {
-	if spec.kind == Embedded && (spec.persist || spec.replica != "" || spec.cluster || spec.password != "") {
-		return nil, errors.New("chaos: the embedded server has no persistence, no replication, no cluster mode and no password")
+	if spec.kind == Embedded && (spec.persist || spec.fsync != "" || spec.clock != "" || spec.replica != "" || spec.cluster || spec.password != "") {
+		return nil, errors.New("chaos: the embedded server has no persistence, no replication, no cluster mode, no password and no faked clock")
 	}
 	var lastErr error
 	for range 3 { // a port found free can be taken before the node binds it
@@ -124,9 +126,12 @@ func (n *Node) command() (*exec.Cmd, error) {
 			"--bind", "127.0.0.1", "--port", strconv.Itoa(n.port), "--dir", n.dir,
 			"--save", "", "--daemonize", "no", "--protected-mode", "no",
 		}
-		if n.spec.persist {
+		switch {
+		case n.spec.fsync != "":
+			args = append(args, "--appendonly", "yes", "--appendfsync", n.spec.fsync)
+		case n.spec.persist:
 			args = append(args, "--appendonly", "yes", "--appendfsync", "always")
-		} else {
+		default:
 			args = append(args, "--appendonly", "no")
 		}
 		if n.spec.replica != "" {
@@ -140,7 +145,15 @@ func (n *Node) command() (*exec.Cmd, error) {
 		if n.spec.password != "" {
 			args = append(args, "--requirepass", n.spec.password)
 		}
-		return exec.Command("redis-server", args...), nil
+		cmd := exec.Command("redis-server", args...)
+		if n.spec.clock != "" {
+			env, err := fakeTimeEnv(n.spec.clock)
+			if err != nil {
+				return nil, err
+			}
+			cmd.Env = append(os.Environ(), env...)
+		}
+		return cmd, nil
 	case Embedded:
 		exe, err := os.Executable()
 		if err != nil {
