@@ -1,69 +1,106 @@
 package main
 
 import (
-	"fmt"
 	"io"
+	"math"
 	"slices"
-	"strings"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// writeChart draws throughput against N, one panel for workload K and one
-// for workload C (one client), a line per library, as a self-contained SVG.
+// writeChart draws throughput against N, one panel for workload K (ops/s)
+// and one for workload C (sections/s, one client), a line per library, as
+// a self-contained SVG (its font embedded). Each panel leaves room above
+// its highest point for the legend, so that the legend covers no line.
 func writeChart(w io.Writer, results []*result) error {
-	const (
-		panelW, panelH = 420, 300
-		left, top      = 60, 40
-		plotW, plotH   = 320, 200
-	)
-	colors := map[string]string{
-		"redlock": "#1b7837", "redsync": "#c51b7d", "redsync-2ms": "#e08214", "redislock": "#2166ac",
+	const cols = 2
+	width, height := vg.Points(860), vg.Points(340)
+	c := vgsvg.NewWith(vgsvg.UseWH(width, height), vgsvg.EmbedFonts(true))
+	dc := draw.New(c)
+	tiles := draw.Tiles{Rows: 1, Cols: cols, PadX: vg.Points(20), PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(6)}
+	canvases := plot.Align([][]*plot.Plot{{nil, nil}}, tiles, dc)
+	for i, workload := range []string{"K", "C"} {
+		p, err := panel(workload, results)
+		if err != nil {
+			return err
+		}
+		p.Draw(canvases[0][i])
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", 2*panelW, panelH+40)
-	for p, workload := range []string{"K", "C"} {
-		x0 := p*panelW + left
-		var series = map[string][][2]float64{}
-		var maxY float64
-		for _, r := range results {
-			if r.Workload != workload || r.Clients != 1 || colors[r.Lib] == "" {
-				continue
-			}
-			series[r.Lib] = append(series[r.Lib], [2]float64{float64(r.N), r.OpsPerS})
-			maxY = max(maxY, r.OpsPerS)
-		}
-		if maxY == 0 {
-			maxY = 1
-		}
-		title := map[string]string{"K": "K: 16 goroutines, a key each", "C": "C: 16 goroutines, one key"}[workload]
-		fmt.Fprintf(&b, `<text x="%d" y="20" font-weight="bold">%s (ops/s against N)</text>`+"\n", x0, title)
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", x0, top, plotW, plotH)
-		px := func(n float64) float64 { return float64(x0) + (n-1)/4*float64(plotW) }
-		py := func(v float64) float64 { return float64(top+plotH) - v/maxY*float64(plotH) }
-		for _, n := range []float64{1, 3, 5} {
-			fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">N=%.0f</text>`+"\n", px(n), top+plotH+16, n)
-		}
-		for i := 0; i <= 4; i++ {
-			v := maxY * float64(i) / 4
-			fmt.Fprintf(&b, `<text x="%d" y="%.0f" text-anchor="end">%.0f</text>`+"\n", x0-4, py(v)+4, v)
-		}
-		libs := make([]string, 0, len(series))
-		for lib := range series {
-			libs = append(libs, lib)
-		}
-		slices.Sort(libs)
-		for i, lib := range libs {
-			pts := series[lib]
-			slices.SortFunc(pts, func(a, b [2]float64) int { return int(a[0] - b[0]) })
-			var path []string
-			for _, pt := range pts {
-				path = append(path, fmt.Sprintf("%.1f,%.1f", px(pt[0]), py(pt[1])))
-				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px(pt[0]), py(pt[1]), colors[lib])
-			}
-			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(path, " "), colors[lib])
-			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">■ %s</text>`+"\n", x0+plotW-90, top+14+14*i, colors[lib], lib)
-		}
-	}
-	b.WriteString("</svg>\n")
-	_, err := io.WriteString(w, b.String())
+	_, err := c.WriteTo(w)
 	return err
+}
+
+// panel is one workload's chart.
+func panel(workload string, results []*result) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = map[string]string{"K": "K: 16 goroutines, a key each", "C": "C: 16 goroutines, one key, one client"}[workload]
+	p.X.Label.Text = "N (nodes)"
+	p.Y.Label.Text = map[string]string{"K": "lock + unlock per second (ops/s)", "C": "critical sections per second (sections/s)"}[workload]
+	p.Add(plotter.NewGrid())
+	series := map[string]plotter.XYs{}
+	var top float64
+	for _, r := range results {
+		if r.Workload != workload || r.Clients != 1 || !slices.Contains(chartLibs, r.Lib) {
+			continue
+		}
+		series[r.Lib] = append(series[r.Lib], plotter.XY{X: float64(r.N), Y: r.OpsPerS})
+		top = max(top, r.OpsPerS)
+	}
+	libs := make([]string, 0, len(series))
+	for lib := range series {
+		libs = append(libs, lib)
+	}
+	slices.Sort(libs)
+	for i, lib := range libs {
+		pts := series[lib]
+		slices.SortFunc(pts, func(a, b plotter.XY) int { return int(a.X - b.X) })
+		line, dots, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return nil, err
+		}
+		line.Color, line.Width, line.Dashes = plotutil.Color(i), vg.Points(1.5), plotutil.Dashes(i)
+		dots.GlyphStyle = draw.GlyphStyle{Color: plotutil.Color(i), Radius: vg.Points(3), Shape: plotutil.Shape(i)}
+		p.Add(line, dots)
+		p.Legend.Add(lib, line, dots)
+	}
+	p.X.Min, p.X.Max = 0.8, 5.2
+	p.X.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 1, Label: "1"}, {Value: 3, Label: "3"}, {Value: 5, Label: "5"}})
+	// Room above the lines for the legend: one row per library.
+	p.Y.Min, p.Y.Max = 0, max(top, 1)*(1.15+0.09*float64(len(libs)))
+	p.Y.Tick.Marker = roundTicks{}
+	p.Legend.Top, p.Legend.Left = true, false
+	p.Legend.XOffs = -vg.Points(6)
+	return p, nil
+}
+
+// chartLibs are the libraries the chart compares (the kinds and the
+// unbatched variant are in the table).
+var chartLibs = []string{"redlock", "redsync", "redsync-2ms", "redislock", "rueidislock"}
+
+// roundTicks are gonum's ticks labelled as whole numbers with thousands
+// separators: 7,500 rather than 7500.00.
+type roundTicks struct{}
+
+func (roundTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = thousands(int64(math.Round(ticks[i].Value)))
+		}
+	}
+	return ticks
+}
+
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

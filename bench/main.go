@@ -4,6 +4,7 @@
 // interleaved rounds, so that the machine's noise spreads over all of them.
 //
 //	cd bench && go run . [-rounds 5] [-slice 1s] [-json results.json] [-svg chart.svg]
+//	cd bench && go run . -chart-from results.json -svg chart.svg   # redraws the chart only
 //	cd bench && go run . -probe wait|leftovers|renewal [-size N] [-hold 1m]
 //
 // Workloads:
@@ -67,7 +68,14 @@ func main() {
 	size := flag.Int("size", 1000, "the probe's size: waiters (wait), distinct keys (leftovers) or held locks (renewal)")
 	hold := flag.Duration("hold", time.Minute, "how long the renewal probe holds its locks")
 	deadlines := flag.Bool("deadlines", false, "give every library's go-redis clients ContextTimeoutEnabled and PoolSize 64 rather than go-redis's defaults")
+	chartFrom := flag.String("chart-from", "", "draw the -svg chart from this -json file of an earlier run, and run nothing")
 	flag.Parse()
+	if *chartFrom != "" {
+		if err := redraw(*chartFrom, *svgPath); err != nil {
+			log.Fatalf("bench: %v", err)
+		}
+		return
+	}
 	match, err := regexp.Compile(*only)
 	if err != nil {
 		log.Fatalf("bench: -cases: %v", err)
@@ -171,6 +179,22 @@ func main() {
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
+
+// redraw draws the chart of the results in the JSON file from into svg.
+func redraw(from, svg string) error {
+	if svg == "" {
+		return fmt.Errorf("-chart-from needs -svg")
+	}
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	var results []*result
+	if err := json.Unmarshal(b, &results); err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	return writeFile(svg, func(w io.Writer) error { return writeChart(w, results) })
+}
 
 func writeFile(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)
