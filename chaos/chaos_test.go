@@ -51,13 +51,16 @@ func TestSuite(t *testing.T) {
 	// With it, everything runs several times slower, so a smaller run
 	// checks the harness itself.
 	size, minTotal := 2000, 10000
+	var nodeTimeout time.Duration // derived from each scenario's ttl
 	if raceEnabled {
-		size, minTotal = 300, 1500
+		// and the replies slower than the derived node timeouts allow
+		// for, with another suite running beside it
+		size, minTotal, nodeTimeout = 300, 1500, 150*time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	results, err := Run(ctx, Config{
-		Server: kind, Size: size,
+		Server: kind, Size: size, NodeTimeout: nodeTimeout,
 		OnFinish: func(r Result) { t.Log(formatRow(r)) },
 	})
 	if err != nil {

@@ -18,15 +18,20 @@ import (
 
 // Config sets the size and shape of a run.
 type Config struct {
-	Server   ServerKind // DefaultServerKind() when empty
-	Nodes    int        // N for the multi-node scenarios; default 5
-	Size     int        // critical sections per count-bounded scenario; default 1500
-	Seed     uint64     // 0: chosen from the time, and reported
-	Only     []string   // scenario names to run; all when empty
-	dir      string     // where node data goes; a temporary directory when empty
-	Timeout  time.Duration
-	OnStart  func(Scenario)
-	OnFinish func(Result)
+	Server ServerKind // DefaultServerKind() when empty
+	Nodes  int        // N for the multi-node scenarios; default 5
+	Size   int        // critical sections per count-bounded scenario; default 1500
+	Seed   uint64     // 0: chosen from the time, and reported
+	Only   []string   // scenario names to run; all when empty
+	// NodeTimeout is the lock Clients' WithNodeTimeout, at most half a
+	// scenario's ttl; 0 derives it from the ttl, as by default. A loaded
+	// machine (the race detector, two suites at once) delays healthy
+	// replies past the derived timeouts of the short ttls.
+	NodeTimeout time.Duration
+	dir         string // where node data goes; a temporary directory when empty
+	Timeout     time.Duration
+	OnStart     func(Scenario)
+	OnFinish    func(Result)
 }
 
 // Result is the outcome of one scenario.
@@ -212,6 +217,7 @@ func (s Scenario) run(ctx context.Context, cfg Config, n int, seed uint64, r *Re
 	wl := &workload{
 		workers: s.workers, perClient: s.perClient, keys: s.keys, ttl: s.ttl, work: s.work,
 		target: cfg.Size, seed: seed, fenced: s.fenced, kind: s.kind, permits: s.permits,
+		nodeTimeout: cfg.NodeTimeout,
 	}
 	if s.directed {
 		wl.target = 1 << 30 // until the faults are done

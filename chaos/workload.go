@@ -37,6 +37,9 @@ type workload struct {
 	addrs     []string                       // where the clients connect: the links
 	seed      uint64
 	register  *register
+	// nodeTimeout, when set, is the Clients' WithNodeTimeout (at most half
+	// the ttl); else it is derived from the ttl
+	nodeTimeout time.Duration
 
 	mu       sync.Mutex
 	sections []section
@@ -78,9 +81,14 @@ func (w *workload) run(ctx context.Context) error {
 				ReadTimeout: 2 * w.ttl, WriteTimeout: 2 * w.ttl,
 			})
 		}
-		locker, err := redlock.New(clients,
+		opts := []redlock.Option{
 			redlock.WithRetry(redlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)),
-			redlock.WithObserver(redlock.ObserverFunc(traceAcquire)))
+			redlock.WithObserver(redlock.ObserverFunc(traceAcquire)),
+		}
+		if w.nodeTimeout > 0 {
+			opts = append(opts, redlock.WithNodeTimeout(min(w.nodeTimeout, w.ttl/2)))
+		}
+		locker, err := redlock.New(clients, opts...)
 		if err != nil {
 			return err
 		}

@@ -81,6 +81,9 @@ func TestExec_notAcquired(t *testing.T) {
 	}
 }
 
+// TestExec_lockLostStopsTheCommand: the renewal finds the lock taken over
+// and the command is stopped. The ttl (3 s, a node timeout of 300 ms)
+// leaves room for a loaded machine's slow replies.
 func TestExec_lockLostStopsTheCommand(t *testing.T) {
 	servers, addrs := execNodes(t)
 	go func() {
@@ -95,7 +98,7 @@ func TestExec_lockLostStopsTheCommand(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	exit, _, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "nightly", "--ttl", "600ms", "--grace", "1s", "--",
+	exit, _, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "nightly", "--ttl", "3s", "--grace", "1s", "--",
 		"sleep", "30")
 	if exit != exitLockLost || !strings.Contains(errOut, "lost") {
 		t.Fatalf("exit %d (%s), want %d", exit, errOut, exitLockLost)

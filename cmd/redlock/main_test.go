@@ -140,8 +140,10 @@ func TestRun_usage(t *testing.T) {
 }
 
 func TestChaos_embeddedRun(t *testing.T) {
+	// A generous timeout: the embedded nodes are this test binary, under
+	// the race detector, and the suite may run twice at once.
 	exit, out, errOut := runCmd(t, "chaos", "--server", "embedded", "--size", "100", "--seed", "7",
-		"--only", "minority-freeze,clock-jump,replica-promotion", "--json", "-")
+		"--only", "minority-freeze,clock-jump,replica-promotion", "--json", "-", "--timeout", "10m")
 	if exit != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exit, out, errOut)
 	}

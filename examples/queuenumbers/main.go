@@ -43,7 +43,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "queuenumbers: -applicants and -processes must be at least 1")
 		os.Exit(2)
 	}
-	issued, err := run(context.Background(), *applicants, *processes)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	issued, err := run(ctx, *applicants, *processes)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -85,8 +87,6 @@ func run(ctx context.Context, applicants, processes int) ([]issue, error) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	var (
 		mu     sync.Mutex
 		issued []issue
