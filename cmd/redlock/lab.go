@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		only    = fs.String("only", "", "comma-separated experiments to run (default all)")
 		trials  = fs.Int("trials", 0, "trials per point (0: each experiment's own, fewer with --quick)")
 		seed    = fs.Uint64("seed", 0, "seed of the random choices (0: from the time; printed)")
+		from    = fs.String("from", "", "run nothing: write the report, CSV and charts again from this points.json of an earlier run")
 		timeout = fs.Duration("timeout", time.Hour, "give up after this long")
 	)
 	if exit, ok := fs.parse(args, noArgs); !ok {
@@ -65,6 +67,9 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := errors.Join(fs.positive("timeout"), fs.notNegative("trials")); err != nil {
 		fmt.Fprintf(stderr, "redlock lab: %v\n", err)
 		return 2
+	}
+	if *from != "" {
+		return relabel(*from, *out, stdout, stderr)
 	}
 	cfg := chaos.LabConfig{Quick: *quick, Seed: *seed, Trials: *trials}
 	if *only != "" {
@@ -151,12 +156,51 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// relabel writes the files of the run in the points.json file from into
+// dir again, without running anything.
+func relabel(from, dir string, stdout, stderr io.Writer) int {
+	b, err := os.ReadFile(from)
+	var run labRun
+	if err == nil {
+		err = json.Unmarshal(b, &run)
+	}
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		err = writeLabFiles(dir, run)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock lab: --from %s: %v\n", from, err)
+		return 1
+	}
+	writeLabTable(stdout, run)
+	fmt.Fprintf(stdout, "report: %s (seed %d)\n", filepath.Join(dir, "report.html"), run.Seed)
+	return 0
+}
+
+// writeLabFiles writes report.html, points.csv, points.json and one SVG
+// chart per experiment (EXPERIMENT.svg) into dir.
 func writeLabFiles(dir string, run labRun) error {
-	for name, write := range map[string]func(io.Writer) error{
+	files := map[string]func(io.Writer) error{
 		"report.html": func(w io.Writer) error { return writeLabHTML(w, run) },
 		"points.csv":  func(w io.Writer) error { return writeLabCSV(w, run.Points) },
 		"points.json": func(w io.Writer) error { return writeLabJSON(w, run) },
-	} {
+	}
+	for _, ex := range run.Experiments {
+		points := run.pointsOf(ex.Name)
+		if len(points) == 0 {
+			continue
+		}
+		files[ex.Name+".svg"] = func(w io.Writer) error {
+			svg, err := labChartFonts(ex, points, false)
+			if err == nil {
+				_, err = io.WriteString(w, string(svg))
+			}
+			return err
+		}
+	}
+	for name, write := range files {
 		f, err := os.Create(filepath.Join(dir, name))
 		if err != nil {
 			return err

@@ -216,3 +216,50 @@ func inspectPage(t *testing.T, page string) (pageLayout, []byte) {
 	}
 	return res, shot
 }
+
+// TestLab_from: --from writes the report, the CSV and one chart per
+// experiment again from an earlier run's points.json, without redis-server.
+func TestLab_from(t *testing.T) {
+	run := labRun{Command: "redlock lab", Seed: 9, Started: time.Now(), Machine: "test", Server: "none",
+		Experiments: []labExperiment{
+			{Name: "sweep", Title: "A swept fault", Fault: "something", XLabel: "size ÷ TTL", TTL: "300ms", Setups: []string{"one", "two"}},
+			{Name: "single", Title: "A fault of one size", Fault: "something else", XLabel: "configuration", TTL: "300ms", Setups: []string{"a", "b", "c"}},
+		}}
+	for i, x := range []float64{0, 0.5, 1, 2} {
+		for j, setup := range []string{"one", "two"} {
+			k := min(i*j*10, 30)
+			low, high := chaos.Wilson(k, 30)
+			run.Points = append(run.Points, chaos.LabPoint{Experiment: "sweep", Setup: setup, X: x, Trials: 30, Violations: k, Rate: float64(k) / 30, Low: low, High: high})
+		}
+	}
+	for i, setup := range []string{"a", "b", "c"} {
+		low, high := chaos.Wilson(i*10, 30)
+		run.Points = append(run.Points, chaos.LabPoint{Experiment: "single", Setup: setup, X: 1, Trials: 30, Violations: i * 10, Rate: float64(i) / 3, Low: low, High: high})
+	}
+	dir := t.TempDir()
+	from := filepath.Join(dir, "earlier.json")
+	b, err := json.Marshal(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(from, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	exit, stdout, stderr := runCmd(t, "lab", "--from", from, "--out", out)
+	if exit != 0 || !strings.Contains(stdout, "report: ") {
+		t.Fatalf("exit %d\n%s%s", exit, stdout, stderr)
+	}
+	for _, name := range []string{"report.html", "points.csv", "points.json", "sweep.svg", "single.svg"} {
+		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	svg, _ := os.ReadFile(filepath.Join(out, "sweep.svg"))
+	if !strings.Contains(string(svg), ">two<") {
+		t.Error("the sweep's SVG file has no legend naming its setups")
+	}
+	t.Run("renders in headless Chromium", func(t *testing.T) {
+		checkReportInChromium(t, filepath.Join(out, "report.html"), 2)
+	})
+}

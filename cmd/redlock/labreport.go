@@ -85,6 +85,12 @@ func writeLabJSON(w io.Writer, r labRun) error {
 // experiment with one size, one row per setup. The legend is the page's
 // (seriesColor), not the chart's, so it never covers the data.
 func labChart(ex labExperiment, points []chaos.LabPoint) (template.HTML, error) {
+	return labChartFonts(ex, points, true)
+}
+
+// labChartFonts is labChart, with the font embedded or named only (for
+// the SVG files beside the report, where a viewer's serif font stands in).
+func labChartFonts(ex labExperiment, points []chaos.LabPoint, embed bool) (template.HTML, error) {
 	p := plot.New()
 	p.Title.Text = ex.Title
 	p.Title.TextStyle.Font.Size = vg.Points(13)
@@ -169,10 +175,21 @@ func labChart(ex labExperiment, points []chaos.LabPoint) (template.HTML, error) 
 			}
 			bars.Color = seriesColor(i)
 			p.Add(line, dots, bars)
+			if !embed {
+				p.Legend.Add(setup, line, dots)
+			}
 		}
-		p.X.Min = min(p.X.Min, xs[0])
+		p.X.Min, p.X.Max = min(0, xs[0])-span*0.02, xs[len(xs)-1]+span*0.02
+		p.Y.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"}, {Value: 0.5, Label: "0.5"}, {Value: 0.75, Label: "0.75"}, {Value: 1, Label: "1"}})
+		if !embed {
+			// A file of its own has no page legend: gonum's goes above the
+			// rates, in room of its own.
+			p.Y.Max = 1 + 0.1*float64(len(ex.Setups))
+			p.Legend.Top, p.Legend.Left = true, true
+			p.Legend.XOffs = vg.Points(8)
+		}
 	}
-	c := vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(true))
+	c := vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(embed))
 	p.Draw(draw.New(c))
 	var buf bytes.Buffer
 	if _, err := c.WriteTo(&buf); err != nil {

@@ -10,7 +10,7 @@
 //	redlock unlock --token T KEY
 //	                        release a lock taken elsewhere
 //	redlock chaos [flags]   fault-injection scenarios, with every violation counted
-//	redlock lab [flags]     the experiment matrix and measurements, as an HTML report
+//	redlock lab [flags]     violation rates with confidence intervals against each fault's size
 //	redlock bench [-- ...]  the comparison benchmarks of the bench/ module
 //
 // Run `redlock <command> --help` for a command's flags, `redlock --version`
@@ -18,8 +18,8 @@
 // or, when it is not given, from REDLOCK_ADDRS: comma-separated host:port or
 // redis:// and rediss:// URLs, the password from REDLOCK_PASSWORD or
 // REDISCLI_AUTH. The demo uses real servers only when --addrs names them;
-// without addresses, demo, chaos and lab start embedded nodes in this
-// process.
+// without addresses, demo and chaos start embedded nodes in this process.
+// lab starts redis-server processes of its own.
 package main
 
 import (
@@ -47,7 +47,7 @@ Usage:
   redlock unlock --token T KEY
                          release lock KEY held under token T, from any host
   redlock chaos [flags]  kill, freeze, restart, partition nodes mid-run; count violations
-  redlock lab [flags]    configurations × faults, latency against N: an HTML report
+  redlock lab [flags]    violation rates (95 % intervals) against each fault's size: HTML, CSV, JSON
   redlock bench [-- FLAGS]  this library against redsync, redislock, go-redis (from a checkout)
   redlock version        this command's version (also --version)
 
@@ -56,8 +56,8 @@ Node addresses: --addrs or REDLOCK_ADDRS, each host:port or a redis:// or
 rediss:// URL; a password from REDLOCK_PASSWORD or REDISCLI_AUTH; --tls-ca,
 --tls-cert, --tls-key, --tls-server-name for TLS (exec, status, unlock).
 The demo runs on real servers only when --addrs names them (it never reads
-REDLOCK_ADDRS); without addresses, demo, chaos and lab start embedded nodes
-in this process.
+REDLOCK_ADDRS); without addresses, demo and chaos start embedded nodes in
+this process; lab starts redis-server processes of its own.
 `
 
 func main() {
