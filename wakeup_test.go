@@ -76,7 +76,8 @@ func sum(xs []int) int {
 // TestWaiters_shareOneConnectionPerNode: the waiting Acquires of a Client
 // share one pub/sub connection per node, spread over the nodes, with no
 // goroutine of their own; every one of them is woken by its release, not
-// by its retry timer.
+// by its retry timer: their retry delay is a minute, so a waiter that
+// missed its release would still wait when the test gives up (30 s).
 func TestWaiters_shareOneConnectionPerNode(t *testing.T) {
 	const waiters = 60
 	c := newCluster(t, 3)
@@ -88,14 +89,13 @@ func TestWaiters_shareOneConnectionPerNode(t *testing.T) {
 	}
 	waitIdle(t, holder)
 	// Another process's Client: connections of its own.
-	rc := mustNew(t, c.connect(t))
+	rc := mustNew(t, c.connect(t), redlock.WithRetry(redlock.RandomDelay(time.Minute, time.Minute)))
 	before := clientGoroutines()
 	var (
 		wg       sync.WaitGroup
 		acquired = make([]time.Time, waiters) // by key
-		released = make([]time.Time, waiters)
 	)
-	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for i := range waiters {
 		wg.Add(1)
@@ -128,19 +128,13 @@ func TestWaiters_shareOneConnectionPerNode(t *testing.T) {
 	if extra > 15 {
 		t.Errorf("%d waiters cost %d goroutines beyond their own", waiters, extra)
 	}
-	for i, l := range held {
-		released[i] = time.Now()
+	for _, l := range held {
 		mustRelease(t, l)
 	}
 	wg.Wait()
-	// A waiter that missed its release waits out its timer: a second at
-	// least with the default policy.
 	for i, at := range acquired {
 		if at.IsZero() {
-			t.Fatalf("job-%d was not acquired", i)
-		}
-		if d := at.Sub(released[i]); d > 900*time.Millisecond {
-			t.Errorf("job-%d was acquired %v after its release: not woken by it", i, d)
+			t.Errorf("job-%d was not acquired within 30 s of its release: its wake-up was missed", i)
 		}
 	}
 	waitFor(t, "the waiters' subscriptions to end", func() bool { return sum(c.subscribedChannels()) == 0 })
