@@ -76,8 +76,10 @@ func sum(xs []int) int {
 // TestWaiters_shareOneConnectionPerNode: the waiting Acquires of a Client
 // share one pub/sub connection per node, spread over the nodes, with no
 // goroutine of their own; every one of them is woken by its release, not
-// by its retry timer: their retry delay is a minute, so a waiter that
-// missed its release would still wait when the test gives up (30 s).
+// by its retry timer: their wait after the first refusal is a minute, so
+// a waiter that missed its release would still wait when the test gives
+// up (30 s). (After a wake-up they retry soon: a woken waiter may find
+// the release not yet landed on a quorum.)
 func TestWaiters_shareOneConnectionPerNode(t *testing.T) {
 	const waiters = 60
 	c := newCluster(t, 3)
@@ -89,7 +91,12 @@ func TestWaiters_shareOneConnectionPerNode(t *testing.T) {
 	}
 	waitIdle(t, holder)
 	// Another process's Client: connections of its own.
-	rc := mustNew(t, c.connect(t), redlock.WithRetry(redlock.RandomDelay(time.Minute, time.Minute)))
+	rc := mustNew(t, c.connect(t), redlock.WithRetry(redlock.RetryFunc(func(failed int) time.Duration {
+		if failed == 1 {
+			return time.Minute
+		}
+		return 20 * time.Millisecond
+	})))
 	before := clientGoroutines()
 	var (
 		wg       sync.WaitGroup
@@ -243,6 +250,7 @@ func TestWaiters_releaseWakesTheFirstInLine(t *testing.T) {
 		waitFor(t, fmt.Sprintf("waiter %d in line", i), func() bool { return c.lineSize("k") == i+1 })
 	}
 	before := attempts.Load() // none: an Acquire reports its attempts when it returns
+	start := time.Now()
 	mustRelease(t, holder)
 	for range waiters {
 		select {
@@ -257,8 +265,11 @@ func TestWaiters_releaseWakesTheFirstInLine(t *testing.T) {
 	// Each waiter made its first attempt, and one or two for each release
 	// that woke it (each wakes the first two in line: the second loses to
 	// the first, and is first at the next). Waking everyone took 124-204.
-	if got := attempts.Load() - before; got > 4*waiters {
-		t.Fatalf("%d attempts for %d waiters, want at most %d: a release woke more than the first in line", got, waiters, 4*waiters)
+	// A waiter also tries once a second while subscribed: on a loaded
+	// machine, where the line takes seconds, those attempts count too.
+	polls := waiters * int(time.Since(start)/time.Second)
+	if got, limit := attempts.Load()-before, 4*waiters+polls; got > int64(limit) {
+		t.Fatalf("%d attempts for %d waiters in %v, want at most %d: a release woke more than the first in line", got, waiters, time.Since(start), limit)
 	}
 	if n := c.lineSize("k"); n != 0 {
 		t.Fatalf("%d waiters left in line after every one had the lock", n)
