@@ -330,9 +330,11 @@ func TestLock_autoRenew_survivesMinorityFailure(t *testing.T) {
 	}
 }
 
-// TestLock_autoRenew_lossClosesDone: once a majority no longer holds the
-// lock, the next renewal finds out, Done closes and the renewal stops.
-func TestLock_autoRenew_lossClosesDone(t *testing.T) {
+// renewedLockLostOnMajority returns a renewed lock on 3 nodes, under a fake
+// clock, whose key two nodes lost and whose renewal found out (Done is
+// closed).
+func renewedLockLostOnMajority(t *testing.T) (*cluster, *manualClock, *redlock.Lock) {
+	t.Helper()
 	c := newCluster(t, 3)
 	clock := fakeClock()
 	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
@@ -344,6 +346,13 @@ func TestLock_autoRenew_lossClosesDone(t *testing.T) {
 	if !closed(lock.Done()) {
 		t.Fatal("Done still open after the lock was lost")
 	}
+	return c, clock, lock
+}
+
+// TestLock_autoRenew_lossClosesDone: once a majority no longer holds the
+// lock, the next renewal finds out, Done closes and the renewal stops.
+func TestLock_autoRenew_lossClosesDone(t *testing.T) {
+	_, clock, lock := renewedLockLostOnMajority(t)
 	if lock.Validity() != 0 {
 		t.Fatal("a lost lock reports validity")
 	}
@@ -362,17 +371,7 @@ func TestLock_autoRenew_lossClosesDone(t *testing.T) {
 // report the lock held until its release, while the third node, slower,
 // had lost it too.
 func TestLock_autoRenew_lostLockReleasesAsLost(t *testing.T) {
-	c := newCluster(t, 3)
-	clock := fakeClock()
-	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
-	redlock.WaitSettled(lock)
-	waiters(t, clock, 1)
-	c.servers[0].Del("k")
-	c.servers[1].Del("k")
-	clock.Advance(time.Second)
-	if !closed(lock.Done()) {
-		t.Fatal("Done still open after the lock was lost")
-	}
+	c, _, lock := renewedLockLostOnMajority(t)
 	gate := newGatedScript(scriptSHA(t, "release.lua"))
 	c.clients[1].AddHook(gate)
 	defer close(gate.open)
