@@ -33,7 +33,7 @@ Writes into --out: report.html (self-contained: charts and tables),
 points.csv and points.json (every point, with its interval). A progress
 line goes to stderr; the seed is printed, and the same seed draws the same
 choices again. --quick runs few sizes and few trials (about 3 minutes on 2
-cores); a full run takes about 30 minutes. The exit status is 0 when every
+cores); a full run about 20 minutes. The exit status is 0 when every
 point ran, 1 when some could not (see their error), 2 for bad flags or
 when redis-server is missing.
 
