@@ -938,6 +938,14 @@ func TestKinds_fairFailedAttemptKeepsItsPlace(t *testing.T) {
 	waitFor(t, "the second waiter to queue", func() bool { return slices.Equal(queueSizes(c, "turn"), []int{2, 2, 2}) })
 
 	state.armed.Store(true)
+	// An attempt of the first waiter that passed the hook before it was
+	// armed is refused (the holder still holds): the failing attempt is
+	// the next one, held at the start until the holder has released.
+	waitFor(t, "the first waiter's next attempt", func() bool {
+		state.mu.Lock()
+		defer state.mu.Unlock()
+		return state.token != ""
+	})
 	mustRelease(t, holder)
 	close(state.start)
 	// The first waiter's attempt takes the key on every node and fails, and
