@@ -144,13 +144,13 @@ func (l *Lock) deadline(tm terms, until time.Time) time.Time {
 
 // lose ends the lock for a reason other than Release: Validity drops to
 // zero, Extend refuses, and Done is closed.
-func (l *Lock) lose(why error, shown bool) {
+func (l *Lock) lose(why error) {
 	l.mu.Lock()
 	if l.released || l.lost {
 		l.mu.Unlock()
 		return
 	}
-	l.lost, l.lostShown = true, shown
+	l.lost = true
 	l.mu.Unlock()
 	l.client.sched.drop(l)
 	// The holder first: Done closes before the logger and the Observer

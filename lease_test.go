@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -741,5 +742,101 @@ func TestLock_autoRenew_shorterExtend(t *testing.T) {
 	}
 	if !closed(done) {
 		t.Fatal("Done still open at the renewal margin before the Until of the shorter Extend")
+	}
+}
+
+// TestLock_Release_afterExtendRanOutOfValidity: an Extend whose answers
+// came after the lock's validity had run out reports the lock lost, but no
+// node showed it lost: every node still holds the token, and Release
+// reports the lock held until then (nil), as for any lock past its Until.
+// It reported ErrLockLost, as if a majority had lost the token.
+func TestLock_Release_afterExtendRanOutOfValidity(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock))
+	lock := mustTryAcquire(t, rc, context.Background(), "k", 10*time.Second)
+	redlock.WaitSettled(lock)
+	gate := newGatedScript(scriptSHA(t, "extend.lua"))
+	c.clients[1].AddHook(gate)
+	c.clients[2].AddHook(gate)
+	extended := make(chan error, 1)
+	go func() { extended <- lock.Extend(context.Background(), 10*time.Second) }()
+	<-gate.hit
+	clock.Advance(11 * time.Second) // past Until while nodes 1 and 2 are slow
+	close(gate.open)
+	if err := <-extended; !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend answered after the validity ran out: %v, want ErrLockLost", err)
+	}
+	redlock.WaitSettled(lock)
+	if got := c.holders("k", lock.Token()); len(got) != 3 {
+		t.Fatalf("token on nodes %v, want all three", got)
+	}
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatalf("Release with the token on every node: %v, want nil", err)
+	}
+}
+
+// TestLock_Release_fromObserverOfTheLoss: an Observer told that a renewal
+// found a majority without the lock's token releases it, before the
+// renewal has ended the lock; a local waiter wants the key, and one node is
+// slow. Release reports the loss and hands nothing over. It used to judge
+// from the release's first answers (one node deleting, one absent), report
+// nil, and hand the lost lock to the waiter.
+func TestLock_Release_fromObserverOfTheLoss(t *testing.T) {
+	for _, waiter := range []bool{false, true} {
+		t.Run(fmt.Sprintf("waiter=%v", waiter), func(t *testing.T) {
+			c := newCluster(t, 3)
+			clock := fakeClock()
+			var (
+				held     atomic.Pointer[redlock.Lock]
+				released = make(chan error, 1)
+				handed   atomic.Int32
+			)
+			observer := redlock.WithObserver(redlock.ObserverFunc(func(ctx context.Context, e redlock.Event) {
+				switch {
+				case e.Op == redlock.OpRenew && errors.Is(e.Err, redlock.ErrLockLost):
+					if l := held.Swap(nil); l != nil {
+						released <- l.Release(ctx)
+					}
+				case e.Op == redlock.OpAcquire && e.Err == nil && e.Attempts == 0:
+					handed.Add(1) // a hand-off: no attempt of its own
+				}
+			}))
+			rc := c.client(t, redlock.WithClock(clock), observer)
+			lock, err := rc.Acquire(context.Background(), "k", 3*time.Second, redlock.WithAutoRenew()) // takes the local turn
+			if err != nil {
+				t.Fatal(err)
+			}
+			redlock.WaitSettled(lock)
+			held.Store(lock)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var next <-chan acquired
+			if waiter {
+				next = queuedAcquire(t, rc, ctx, "k", 3*time.Second)
+			}
+			waiters(t, clock, 1)
+			c.servers[0].Del("k")
+			c.servers[1].Del("k")
+			gate := newGatedScript(scriptSHA(t, "release.lua"))
+			handOff := newGatedScript(scriptSHA(t, "handoff.lua"))
+			c.clients[1].AddHook(gate)
+			c.clients[1].AddHook(handOff)
+			defer close(gate.open)
+			defer close(handOff.open)
+			clock.Advance(time.Second) // the renewal
+			if err := <-released; !errors.Is(err, redlock.ErrLockLost) {
+				t.Fatalf("Release from the Observer of the loss: %v, want ErrLockLost", err)
+			}
+			if n := handed.Load(); n != 0 {
+				t.Fatalf("%d locks handed over from a lost lock", n)
+			}
+			if next != nil {
+				cancel()
+				if r := <-next; r.lock != nil {
+					_ = r.lock.Release(context.Background())
+				}
+			}
+		})
 	}
 }

@@ -254,8 +254,8 @@ type Lock struct {
 	until    time.Time
 	released bool
 	lost     bool // the lock ended otherwise: see lose
-	// lostShown: it ended because a majority of the nodes no longer held
-	// its token (an Extend or a renewal found it so)
+	// lostShown: an Extend or a renewal found a majority of the nodes
+	// without its token (set by judgeExtend, with op held)
 	lostShown bool
 	watching  bool     // Done was called: the scheduler ends it at its deadline
 	onEnd     []func() // see afterEnd
@@ -673,7 +673,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	_, lost, err := l.extend(ctx, tm, tm.timeout)
 	if lost {
-		l.lose(err, true)
+		l.lose(err)
 	}
 	return err
 }
@@ -742,6 +742,12 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 	switch {
 	case t.no > len(c.nodes)-l.quorum:
 		detail += fmt.Sprintf(", and %d nodes no longer hold its token", t.no)
+		// Shown lost: a Release from now on reports it so, also one
+		// that comes before the caller ends the lock (Lock.lose), once
+		// the op is let go: an Observer told of the loss may Release.
+		l.mu.Lock()
+		l.lostShown = true
+		l.mu.Unlock()
 	case !now.Before(until):
 		detail += ", and its validity ran out"
 	default:

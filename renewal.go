@@ -232,7 +232,7 @@ func (s *scheduler) run() {
 			// In a goroutine: the Observer and the logger told of the loss
 			// (an Observer may Release the lock, waiting for the nodes)
 			// hold up neither the scheduler nor the other locks.
-			go l.lose(l.lossReason(), false)
+			go l.lose(l.lossReason())
 		}
 		s.c.startRenewals(renew)
 		if len(lose) > 0 || len(renew) > 0 {
@@ -315,7 +315,7 @@ func (l *Lock) renewOnce() {
 	left := l.deadline(tm, until).Sub(c.cfg.clock.Now())
 	if left <= 0 {
 		l.op.Unlock()
-		l.lose(l.lossReason(), false)
+		l.lose(l.lossReason())
 		return
 	}
 	_, lost, err := l.extendHeld(context.Background(), tm, min(tm.timeout, left))
@@ -333,7 +333,7 @@ func (l *Lock) renewalOver(tm terms, lost bool, err error, retryAt *time.Time) {
 	case !isOpen(l.done): // released or lost meanwhile
 	case lost:
 		// A majority that no longer holds the token will not hold it again.
-		l.lose(err, true)
+		l.lose(err)
 	default:
 		c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "err", err)
 		*retryAt = c.cfg.clock.Now().Add(tm.ttl / 10)
