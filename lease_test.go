@@ -840,3 +840,75 @@ func TestLock_Release_fromObserverOfTheLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestLock_Release_afterLossFoundPastTheMargin: an Extend of a renewed
+// lock is out on two slow nodes when the lock reaches its renewal margin
+// and ends; their answers then show a majority without the token. Release
+// reports the loss (one node without the token is slow to answer it),
+// where it used to forget what the Extend found and report nil.
+func TestLock_Release_afterLossFoundPastTheMargin(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(time.Hour))
+	lock := mustTryAcquire(t, rc, context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
+	redlock.WaitSettled(lock)
+	waiters(t, clock, 1)
+	c.servers[0].Del("k")
+	c.servers[1].Del("k")
+	gate := newGatedScript(scriptSHA(t, "extend.lua"))
+	c.clients[0].AddHook(gate)
+	c.clients[1].AddHook(gate)
+	extended := make(chan error, 1)
+	go func() { extended <- lock.Extend(context.Background(), 3*time.Second) }()
+	<-gate.hit
+	clock.Advance(2300 * time.Millisecond) // past the margin: (3s - 32ms) / 4 before Until
+	if !closed(lock.Done()) {
+		t.Fatal("Done still open past the renewal margin")
+	}
+	close(gate.open)
+	if err := <-extended; !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend: %v, want ErrLockLost", err)
+	}
+	slow := newGatedScript(scriptSHA(t, "release.lua"))
+	c.clients[0].AddHook(slow)
+	defer close(slow.open)
+	if err := lock.Release(context.Background()); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Release after an Extend found a majority without the token: %v, want ErrLockLost", err)
+	}
+}
+
+// TestLock_Extend_observerReleasesOnTheLoss: an Observer told that an
+// Extend found the lock lost releases it, synchronously. The Extend
+// returns: the Observer is told once the lock's op is let go. It used to be
+// told with the op held, and the Release waited for it for good.
+func TestLock_Extend_observerReleasesOnTheLoss(t *testing.T) {
+	c := newCluster(t, 3)
+	var held atomic.Pointer[redlock.Lock]
+	released := make(chan error, 1)
+	observer := redlock.WithObserver(redlock.ObserverFunc(func(ctx context.Context, e redlock.Event) {
+		if e.Op == redlock.OpExtend && errors.Is(e.Err, redlock.ErrLockLost) {
+			if l := held.Swap(nil); l != nil {
+				released <- l.Release(ctx)
+			}
+		}
+	}))
+	rc := c.client(t, observer)
+	lock := mustTryAcquire(t, rc, context.Background(), "k", time.Minute)
+	redlock.WaitSettled(lock)
+	held.Store(lock)
+	c.servers[0].Del("k")
+	c.servers[1].Del("k")
+	extended := make(chan error, 1)
+	go func() { extended <- lock.Extend(context.Background(), time.Minute) }()
+	select {
+	case err := <-extended:
+		if !errors.Is(err, redlock.ErrLockLost) {
+			t.Fatalf("Extend: %v, want ErrLockLost", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Extend never returned: its Observer's Release waited for it")
+	}
+	if err := <-released; !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("the Observer's Release: %v, want ErrLockLost", err)
+	}
+}

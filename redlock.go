@@ -687,28 +687,33 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 		return tally{}, false, fmt.Errorf("redlock: extend %q: %w", l.key, err)
 	}
 	l.op.Lock()
-	defer l.op.Unlock()
-	return l.extendHeld(ctx, tm, timeout)
+	t, lost, tell, err := l.extendHeld(ctx, tm, timeout)
+	l.op.Unlock()
+	tell()
+	return t, lost, err
 }
 
-// extendHeld is extend, called with the lock's op held.
-func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, err error) {
+// extendHeld is extend, called with the lock's op held. tell reports the
+// extend to the Observer: call it once op is let go, as an Observer may
+// Release the lock.
+func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, tell func(), err error) {
 	c := l.client
 	if err := l.over(); err != nil {
-		return tally{}, false, err
+		return tally{}, false, func() {}, err
 	}
 	if err := l.refusedExtend(); err != nil {
-		return tally{}, false, err
+		return tally{}, false, func() {}, err
 	}
 
 	start := c.cfg.clock.Now()
 	wall := time.Now()
 	t, settled := c.fanOut(ctx, timeout, decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, tm.ttl))
 	l.settled = settled
-	c.observeNodes(ctx, OpExtend, l.kind, wall, t)
-	defer func() { l.observeOp(ctx, OpExtend, wall, err) }()
 	lost, err = l.judgeExtend(ctx, tm, start, c.cfg.clock.Now().Sub(start), t)
-	return t, lost, err
+	return t, lost, func() {
+		c.observeNodes(ctx, OpExtend, l.kind, wall, t)
+		l.observeOp(ctx, OpExtend, wall, err)
+	}, err
 }
 
 // judgeExtend is an extend's outcome on the terms tm, begun at start and
@@ -720,8 +725,17 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 	if err := l.refusedExtend(); err != nil {
 		return false, err
 	}
+	shown := t.no > len(c.nodes)-l.quorum
 	l.mu.Lock()
 	ended := l.released || l.lost
+	if shown {
+		// Shown lost: a Release from now on reports it so, also one that
+		// comes before the caller ends the lock (Lock.lose), once the op
+		// is let go (an Observer told of the loss may Release), and also
+		// when the lock had already ended otherwise (at its renewal
+		// margin) while the extend was out.
+		l.lostShown = true
+	}
 	l.mu.Unlock()
 	if ended {
 		// Declared lost while the extend was out (its deadline passed):
@@ -740,14 +754,8 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 	_, until := l.lease()
 	now := c.cfg.clock.Now()
 	switch {
-	case t.no > len(c.nodes)-l.quorum:
+	case shown:
 		detail += fmt.Sprintf(", and %d nodes no longer hold its token", t.no)
-		// Shown lost: a Release from now on reports it so, also one
-		// that comes before the caller ends the lock (Lock.lose), once
-		// the op is let go: an Observer told of the loss may Release.
-		l.mu.Lock()
-		l.lostShown = true
-		l.mu.Unlock()
 	case !now.Before(until):
 		detail += ", and its validity ran out"
 	default:

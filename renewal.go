@@ -311,6 +311,15 @@ func (l *Lock) renewOnce() {
 	var retryAt time.Time
 	defer func() { c.sched.renewed(l, retryAt) }()
 	l.op.Lock()
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		// Released while this renewal waited for the op: nothing to
+		// renew, and nothing to tell (it was not lost).
+		l.op.Unlock()
+		return
+	}
 	tm, until := l.lease()
 	left := l.deadline(tm, until).Sub(c.cfg.clock.Now())
 	if left <= 0 {
@@ -318,8 +327,9 @@ func (l *Lock) renewOnce() {
 		l.lose(l.lossReason())
 		return
 	}
-	_, lost, err := l.extendHeld(context.Background(), tm, min(tm.timeout, left))
+	_, lost, tell, err := l.extendHeld(context.Background(), tm, min(tm.timeout, left))
 	l.op.Unlock()
+	tell()
 	l.renewalOver(tm, lost, err, &retryAt)
 }
 
