@@ -16,18 +16,15 @@ import (
 // knows who holds which node. They all designate the same one of them to go
 // on: the holder of the most nodes, and among holders of as many, the one
 // with the lowest name. The designated client keeps its keys and tries the
-// nodes it lacks again, waiting between rounds for the others to release:
-// splitRounds more times, and, when every node answered, on for as long as
-// their releases could still be on their way (a node timeout in all, the
-// waits doubling; on a loaded machine they come long after its first round
-// took). Every other client releases at once, as after any failed attempt. The lock's validity still counts from the
+// nodes it lacks again, at most splitRounds more times, waiting between
+// rounds for the others to release; every other client releases at once,
+// as after any failed attempt. The lock's validity still counts from the
 // first round, so it is never longer than one attempt's. Safety does not
 // rest on this: a key holds one token at a time, and a lock still needs a
 // quorum of nodes. Clients whose views differ (one reached a node after
 // another's release) at worst both go on or both give up, as before.
 
-// splitRounds is how many more rounds a designated client makes at least
-// (see resolveSplit).
+// splitRounds is how many more rounds a designated client makes at most.
 const splitRounds = 3
 
 // holderName is what the acquire scripts answer for a key that token
@@ -73,23 +70,13 @@ func designated(t *tally, token string) bool {
 
 // resolveSplit goes on with attempt a, whose first round got t, while a
 // split vote designates it: it waits for the others to release (as long
-// as its round took to hear the last answer, then twice that, ...), tries
-// the nodes it does not hold again (it keeps the ones it holds), and
-// returns the tally of every node. It stops when a quorum holds, when it
-// is no longer designated, after splitRounds rounds (or, when every node
-// answered, once it has also waited a node timeout in all), or when
-// another round could not leave the lock any validity.
-//
-// Every node answering is what makes the longer wait sound: a client the
-// split designates holds at least as many nodes as any other, so then no
-// one holds a quorum, and every key in its way is a failed attempt's, which
-// its client deletes (or whose ttl ends). When some node failed, a real
-// lock may hold a quorum with it, and the wait would only delay the
-// refusal.
+// as its round took to hear the last answer, then twice that, ...), tries the nodes it does not hold again (it keeps the ones it
+// holds), and returns the tally of every node. It stops when a quorum
+// holds, when it is no longer designated, after splitRounds rounds, or
+// when another round could not leave the lock any validity.
 func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q int) tally {
 	wait := max(t.lastAt, time.Millisecond)
-	var waited time.Duration
-	for round := 0; round < splitRounds || waited < a.cfg.timeout && t.yes+t.no == len(t.answers); round++ {
+	for range splitRounds {
 		if t.yes >= q || !designated(&t, a.token) {
 			return t
 		}
@@ -104,7 +91,6 @@ func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q in
 			return t
 		case <-timer.C:
 		}
-		waited += wait
 		wait *= 2
 		// Only the nodes another client of the split holds are tried again:
 		// a node that failed is no likelier to answer now.
