@@ -912,3 +912,36 @@ func TestLock_Extend_observerReleasesOnTheLoss(t *testing.T) {
 		t.Fatalf("the Observer's Release: %v, want ErrLockLost", err)
 	}
 }
+
+// TestLock_Release_observerExtendsOnTheRelease: an Observer told of a
+// Release calls Extend on the lock, synchronously. The Release returns and
+// the Extend is answered that the lock is over: the Observer is told once
+// the lock's op is let go. It used to be told with the op held, and both
+// waited for good.
+func TestLock_Release_observerExtendsOnTheRelease(t *testing.T) {
+	c := newCluster(t, 3)
+	var held atomic.Pointer[redlock.Lock]
+	extended := make(chan error, 1)
+	observer := redlock.WithObserver(redlock.ObserverFunc(func(ctx context.Context, e redlock.Event) {
+		if e.Op == redlock.OpRelease {
+			if l := held.Swap(nil); l != nil {
+				extended <- l.Extend(ctx, time.Second)
+			}
+		}
+	}))
+	lock := mustTryAcquire(t, c.client(t, observer), context.Background(), "k", 5*time.Second)
+	held.Store(lock)
+	released := make(chan error, 1)
+	go func() { released <- lock.Release(context.Background()) }()
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Release never returned: its Observer's Extend waited for it")
+	}
+	if err := <-extended; !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend from the Observer of the release: %v, want ErrLockLost", err)
+	}
+}

@@ -822,47 +822,59 @@ func (l *Lock) over() error {
 // When so many nodes fail that neither can be told, it returns an error
 // matching ErrNotConfirmed that joins their *NodeError values; the keys they
 // may hold expire with the ttl. On a nil Lock it returns ErrNotAcquired.
-func (l *Lock) Release(ctx context.Context) (err error) {
+func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrNotAcquired
 	}
 	l.op.Lock()
-	defer l.op.Unlock()
+	tell, err := l.releaseHeld(context.WithoutCancel(ctx))
+	l.op.Unlock()
+	// The Observer is told once the op is let go: it may Extend or Release
+	// the lock (and be answered that it is over).
+	tell(err)
+	return err
+}
+
+// releaseHeld is Release, called with the lock's op held; tell reports it
+// to the Observer.
+func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 	l.mu.Lock()
 	tm, until, released, lost := l.terms, l.until, l.released, l.lostShown
 	l.released = true
 	l.mu.Unlock()
 	if released {
-		return nil
+		return func(error) {}, nil
 	}
 	l.client.sched.drop(l)
 	l.end()
 
 	c := l.client
-	ctx = context.WithoutCancel(ctx)
 	wall := time.Now()
-	defer func() { l.observeOp(ctx, OpRelease, wall, err) }()
+	tell = func(err error) { l.observeOp(ctx, OpRelease, wall, err) }
 	expired := !c.cfg.clock.Now().Before(until)
 	l.mu.Lock()
 	next := l.next
 	l.mu.Unlock()
 	if !expired && !lost && next != nil {
 		if done, err := next.release(ctx, l, tm); done {
-			return err
+			return tell, err
 		}
 	}
 	t, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, 0, 0, l.settled), nil, l.settled, l.kind.release(l.token))
 	l.settled = settled
-	c.observeNodes(ctx, OpRelease, l.kind, wall, t)
+	tell = func(err error) {
+		c.observeNodes(ctx, OpRelease, l.kind, wall, t)
+		l.observeOp(ctx, OpRelease, wall, err)
+	}
 	l.finish()
 	if lost {
 		// A majority was found without the token before (Done is
 		// closed): what the nodes answer now does not make it held until
 		// the release.
-		return &quorumError{sentinel: ErrLockLost, nodes: t.errs,
+		return tell, &quorumError{sentinel: ErrLockLost, nodes: t.errs,
 			detail: fmt.Sprintf("%s: a majority of the nodes had lost it before its release; deleted on %d of %d nodes", l.kind.describe(), t.yes, len(c.nodes))}
 	}
-	return l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, tm.ttl, t.errs)
+	return tell, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, tm.ttl, t.errs)
 }
 
 // releaseResult is Release's result, given what the nodes answered: yes nodes
