@@ -397,21 +397,29 @@ func TestBatching_noScriptKeepsAKeysCallsInOrder(t *testing.T) {
 	}
 }
 
-// TestBatching_releaseQueuedPastItsDeadlineIsSent: a release queued behind
-// a slow call outlives its node timeout there. When the node answers
-// again, the release is still sent: it only takes away what was ours, and
-// dropping it left the key until its ttl. (An acquire queued so is not
-// sent: TestBatching_cancelledQueuedCallsAreNotSent.)
-func TestBatching_releaseQueuedPastItsDeadlineIsSent(t *testing.T) {
+// gatedAfterWarmUp returns a Client over one hooked node, its scripts
+// cached, whose round trip after the next one is held at the gate.
+func gatedAfterWarmUp(t *testing.T) (*cluster, *roundTrips, *redlock.Client) {
+	t.Helper()
 	c, h := hookedNode(t)
 	rc := c.client(t)
 	h.warmUp(t, rc)
 	h.mu.Lock()
 	h.gated = true // not the next round trip, the one after
 	h.mu.Unlock()
+	return c, h, rc
+}
+
+// TestBatching_releaseQueuedPastItsDeadlineIsSent: a release queued behind
+// a slow call outlives its node timeout there. When the node answers
+// again, the release is still sent: it only takes away what was ours, and
+// dropping it left the key until its ttl. (An acquire queued so is not
+// sent: TestBatching_cancelledQueuedCallsAreNotSent.)
+func TestBatching_releaseQueuedPastItsDeadlineIsSent(t *testing.T) {
+	c, h, rc := gatedAfterWarmUp(t)
 	ctx := context.Background()
 	acquired := time.Now()
-	lock := mustTryAcquire(t, rc, ctx, "a", 2*time.Second) // node timeout 200ms
+	lock := mustTryAcquire(t, rc, ctx, "a", 2*time.Second) // node timeout 400ms (the tests' floor)
 	waitIdle(t, rc)
 	h.mu.Lock()
 	h.gated = false
@@ -492,14 +500,9 @@ func (h *lateNoScript) around(cmds []redis.Cmder, send func() error) error {
 // it used to be taken for a hung send, and the new call went out on a
 // sender of its own, overtaking it.
 func TestBatching_lateDeleteInFlightIsNotOvertaken(t *testing.T) {
-	c, h := hookedNode(t)
-	rc := c.client(t)
-	h.warmUp(t, rc)
-	h.mu.Lock()
-	h.gated = true // not the next round trip, the one after
-	h.mu.Unlock()
+	c, h, rc := gatedAfterWarmUp(t)
 	ctx := context.Background()
-	lock := mustTryAcquire(t, rc, ctx, "a", 2*time.Second) // node timeout 200ms
+	lock := mustTryAcquire(t, rc, ctx, "a", 2*time.Second) // node timeout 400ms (the tests' floor)
 	waitIdle(t, rc)
 	release := newGatedScript(scriptSHA(t, "release.lua"))
 	c.clients[0].AddHook(release)

@@ -193,7 +193,7 @@ func writeLabFiles(dir string, run labRun) error {
 			continue
 		}
 		files[ex.Name+".svg"] = func(w io.Writer) error {
-			svg, err := labChartFonts(ex, points, false)
+			svg, err := labChart(ex, points, false)
 			if err == nil {
 				_, err = io.WriteString(w, string(svg))
 			}

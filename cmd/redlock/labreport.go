@@ -9,6 +9,7 @@ import (
 	"image/color"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -82,21 +83,19 @@ func writeLabJSON(w io.Writer, r labRun) error {
 
 // labChart draws one experiment's violation rates with their 95 %
 // intervals: against the fault's size, one line per setup; or, for an
-// experiment with one size, one row per setup. The legend is the page's
-// (seriesColor), not the chart's, so it never covers the data.
-func labChart(ex labExperiment, points []chaos.LabPoint) (template.HTML, error) {
-	return labChartFonts(ex, points, true)
-}
-
-// labChartFonts is labChart, with the font embedded or named only (for
-// the SVG files beside the report, where a viewer's serif font stands in).
-func labChartFonts(ex labExperiment, points []chaos.LabPoint, embed bool) (template.HTML, error) {
+// experiment with one size, one row per setup. In the report the legend
+// is the page's (seriesColor), not the chart's, so it never covers the data.
+//
+// embed puts the font in the chart, as the report's charts have it; the SVG
+// files beside the report name it only (a viewer's serif font stands in),
+// and carry gonum's legend, above the rates.
+func labChart(ex labExperiment, points []chaos.LabPoint, embed bool) (template.HTML, error) {
 	p := plot.New()
 	p.Title.Text = ex.Title
 	p.Title.TextStyle.Font.Size = vg.Points(13)
 	var xs []float64
 	for _, pt := range points {
-		if !containsFloat(xs, pt.X) {
+		if !slices.Contains(xs, pt.X) {
 			xs = append(xs, pt.X)
 		}
 	}
@@ -214,15 +213,6 @@ func cssColor(i int) string {
 	return fmt.Sprintf("#%02x%02x%02x", r>>8, g>>8, b>>8)
 }
 
-func containsFloat(xs []float64, x float64) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
-}
-
 func pointOf(points []chaos.LabPoint, setup string, x float64) (chaos.LabPoint, bool) {
 	for _, p := range points {
 		if p.Setup == setup && p.X == x {
@@ -304,7 +294,7 @@ func writeLabHTML(w io.Writer, r labRun) error {
 		if len(points) == 0 {
 			continue
 		}
-		chart, err := labChart(ex, points)
+		chart, err := labChart(ex, points, true)
 		if err != nil {
 			return fmt.Errorf("chart of %s: %w", ex.Name, err)
 		}
