@@ -29,6 +29,6 @@ else
   return -(n + 1)
 end
 if #KEYS > 1 then
-  return counter_next(KEYS[2])
+  return counter_next(KEYS[2], ARGV[2])
 end
 return 1

@@ -1,30 +1,43 @@
 -- Fencing and ticket counters, put before every script that draws or raises
--- one (see counters in scripts.go). A counter's next value is one more than
--- its last, or the node's clock in microseconds when that is more; every
--- draw and raise sets it to expire HORIZON_MS later. A counter that expired
--- (no lock taken on its key for that long) starts again from the clock,
--- which has passed every value it gave unless it ran behind another node's
--- clock, or stepped back, by more than the horizon. The values stay below
+-- one (see withCounters in scripts.go). A counter's next value is one more
+-- than its last, or the node's clock in microseconds when that is more.
+-- Every draw and raise sets the counter to expire keep milliseconds after
+-- the node's clock has passed its value (keep is the lock's ttl, or the
+-- queue's life for a fair lock's tickets): a counter that is gone has been
+-- passed by the node's clock, so a value drawn from the clock again is
+-- above every value it gave, unless the node's clock stepped back by more
+-- than keep. The keys a node keeps for counters are those of the locks of
+-- the last ttl or so, not of every key ever locked. The values stay below
 -- 2^53 (the clock until the year 2255), exact in Lua's numbers.
 -- counter_draw also returns whether the value is the clock's (rather than
 -- one more than the last, which is ahead of the clock); counter_next
 -- returns the value alone.
-local function counter_draw(k)
+local function counter_now()
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- counter_set sets counter k to n, to expire keep ms after the node's clock
+-- (now, in microseconds) has passed n; 1 ms more covers the rounding.
+local function counter_set(k, n, now, keep)
+  local ahead = math.max(0, math.ceil((n - now) / 1000))
+  redis.call('SET', k, string.format('%d', n), 'PX', ahead + math.max(1, math.floor(tonumber(keep))) + 1)
+end
+
+local function counter_draw(k, keep)
+  local now = counter_now()
   local n = math.max(tonumber(redis.call('GET', k) or '0') + 1, now)
-  redis.call('SET', k, string.format('%d', n), 'PX', HORIZON_MS)
+  counter_set(k, n, now, keep)
   return n, n == now
 end
 
-local function counter_next(k)
-  return (counter_draw(k))
+local function counter_next(k, keep)
+  return (counter_draw(k, keep))
 end
 
 -- counter_raise sets counter k to at least n; never lowers it.
-local function counter_raise(k, n)
+local function counter_raise(k, n, keep)
   if tonumber(redis.call('GET', k) or '0') < n then
-    redis.call('SET', k, string.format('%d', n), 'PX', HORIZON_MS)
+    counter_set(k, n, counter_now(), keep)
   end
 end
-

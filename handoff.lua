@@ -35,7 +35,7 @@ else
 end
 local c = 1
 if #KEYS > 1 then
-  c = counter_next(KEYS[2])
+  c = counter_next(KEYS[2], ARGV[2])
 end
 local w = 0
 if redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2] > 0 then

@@ -26,7 +26,7 @@
 local key, q, dl = KEYS[1], KEYS[2], KEYS[3]
 local op, token, px, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[8]
 if op == 'ticket' then
-  local n, clock = counter_draw(KEYS[4])
+  local n, clock = counter_draw(KEYS[4], px)
   local f = 0
   if clock then
     f = 1
@@ -69,7 +69,7 @@ if op == 'acquire' then
     unqueue(waiter)
   end
   if ARGV[5] == '1' then
-    return counter_next(KEYS[5])
+    return counter_next(KEYS[5], px)
   end
   return 1
 elseif op == 'dequeue' then

@@ -56,10 +56,10 @@ local function take(from)
   end
   local c = 0
   for i = 1, m do
-    c = math.max(c, counter_next(KEYS[m + i]))
+    c = math.max(c, counter_next(KEYS[m + i], px))
   end
   for i = 1, m do
-    counter_raise(KEYS[m + i], c)
+    counter_raise(KEYS[m + i], c, px)
   end
   return c, r
 end

@@ -35,7 +35,7 @@ if op == 'acquire' then
   stretch(h)
   stretch(g)
   if ARGV[5] == '1' then
-    return counter_next(KEYS[3])
+    return counter_next(KEYS[3], px)
   end
   return 1
 elseif op == 'extend' then

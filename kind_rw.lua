@@ -33,7 +33,7 @@ local kind = redis.call('TYPE', k).ok
 local readers = kind == 'zset' and redis.call('ZSCORE', k, 'readers') ~= false
 local function fence()
   if ARGV[5] == '1' then
-    return counter_next(KEYS[3])
+    return counter_next(KEYS[3], px)
   end
   return 1
 end

@@ -50,7 +50,7 @@ if op == 'acquire' then
   stretch(z)
   stretch(lim)
   if ARGV[5] == '1' then
-    return counter_next(KEYS[3])
+    return counter_next(KEYS[3], px)
   end
   return 1
 elseif op == 'extend' then

@@ -381,8 +381,10 @@ func (k *fair) quorum(n int) int { return quorumOf(n) }
 
 // ticketKeys is the ticket counter, for raiseFenceOn.
 func (k *fair) ticketKeys() []string { return []string{companion(k.key, "tickets")} }
-func (k *fair) ticketOp() nodeOp {
-	return k.withArgs(k.op("ticket", "", time.Millisecond, false, false))
+// ticketOp draws a ticket, the ticket counter kept for ttl once the node's
+// clock has passed it (counter.lua).
+func (k *fair) ticketOp(ttl time.Duration) nodeOp {
+	return k.withArgs(k.op("ticket", "", ttl, false, false))
 }
 func (k *fair) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
 	return k.withArgs(k.scripted.acquire(token, ttl, fenced))
@@ -408,7 +410,7 @@ func (k *fair) leave(token string) *nodeOp {
 func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
 	k.patience = ac.patience()
 	for failed := 1; ; failed++ {
-		qe := c.drawTicket(ctx, k, ac.timeout)
+		qe := c.drawTicket(ctx, k, ac.timeout, ac.ttl)
 		if qe == nil || qe.cause != nil || qe.misconfigured || ac.retry == nil || failed == ac.maxAttempts {
 			return qe
 		}
@@ -477,9 +479,9 @@ func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
 // ticket before the waiter queues: a waiter drawing later, from any
 // quorum, then meets a raised counter and gets a higher ticket, rather
 // than one equal to ours or below it that could be granted first.
-func (c *Client) drawTicket(ctx context.Context, f *fair, timeout time.Duration) *quorumError {
+func (c *Client) drawTicket(ctx context.Context, f *fair, timeout, ttl time.Duration) *quorumError {
 	q := f.quorum(len(c.nodes))
-	t, _ := c.fanOut(ctx, timeout, wonAt(q), nil, settlement{}, f.ticketOp())
+	t, _ := c.fanOut(ctx, timeout, wonAt(q), nil, settlement{}, f.ticketOp(ttl))
 	if t.yes < q {
 		return f.ticketRefused(ctx, "a ticket from", t, len(c.nodes), q)
 	}
@@ -503,7 +505,7 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, timeout time.Duration)
 		}
 	}
 	raised := func(r *tally) bool { return at+r.yes >= q }
-	r, _ := c.fanOut(ctx, timeout, raised, skip, settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket))
+	r, _ := c.fanOut(ctx, timeout, raised, skip, settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket, ttl))
 	if !raised(&r) {
 		f.ticket = 0
 		return f.ticketRefused(ctx, "a ticket stored on", r, len(c.nodes), q-at)

@@ -18,9 +18,9 @@ func (f acquireOption) applyAcquire(c *acquireConfig) error { return f(c) }
 // WithFencing makes the acquire also take a fencing token (see
 // Lock.FencingToken). Each node keeps a counter per lock key under
 // "{key}:fence" (for a key with a Redis Cluster hash tag, "key::fence", in
-// the key's slot), which expires FenceHorizon after the last lock taken
-// with it: the keys a node keeps do not grow with the number of keys ever
-// fenced. Default: off.
+// the key's slot), which expires once the node's clock has passed its
+// value and the ttl of the last lock that drew it has gone by: the keys a
+// node keeps do not grow with the number of keys ever fenced. Default: off.
 func WithFencing() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.fenced = true
@@ -65,9 +65,9 @@ func WithAutoRenew() AcquireOption {
 // loses its data may not, if another node had missed the token (it was cut
 // off when the token was issued). Tokens are large numbers (a node's clock
 // in microseconds, or one more than the last token when that is more), not
-// consecutive; they go on increasing after the counters expire
-// (FenceHorizon) as long as no node's clock is more than FenceHorizon
-// ahead of another's or steps back by more. See docs/safety.md.
+// consecutive; they go on increasing after the counters expire as long as
+// no node's clock steps back by more than the lock's ttl. See
+// docs/safety.md.
 func (l *Lock) FencingToken() uint64 {
 	if l == nil {
 		return 0

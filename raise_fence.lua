@@ -1,9 +1,12 @@
--- Raises fencing counters to at least the given value; never lowers them.
--- KEYS: the fencing counters (one per locked key)
+-- Raises fencing (or ticket) counters to at least the given value; never
+-- lowers them.
+-- KEYS: the counters (one per locked key)
 -- ARGV[1]: the value
+-- ARGV[2]: how long (ms) a counter is kept once the node's clock has passed
+--          its value: the lock's ttl (see counter.lua)
 -- Returns 1.
 local n = tonumber(ARGV[1])
 for _, k in ipairs(KEYS) do
-  counter_raise(k, n)
+  counter_raise(k, n, ARGV[2])
 end
 return 1

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	_ "embed"
-	"strconv"
 	"strings"
 	"time"
 
@@ -39,22 +38,12 @@ var (
 	lineScript = redis.NewScript(lineLua)
 )
 
-// FenceHorizon is how long a node keeps a key's fencing counter (and a fair
-// lock's ticket counter) after the last lock taken on the key with it: the
-// counters expire rather than stay for every key ever locked. A counter
-// drawn again after it expired starts from the node's clock, in
-// microseconds, which every earlier value is below (see WithFencing and
-// docs/safety.md).
-const FenceHorizon = 24 * time.Hour
-
 //go:embed counter.lua
 var counterLua string
 
-// withCounters puts counter.lua, with FenceHorizon filled in, before
-// script: the functions that draw and raise counters.
-func withCounters(script string) string {
-	return strings.ReplaceAll(counterLua, "HORIZON_MS", strconv.FormatInt(FenceHorizon.Milliseconds(), 10)) + script
-}
+// withCounters puts counter.lua before script: the functions that draw and
+// raise fencing and ticket counters.
+func withCounters(script string) string { return counterLua + script }
 
 // companion names a key or channel that belongs to the lock key key (its
 // fencing counter, a kind's own keys, its release channel), in key's Redis
@@ -104,9 +93,10 @@ func handOffOn(key, token, from string, ttl time.Duration, fenced bool) nodeOp {
 	return nodeOp{script: handOffScript, keys: keys, args: []any{token, pxMillis(ttl), from, releaseChannel(key)}, holds: true}
 }
 
-// raiseFenceOn sets the node's fencing counters to at least token.
-func raiseFenceOn(fences []string, token int64) nodeOp {
-	return nodeOp{script: raiseFenceScript, keys: fences, args: []any{token}, holds: true}
+// raiseFenceOn sets the node's fencing (or ticket) counters to at least
+// token, kept for keep once the node's clock has passed it (counter.lua).
+func raiseFenceOn(fences []string, token int64, keep time.Duration) nodeOp {
+	return nodeOp{script: raiseFenceScript, keys: fences, args: []any{token, pxMillis(keep)}, holds: true}
 }
 
 func extendOn(key, token string, ttl time.Duration) nodeOp {

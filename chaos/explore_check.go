@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/quorumlock/redlock"
 )
 
 // history is what one schedule did: every step as its actor saw it, and
@@ -229,14 +227,17 @@ func (h *history) signals() []Violation {
 }
 
 // counter reports whether key is a fencing or ticket counter: it outlives
-// the locks, up to redlock.FenceHorizon (docs/safety.md).
+// its lock, until its node's clock has passed its value and then for the
+// lock's ttl (docs/safety.md).
 func counter(key string) bool {
 	return strings.HasSuffix(key, ":fence") || strings.HasSuffix(key, ":tickets")
 }
 
 // leftovers finds keys left on a node with no time to live, or with more
-// than any lock of the schedule could have set (for the fencing and ticket
-// counters, more than redlock.FenceHorizon): both outlive every lock.
+// than any lock of the schedule could have set: both outlive every lock.
+// The nodes run on this machine's clock, so a counter is never ahead of
+// its node's clock by more than the raise of another node's value (the
+// microseconds between their draws).
 func (h *history) leftovers() []Violation {
 	var vs []Violation
 	for _, k := range h.left {
@@ -245,7 +246,7 @@ func (h *history) leftovers() []Violation {
 			bound = 2*fairQueuePatience + 100*time.Millisecond
 		}
 		if counter(k.key) {
-			bound = redlock.FenceHorizon
+			bound = h.maxTTL + 100*time.Millisecond
 		}
 		if strings.HasSuffix(k.key, ":line") || strings.HasSuffix(k.key, ":line-woken") {
 			// a plain lock's waiters' line, and the waiters a release woke

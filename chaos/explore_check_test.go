@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/quorumlock/redlock"
 )
 
 // at0 is the start of a made-up history; ms(n) after it is tms(n).
@@ -185,9 +183,10 @@ func TestStallWatch(t *testing.T) {
 
 func TestHistory_leftovers(t *testing.T) {
 	h := &history{maxTTL: 500 * time.Millisecond, left: []keyLeft{
-		{0, "{a}:fence", 23 * time.Hour},
-		{0, "{t}:c::fence", redlock.FenceHorizon},
-		{0, "{a}:tickets", time.Hour},
+		{0, "{a}:fence", 450 * time.Millisecond},
+		{0, "{t}:c::fence", 600 * time.Millisecond},
+		{0, "{a}:tickets", 500 * time.Millisecond},
+		{0, "{d}:fence", 23 * time.Hour}, // a counter kept as long as before
 		{0, "a", 400 * time.Millisecond},
 		{1, "{a}:queue", 7 * time.Second},
 		{1, "{a}:line", 2900 * time.Millisecond},
@@ -197,7 +196,7 @@ func TestHistory_leftovers(t *testing.T) {
 		{2, "{c}:fence", -1},
 	}}
 	got := h.leftovers()
-	if len(got) != 3 || !strings.Contains(got[0].Detail, `"b" has no time to live`) || !strings.Contains(got[1].Detail, `"{b}:grants" has 1m0s left`) || !strings.Contains(got[2].Detail, `"{c}:fence" has no time to live`) {
+	if len(got) != 4 || !strings.Contains(got[0].Detail, `"{d}:fence" has 23h0m0s left`) || !strings.Contains(got[1].Detail, `"b" has no time to live`) || !strings.Contains(got[2].Detail, `"{b}:grants" has 1m0s left`) || !strings.Contains(got[3].Detail, `"{c}:fence" has no time to live`) {
 		t.Fatalf("leftovers: %v", got)
 	}
 }
