@@ -381,6 +381,7 @@ func (k *fair) quorum(n int) int { return quorumOf(n) }
 
 // ticketKeys is the ticket counter, for raiseFenceOn.
 func (k *fair) ticketKeys() []string { return []string{companion(k.key, "tickets")} }
+
 // ticketOp draws a ticket, the ticket counter kept for ttl once the node's
 // clock has passed it (counter.lua).
 func (k *fair) ticketOp(ttl time.Duration) nodeOp {
