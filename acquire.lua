@@ -7,6 +7,8 @@
 -- KEYS[2]: the key's fencing counter, given only for a fenced lock
 -- ARGV[1]: our token
 -- ARGV[2]: ttl in milliseconds
+-- ARGV[3]: for a fenced lock, how long (ms) the counter is kept once the
+--          node's clock has passed it (counter.lua)
 -- Returns, when the key now holds our token, the fencing counter's new
 -- value (1 when not fenced); if someone else holds it, a negative
 -- number naming the holder (from its token's first 8 bytes), so that the
@@ -29,6 +31,6 @@ else
   return -(n + 1)
 end
 if #KEYS > 1 then
-  return counter_next(KEYS[2], ARGV[2])
+  return counter_next(KEYS[2], ARGV[3])
 end
 return 1

@@ -2,13 +2,14 @@
 -- one (see withCounters in scripts.go). A counter's next value is one more
 -- than its last, or the node's clock in microseconds when that is more.
 -- Every draw and raise sets the counter to expire keep milliseconds after
--- the node's clock has passed its value (keep is the lock's ttl, or the
--- queue's life for a fair lock's tickets): a counter that is gone has been
--- passed by the node's clock, so a value drawn from the clock again is
--- above every value it gave, unless the node's clock stepped back by more
--- than keep. The keys a node keeps for counters are those of the locks of
--- the last ttl or so, not of every key ever locked. The values stay below
--- 2^53 (the clock until the year 2255), exact in Lua's numbers.
+-- the node's clock has passed its value (keep is the fence horizon: the
+-- lock's ttl, or the Client's WithFenceHorizon when longer). A counter that
+-- is gone has been passed by the node's clock, so a value drawn from the
+-- clock again is above every value it gave, unless the clock was set back
+-- since by more than keep in all (it reads less than an earlier reading
+-- minus keep). The keys a node keeps for counters are those of the locks of
+-- the last horizon or so, not of every key ever locked. The values stay
+-- below 2^53 (the clock until the year 2255), exact in Lua's numbers.
 -- counter_draw also returns whether the value is the clock's (rather than
 -- one more than the last, which is ahead of the clock); counter_next
 -- returns the value alone.

@@ -87,6 +87,6 @@ func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int6
 		}
 		return n >= q
 	}
-	r := a.fanOut(ctx, c, stored, skip, raiseFenceOn(a.kind.fenceKeys(), fence, a.cfg.ttl))
+	r := a.fanOut(ctx, c, stored, skip, raiseFenceOn(a.kind.fenceKeys(), fence, a.cfg.fenceKeep()))
 	return fence, stored(&r)
 }

@@ -16,7 +16,7 @@ type handsOver interface {
 	// answers (the fencing counter, 1 when not fenced), w 1 if another
 	// process listens for the lock's release on the node, r 1 if from's
 	// token was there (see handoff.lua).
-	handOff(token, from string, ttl time.Duration, fenced bool) nodeOp
+	handOff(token, from string, ttl, fence time.Duration) nodeOp
 }
 
 // handOffHad tells from a node's part in a hand-off (its answer ans and the
@@ -91,7 +91,7 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 func (c *Client) handOff(ctx context.Context, l *Lock, from handsOver, w *waiter) handOffResult {
 	a := newAcquisition(w.kind, w.ac, l.settled)
 	a.start = c.cfg.clock.Now()
-	t := a.fanOut(ctx, c, c.handedOver(l), nil, from.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenced))
+	t := a.fanOut(ctx, c, c.handedOver(l), nil, from.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenceKeep()))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, ans := range t.answers {
 		h.had[i] = handOffHad(ans, t.values[i])

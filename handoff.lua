@@ -8,6 +8,8 @@
 -- ARGV[2]: ttl in milliseconds
 -- ARGV[3]: the holder's token
 -- ARGV[4]: the key's release channel
+-- ARGV[5]: for a fenced lock, how long (ms) the counter is kept once the
+--          node's clock has passed it (counter.lua)
 -- Returns 0 if someone else holds the key (or a lock of another kind).
 -- Otherwise the decimal digits of c followed by one digit, 2*w + r, as a
 -- string (c*10 + 2*w + r, which go-redis reads as an integer): c is the
@@ -35,7 +37,7 @@ else
 end
 local c = 1
 if #KEYS > 1 then
-  c = counter_next(KEYS[2], ARGV[2])
+  c = counter_next(KEYS[2], ARGV[5])
 end
 local w = 0
 if redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2] > 0 then

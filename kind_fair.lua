@@ -4,14 +4,17 @@
 -- KEYS[3]: {key}:queue-deadlines, a sorted set: waiter ID -> the node time
 --          (ms) after which a waiter that stopped trying leaves the queue
 -- KEYS[4]: {key}:tickets, the ticket counter (a counter like a fencing one)
--- KEYS[5]: the key's fencing counter, when ARGV[5] is 1
+-- KEYS[5]: the key's fencing counter, when ARGV[5] is not 0
 -- ARGV[1]: ticket (returns the next ticket n, as the string of n*10 + 1
 --          when n is the node's clock, n*10 when the counter is ahead of
 --          it: see drawTicket), acquire, extend, release, drop
 --          (after a failed attempt: stays queued), leave (gives up its place)
 --          or dequeue (leaves the queue once the lock was won elsewhere)
--- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
--- ARGV[5]: 1 to draw the fencing counter on acquire, else 0
+-- ARGV[2]: our token; ARGV[3]: ttl in ms (for ticket: how long the ticket
+--          counter is kept once the node's clock has passed it, counter.lua);
+-- ARGV[4]: release channel or ''
+-- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
+--          kept once the node's clock has passed it (counter.lua); else 0
 -- ARGV[6]: our ticket; ARGV[7]: how long (ms) a waiter keeps its place
 --          without trying again; ARGV[8]: our waiter ID, the same for all the
 --          attempts of one Acquire (each attempt has its own token)
@@ -68,8 +71,8 @@ if op == 'acquire' then
     redis.call('SET', key, token, 'PX', px)
     unqueue(waiter)
   end
-  if ARGV[5] == '1' then
-    return counter_next(KEYS[5], px)
+  if ARGV[5] ~= '0' then
+    return counter_next(KEYS[5], ARGV[5])
   end
   return 1
 elseif op == 'dequeue' then

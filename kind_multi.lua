@@ -1,12 +1,13 @@
 -- A lock on several keys at once, all or nothing on this node.
 -- KEYS[1..m]: the lock keys, each a string holding the token
--- KEYS[m+1..2m]: their fencing counters, when ARGV[5] is 1
+-- KEYS[m+1..2m]: their fencing counters, when ARGV[5] is not 0
 -- ARGV[1]: acquire, extend, release, drop or handoff (take the keys from
 -- the holder whose token is ARGV[7+m], the next of its process in line; see
 -- handoff.lua)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: '1' to announce a release
 -- on each key's channel, '' not to
--- ARGV[5]: 1 to draw the fencing counters on acquire, else 0
+-- ARGV[5]: to draw the fencing counters on acquire, how long (ms) they are
+--          kept once the node's clock has passed them (counter.lua); else 0
 -- ARGV[6]: m, the number of lock keys
 -- ARGV[7..6+m]: the keys' release channels
 -- ARGV[7+m]: for handoff, the releasing holder's token
@@ -51,15 +52,15 @@ local function take(from)
       redis.call('SET', KEYS[i], token, 'PX', px)
     end
   end
-  if ARGV[5] ~= '1' then
+  if ARGV[5] == '0' then
     return 1, r
   end
   local c = 0
   for i = 1, m do
-    c = math.max(c, counter_next(KEYS[m + i], px))
+    c = math.max(c, counter_next(KEYS[m + i], ARGV[5]))
   end
   for i = 1, m do
-    counter_raise(KEYS[m + i], c, px)
+    counter_raise(KEYS[m + i], c, ARGV[5])
   end
   return c, r
 end

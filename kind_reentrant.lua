@@ -3,10 +3,11 @@
 -- KEYS[2]: {key}:grants, a set of the tokens of the holds (so that a resent
 --          command, or the cleanup of an attempt that may not have landed,
 --          never counts twice)
--- KEYS[3]: the key's fencing counter, when ARGV[5] is 1
+-- KEYS[3]: the key's fencing counter, when ARGV[5] is not 0
 -- ARGV[1]: acquire, extend, release or drop
 -- ARGV[2]: the hold's token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
--- ARGV[5]: 1 to draw the fencing counter on acquire, else 0
+-- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
+--          kept once the node's clock has passed it (counter.lua); else 0
 -- ARGV[6]: the owner
 -- Acquire returns 0 when another owner holds the lock, else the fencing
 -- counter (1 when not fenced). The others return 1 if the hold was there.
@@ -34,8 +35,8 @@ if op == 'acquire' then
   end
   stretch(h)
   stretch(g)
-  if ARGV[5] == '1' then
-    return counter_next(KEYS[3], px)
+  if ARGV[5] ~= '0' then
+    return counter_next(KEYS[3], ARGV[5])
   end
   return 1
 elseif op == 'extend' then

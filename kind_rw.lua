@@ -6,13 +6,14 @@
 --          token -> the node time (ms) its hold ends, marked as the readers'
 --          by the member 'readers' at +inf (a semaphore's set has no mark)
 -- KEYS[2]: {key}:writer-waiting, a string holding a waiting writer's ID
--- KEYS[3]: the key's fencing counter, when ARGV[5] is 1
+-- KEYS[3]: the key's fencing counter, when ARGV[5] is not 0
 -- ARGV[1]: acquire, extend, release, drop (after a failed attempt: keeps the
 --          writer's mark), leave (a writer gives up: removes it) or handoff
 --          (a writer takes the lock from the writer whose token is ARGV[8],
 --          the next of its process in line; see handoff.lua)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
--- ARGV[5]: 1 to draw the fencing counter on acquire, else 0
+-- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
+--          kept once the node's clock has passed it (counter.lua); else 0
 -- ARGV[6]: r for a reader, w for a writer
 -- ARGV[7]: the writer's waiter ID, the same for all the attempts of one
 --          Acquire (each attempt has its own token)
@@ -32,8 +33,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local kind = redis.call('TYPE', k).ok
 local readers = kind == 'zset' and redis.call('ZSCORE', k, 'readers') ~= false
 local function fence()
-  if ARGV[5] == '1' then
-    return counter_next(KEYS[3], px)
+  if ARGV[5] ~= '0' then
+    return counter_next(KEYS[3], ARGV[5])
   end
   return 1
 end

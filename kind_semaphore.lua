@@ -2,10 +2,11 @@
 -- permit that expires on its own.
 -- KEYS[1]: the resource key, a sorted set: token -> expiry (node time, ms)
 -- KEYS[2]: {key}:permits, the resource's K (kept as long as the set)
--- KEYS[3]: the key's fencing counter, when ARGV[5] is 1
+-- KEYS[3]: the key's fencing counter, when ARGV[5] is not 0
 -- ARGV[1]: acquire, extend, release or drop
 -- ARGV[2]: the permit's token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
--- ARGV[5]: 1 to draw the fencing counter on acquire, else 0
+-- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
+--          kept once the node's clock has passed it (counter.lua); else 0
 -- ARGV[6]: K
 -- Acquire returns 0 when K permits are held, else the fencing counter (1 when
 -- not fenced); an error when the resource was created with another K. The
@@ -49,8 +50,8 @@ if op == 'acquire' then
   end
   stretch(z)
   stretch(lim)
-  if ARGV[5] == '1' then
-    return counter_next(KEYS[3], px)
+  if ARGV[5] ~= '0' then
+    return counter_next(KEYS[3], ARGV[5])
   end
   return 1
 elseif op == 'extend' then

@@ -54,7 +54,9 @@ type kind interface {
 	describe() string
 	// quorum is how many of n nodes must hold the lock.
 	quorum(n int) int
-	acquire(token string, ttl time.Duration, fenced bool) nodeOp
+	// fence: how long the fencing counters are kept once the node's clock
+	// has passed them (acquireConfig.fenceKeep); 0 for a lock not fenced
+	acquire(token string, ttl, fence time.Duration) nodeOp
 	extend(token string, ttl time.Duration) nodeOp
 	// release gives the lock up and announces it on its release channels.
 	release(token string) nodeOp
@@ -117,15 +119,15 @@ func (k plain) turns() string       { return "plain\x00" + k.key }
 func (k plain) quorum(n int) int    { return quorumOf(n) }
 func (k plain) fenceKeys() []string { return []string{fenceKey(k.key)} }
 func (k plain) channels() []string  { return []string{releaseChannel(k.key)} }
-func (k plain) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
-	return acquireOn(k.key, token, ttl, fenced)
+func (k plain) acquire(token string, ttl, fence time.Duration) nodeOp {
+	return acquireOn(k.key, token, ttl, fence)
 }
 func (k plain) extend(token string, ttl time.Duration) nodeOp { return extendOn(k.key, token, ttl) }
 func (k plain) release(token string) nodeOp                   { return releaseOn(k.key, token) }
 func (k plain) drop(token string) nodeOp                      { return dropOn(k.key, token) }
 func (k plain) leave(string) *nodeOp                          { return nil }
-func (k plain) handOff(token, from string, ttl time.Duration, fenced bool) nodeOp {
-	return handOffOn(k.key, token, from, ttl, fenced)
+func (k plain) handOff(token, from string, ttl, fence time.Duration) nodeOp {
+	return handOffOn(k.key, token, from, ttl, fence)
 }
 
 // scripted is a kind whose operations are one script, given the operation's
@@ -138,35 +140,38 @@ type scripted struct {
 	extra  []any // the kind's own arguments, after the common five
 }
 
-func (s scripted) op(name, token string, ttl time.Duration, fenced bool, announce bool) nodeOp {
+// op is the script's operation name; fence is how long its fencing
+// counters are kept once the node's clock has passed them, 0 for an
+// operation that draws none (ARGV[5] of the kind_*.lua scripts).
+func (s scripted) op(name, token string, ttl, fence time.Duration, announce bool) nodeOp {
 	keys := s.lock
-	fence := "0"
-	if fenced {
+	keep := int64(0)
+	if fence > 0 {
 		keys = append(append([]string(nil), s.lock...), s.fences...)
-		fence = "1"
+		keep = pxMillis(fence)
 	}
 	channel := ""
 	if announce && len(s.chans) > 0 {
 		channel = s.chans[0]
 	}
-	args := append([]any{name, token, pxMillis(ttl), channel, fence}, s.extra...)
+	args := append([]any{name, token, pxMillis(ttl), channel, keep}, s.extra...)
 	holds := name == "acquire" || name == "extend" || name == "handoff"
 	return nodeOp{script: s.script, keys: keys, args: args, holds: holds}
 }
 
 // The operations of a scripted kind; the kinds embed scripted and override
 // what differs.
-func (s scripted) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
-	return s.op("acquire", token, ttl, fenced, false)
+func (s scripted) acquire(token string, ttl, fence time.Duration) nodeOp {
+	return s.op("acquire", token, ttl, fence, false)
 }
 func (s scripted) extend(token string, ttl time.Duration) nodeOp {
-	return s.op("extend", token, ttl, false, false)
+	return s.op("extend", token, ttl, 0, false)
 }
 func (s scripted) release(token string) nodeOp {
-	return s.op("release", token, time.Millisecond, false, true)
+	return s.op("release", token, time.Millisecond, 0, true)
 }
 func (s scripted) drop(token string) nodeOp {
-	return s.op("drop", token, time.Millisecond, false, false)
+	return s.op("drop", token, time.Millisecond, 0, false)
 }
 func (s scripted) leave(string) *nodeOp { return nil }
 func (s scripted) fenceKeys() []string  { return s.fences }
@@ -229,8 +234,8 @@ func (k multi) release(token string) nodeOp {
 }
 
 // handOff takes every key from the holder of from (kind_multi.lua).
-func (k multi) handOff(token, from string, ttl time.Duration, fenced bool) nodeOp {
-	op := k.scripted.op("handoff", token, ttl, fenced, false)
+func (k multi) handOff(token, from string, ttl, fence time.Duration) nodeOp {
+	op := k.scripted.op("handoff", token, ttl, fence, false)
 	op.args = append(op.args, from)
 	return op
 }
@@ -318,14 +323,14 @@ func (k readWrite) leave(token string) *nodeOp {
 	if !k.writer {
 		return nil
 	}
-	op := k.op("leave", token, time.Millisecond, false, true)
+	op := k.op("leave", token, time.Millisecond, 0, true)
 	return &op
 }
 
 // handOff takes a write lock from the writer holding from (kind_rw.lua).
 // Only writers take local turns, so only a writer is handed over.
-func (k readWrite) handOff(token, from string, ttl time.Duration, fenced bool) nodeOp {
-	op := k.op("handoff", token, ttl, fenced, true)
+func (k readWrite) handOff(token, from string, ttl, fence time.Duration) nodeOp {
+	op := k.op("handoff", token, ttl, fence, true)
 	op.args = append(op.args, from)
 	return op
 }
@@ -382,13 +387,13 @@ func (k *fair) quorum(n int) int { return quorumOf(n) }
 // ticketKeys is the ticket counter, for raiseFenceOn.
 func (k *fair) ticketKeys() []string { return []string{companion(k.key, "tickets")} }
 
-// ticketOp draws a ticket, the ticket counter kept for ttl once the node's
-// clock has passed it (counter.lua).
-func (k *fair) ticketOp(ttl time.Duration) nodeOp {
-	return k.withArgs(k.op("ticket", "", ttl, false, false))
+// ticketOp draws a ticket, the ticket counter kept for keep once the
+// node's clock has passed it (counter.lua).
+func (k *fair) ticketOp(keep time.Duration) nodeOp {
+	return k.withArgs(k.op("ticket", "", keep, 0, false))
 }
-func (k *fair) acquire(token string, ttl time.Duration, fenced bool) nodeOp {
-	return k.withArgs(k.scripted.acquire(token, ttl, fenced))
+func (k *fair) acquire(token string, ttl, fence time.Duration) nodeOp {
+	return k.withArgs(k.scripted.acquire(token, ttl, fence))
 }
 func (k *fair) extend(token string, ttl time.Duration) nodeOp {
 	return k.withArgs(k.scripted.extend(token, ttl))
@@ -396,10 +401,10 @@ func (k *fair) extend(token string, ttl time.Duration) nodeOp {
 func (k *fair) release(token string) nodeOp { return k.withArgs(k.scripted.release(token)) }
 func (k *fair) drop(token string) nodeOp    { return k.withArgs(k.scripted.drop(token)) }
 func (k *fair) dequeue() nodeOp {
-	return k.withArgs(k.op("dequeue", "", time.Millisecond, false, false))
+	return k.withArgs(k.op("dequeue", "", time.Millisecond, 0, false))
 }
 func (k *fair) leave(token string) *nodeOp {
-	op := k.withArgs(k.op("leave", token, time.Millisecond, false, true))
+	op := k.withArgs(k.op("leave", token, time.Millisecond, 0, true))
 	return &op
 }
 
@@ -411,7 +416,7 @@ func (k *fair) leave(token string) *nodeOp {
 func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
 	k.patience = ac.patience()
 	for failed := 1; ; failed++ {
-		qe := c.drawTicket(ctx, k, ac.timeout, ac.ttl)
+		qe := c.drawTicket(ctx, k, ac.timeout, max(ac.ttl, ac.fenceHorizon))
 		if qe == nil || qe.cause != nil || qe.misconfigured || ac.retry == nil || failed == ac.maxAttempts {
 			return qe
 		}
@@ -480,9 +485,9 @@ func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
 // ticket before the waiter queues: a waiter drawing later, from any
 // quorum, then meets a raised counter and gets a higher ticket, rather
 // than one equal to ours or below it that could be granted first.
-func (c *Client) drawTicket(ctx context.Context, f *fair, timeout, ttl time.Duration) *quorumError {
+func (c *Client) drawTicket(ctx context.Context, f *fair, timeout, keep time.Duration) *quorumError {
 	q := f.quorum(len(c.nodes))
-	t, _ := c.fanOut(ctx, timeout, wonAt(q), nil, settlement{}, f.ticketOp(ttl))
+	t, _ := c.fanOut(ctx, timeout, wonAt(q), nil, settlement{}, f.ticketOp(keep))
 	if t.yes < q {
 		return f.ticketRefused(ctx, "a ticket from", t, len(c.nodes), q)
 	}
@@ -506,7 +511,7 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, timeout, ttl time.Dura
 		}
 	}
 	raised := func(r *tally) bool { return at+r.yes >= q }
-	r, _ := c.fanOut(ctx, timeout, raised, skip, settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket, ttl))
+	r, _ := c.fanOut(ctx, timeout, raised, skip, settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket, keep))
 	if !raised(&r) {
 		f.ticket = 0
 		return f.ticketRefused(ctx, "a ticket stored on", r, len(c.nodes), q-at)
@@ -703,8 +708,10 @@ type acquireConfig struct {
 	retry       RetryPolicy
 	maxAttempts int // 0: no limit
 	fenced      bool
-	autoRenew   bool
-	metadata    string // stored after the token: see WithMetadata
+	// fenceHorizon: the Client's WithFenceHorizon
+	fenceHorizon time.Duration
+	autoRenew    bool
+	metadata     string // stored after the token: see WithMetadata
 
 	// the kind of lock (see kinds.go); at most one of these is set
 	owner   string // reentrant
@@ -723,7 +730,7 @@ func (c *Client) checkLease(key string, ttl time.Duration) (terms, error) {
 }
 
 func (c *Client) acquireConfig(key string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
-	ac := acquireConfig{retry: c.cfg.retry, maxAttempts: c.cfg.maxAttempts}
+	ac := acquireConfig{retry: c.cfg.retry, maxAttempts: c.cfg.maxAttempts, fenceHorizon: c.cfg.fenceHorizon}
 	var err error
 	if ac.terms, err = c.checkLease(key, ttl); err != nil {
 		return ac, err

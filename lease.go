@@ -19,13 +19,44 @@ func (f acquireOption) applyAcquire(c *acquireConfig) error { return f(c) }
 // Lock.FencingToken). Each node keeps a counter per lock key under
 // "{key}:fence" (for a key with a Redis Cluster hash tag, "key::fence", in
 // the key's slot), which expires once the node's clock has passed its
-// value and the ttl of the last lock that drew it has gone by: the keys a
-// node keeps do not grow with the number of keys ever fenced. Default: off.
+// value and then the fence horizon has gone by: the lock's ttl, or the
+// Client's WithFenceHorizon if that is longer. So the keys a node keeps do
+// not grow with the number of keys ever fenced. Default: off.
 func WithFencing() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.fenced = true
 		return nil
 	})
+}
+
+// WithFenceHorizon sets how long, at least, a node keeps a key's fencing
+// counter (and a fair lock's ticket counter) once its own clock has passed
+// the counter's value; the lock's ttl when that is longer. A counter that
+// is gone starts again from the node's clock, which is then past every
+// value it held, unless the clock was set back since by more than the
+// horizon: tokens go on increasing as long as no node's clock ever reads
+// less than an earlier reading of it minus the horizon (see
+// docs/safety.md). A longer horizon tolerates larger steps back (a clock
+// corrected after running ahead), at the cost of one small key per key
+// fenced within it. d must not be negative. Default: 0 (the lock's ttl).
+func WithFenceHorizon(d time.Duration) Option {
+	return clientOption(func(c *config) error {
+		if d < 0 {
+			return invalid("fence horizon %v is negative", d)
+		}
+		c.fenceHorizon = d
+		return nil
+	})
+}
+
+// fenceKeep is how long the acquire's fencing counters are kept once the
+// node's clock has passed them: the ttl or the fence horizon, whichever is
+// longer; 0 for an acquire without fencing.
+func (ac acquireConfig) fenceKeep() time.Duration {
+	if !ac.fenced {
+		return 0
+	}
+	return max(ac.ttl, ac.fenceHorizon)
 }
 
 // WithAutoRenew keeps the lock alive until Release: it is extended by its
@@ -66,8 +97,8 @@ func WithAutoRenew() AcquireOption {
 // off when the token was issued). Tokens are large numbers (a node's clock
 // in microseconds, or one more than the last token when that is more), not
 // consecutive; they go on increasing after the counters expire as long as
-// no node's clock steps back by more than the lock's ttl. See
-// docs/safety.md.
+// no node's clock is set back by more than the fence horizon (see
+// WithFenceHorizon and docs/safety.md).
 func (l *Lock) FencingToken() uint64 {
 	if l == nil {
 		return 0

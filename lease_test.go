@@ -133,6 +133,62 @@ func TestLock_FencingToken_keptUntilTheClockPassesIt(t *testing.T) {
 	}
 }
 
+// TestWithFenceHorizon: with a horizon longer than the lock's ttl, the
+// counters are kept that long once the nodes' clocks have passed them, so a
+// clock set back by less than the horizon after the lock's ttl has gone by
+// still gives a higher token (without it, the counters would be gone and
+// the token drawn from the clock set back would be lower).
+func TestWithFenceHorizon(t *testing.T) {
+	if _, err := redlock.New(newCluster(t, 1).clients, redlock.WithFenceHorizon(-time.Second)); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Fatalf("New(WithFenceHorizon(-1s)): err = %v, want ErrInvalidArgument", err)
+	}
+	for _, tc := range []struct {
+		name string
+		acq  func(rc *redlock.Client) (*redlock.Lock, error)
+		keys []string
+	}{
+		{"plain", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquire(context.Background(), "k", time.Second, redlock.WithFencing())
+		}, []string{"{k}:fence"}},
+		{"multi-key", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquireAll(context.Background(), []string{"j", "k"}, time.Second, redlock.WithFencing())
+		}, []string{"{j}:fence", "{k}:fence"}},
+		{"fair", func(rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.TryAcquire(context.Background(), "k", time.Second, redlock.WithFencing(), redlock.Fair())
+		}, []string{"{k}:fence", "{k}:tickets"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			rc := c.client(t, redlock.WithFenceHorizon(time.Hour))
+			first, err := tc.acq(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustRelease(t, first)
+			redlock.WaitSettled(first)
+			for i, s := range c.servers {
+				for _, k := range tc.keys {
+					if ttl := s.TTL(k); ttl < time.Hour || ttl > time.Hour+5*time.Millisecond {
+						t.Errorf("node %d: %s expires in %v, want the horizon (1h)", i, k, ttl)
+					}
+				}
+				// The lock's ttl goes by, then the node's clock is set
+				// back half an hour.
+				s.FastForward(time.Second + 5*time.Millisecond)
+				s.SetTime(time.Now().Add(-30 * time.Minute))
+			}
+			second, err := tc.acq(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mustRelease(t, second)
+			if second.FencingToken() <= first.FencingToken() {
+				t.Fatalf("token %d after a clock set back within the horizon, not above %d", second.FencingToken(), first.FencingToken())
+			}
+		})
+	}
+}
+
 // TestLock_FencingToken_counterAheadOfTheClock: a counter above the node's
 // clock (raised to another node's token, from a clock ahead) goes on from
 // its value, and one set by an older version of the library (small, no

@@ -162,6 +162,9 @@ type config struct {
 	handOffs    int
 	observer    Observer
 	replicaAck  replicaAck
+	// fenceHorizon: counters are kept at least this long once the node's
+	// clock has passed them (see WithFenceHorizon)
+	fenceHorizon time.Duration
 }
 
 // Option configures a Client. Pass options to New.
@@ -340,7 +343,7 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	if eager {
 		stop = decidedAt(len(c.nodes), q)
 	}
-	t := a.fanOut(ctx, c, stop, nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenced))
+	t := a.fanOut(ctx, c, stop, nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenceKeep()))
 	if t.yes < q && !t.outOfReach(q) {
 		t = c.resolveSplit(ctx, a, t, q)
 	}

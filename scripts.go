@@ -75,22 +75,26 @@ func hasHashTag(key string) bool {
 // fenceKey is where a node keeps the fencing counter of a lock key.
 func fenceKey(key string) string { return companion(key, "fence") }
 
-func acquireOn(key, token string, ttl time.Duration, fenced bool) nodeOp {
+// acquireOn takes key for token; fence is how long its fencing counter is
+// kept once the node's clock has passed it, 0 for a lock not fenced.
+func acquireOn(key, token string, ttl, fence time.Duration) nodeOp {
 	px := pxMillis(ttl)
-	if fenced {
-		return nodeOp{script: acquireScript, keys: []string{key, fenceKey(key)}, args: []any{token, px}, holds: true}
+	if fence > 0 {
+		return nodeOp{script: acquireScript, keys: []string{key, fenceKey(key)}, args: []any{token, px, pxMillis(fence)}, holds: true}
 	}
 	return nodeOp{script: acquireScript, keys: []string{key}, args: []any{token, px}, holds: true}
 }
 
 // handOffOn takes key for token where it holds from's token or is free;
 // see handoff.lua for its result.
-func handOffOn(key, token, from string, ttl time.Duration, fenced bool) nodeOp {
+func handOffOn(key, token, from string, ttl, fence time.Duration) nodeOp {
 	keys := []string{key}
-	if fenced {
+	args := []any{token, pxMillis(ttl), from, releaseChannel(key)}
+	if fence > 0 {
 		keys = append(keys, fenceKey(key))
+		args = append(args, pxMillis(fence))
 	}
-	return nodeOp{script: handOffScript, keys: keys, args: []any{token, pxMillis(ttl), from, releaseChannel(key)}, holds: true}
+	return nodeOp{script: handOffScript, keys: keys, args: args, holds: true}
 }
 
 // raiseFenceOn sets the node's fencing (or ticket) counters to at least

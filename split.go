@@ -100,7 +100,7 @@ func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q in
 			retried[i] = ans == holdsNot
 			skip[i] = !retried[i]
 		}
-		r := a.fanOut(ctx, c, wonAt(q-t.yes), skip, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenced))
+		r := a.fanOut(ctx, c, wonAt(q-t.yes), skip, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenceKeep()))
 		t = merged(t, r, retried)
 	}
 	return t
