@@ -231,42 +231,6 @@ func disjointPrefix(batch []call) int {
 	return len(batch)
 }
 
-// sendNow sends c from the calling goroutine, if the node is idle:
-// nothing in flight, nothing queued. The caller of a lone node's operation
-// has nothing to do but wait for its answer, and is spared the hand-over
-// to a sender goroutine and back. The call counts as a send in flight:
-// calls made meanwhile queue behind it, and a sender goroutine takes them
-// once it is done, so the node's calls stay in order. It reports false,
-// having done nothing, when the node is busy.
-func (p *pipe) sendNow(c call) bool {
-	batch := []call{c}
-	p.mu.Lock()
-	if p.busy {
-		p.mu.Unlock()
-		return false
-	}
-	p.busy = true
-	p.sender++
-	id := p.sender
-	p.deadline = sendDeadline(batch)
-	p.mu.Unlock()
-
-	p.send(batch)
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.sender != id { // overdue: a new sender took the queue
-		return true
-	}
-	if len(p.queue) == 0 {
-		p.busy = false
-		return true
-	}
-	p.deadline = time.Time{} // until the sender takes its batch
-	go p.drain(id)
-	return true
-}
-
 // send sends batch, alone or as a pipeline, and replies to every call.
 func (p *pipe) send(batch []call) {
 	live := batch[:0] // filtered in place: each call is read before its slot is reused

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -546,86 +543,4 @@ func TestBatching_lateDeleteInFlightIsNotOvertaken(t *testing.T) {
 		t.Fatal("a call overtook the late release in flight to the node")
 	default:
 	}
-}
-
-// TestBatching_loneNodeThatCutsCalls: the lone node of a Client whose
-// go-redis client cuts calls at their deadline (ContextTimeoutEnabled) gets
-// an idle moment's call from the caller's own goroutine, with no sender
-// goroutine in between; calls made while one is in flight still queue
-// behind it and go together, in order.
-func TestBatching_loneNodeThatCutsCalls(t *testing.T) {
-	c := newCluster(t, 1)
-	rdb := redis.NewClient(&redis.Options{Addr: c.addrs[0], MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c.clients[0] = rdb
-	h := newRoundTrips()
-	rdb.AddHook(h)
-	callers := &goroutineHook{}
-	rdb.AddHook(callers)
-	rc := c.client(t)
-	h.warmUp(t, rc)
-
-	wait := acquireBehindGate(context.Background(), t, rc, h, keysFor("cuts", 16))
-	close(h.gate)
-	locks, errs := wait()
-	mustHoldAll(t, c, keysFor("cuts", 16), locks, errs)
-	if got := h.recorded(); len(got) != 2 {
-		t.Fatalf("round trips %v, want 2: the one in flight, then every queued call in one pipeline", got)
-	}
-	for _, l := range locks {
-		mustRelease(t, l)
-	}
-
-	callers.reset()
-	me := goroutineID()
-	for i := range 3 {
-		mustRelease(t, mustTryAcquire(t, rc, context.Background(), fmt.Sprint("caller-", i), 10*time.Second))
-	}
-	if got := callers.ids(); len(got) != 6 || slices.ContainsFunc(got, func(id string) bool { return id != me }) {
-		t.Fatalf("3 sequential acquires and releases were sent from goroutines %v, want 6 sends from the caller's (%s)", got, me)
-	}
-}
-
-// goroutineHook records the goroutine each script is sent from.
-type goroutineHook struct {
-	mu   sync.Mutex
-	from []string
-}
-
-func (g *goroutineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (g *goroutineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			g.mu.Lock()
-			g.from = append(g.from, goroutineID())
-			g.mu.Unlock()
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (g *goroutineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (g *goroutineHook) reset() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.from = nil
-}
-
-func (g *goroutineHook) ids() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return slices.Clone(g.from)
-}
-
-// goroutineID is the calling goroutine's number, from its stack's header
-// ("goroutine 42 [running]:").
-func goroutineID() string {
-	buf := make([]byte, 64)
-	buf = buf[:runtime.Stack(buf, false)]
-	f := strings.Fields(string(buf))
-	return f[1]
 }

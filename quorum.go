@@ -319,25 +319,15 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeou
 		switch {
 		case skip != nil && skip[i]:
 			reply(nodeReply{node: i, skipped: true})
-		case nd.pipe != nil:
-			cl := call{ctx: ctx, io: io, timeout: timeout, op: op, reply: func(v int64, vs []int64, err error) {
-				reply(nodeReply{node: i, value: v, values: vs, err: err})
-			}}
-			if n == 1 && nd.inline {
-				// A lone node whose client cuts the call at ctx's
-				// deadline: no quorum to return early with, so an idle
-				// node's call runs here (see pipe.sendNow).
-				cl.io = ctx
-				if nd.pipe.sendNow(cl) {
-					continue
-				}
-			}
-			nd.pipe.submit(cl)
-		case n == 1 && nd.inline:
-			// Batching off, one node whose client cuts the call at ctx's
-			// deadline: the call runs here.
+		case nd.inline && n == 1:
+			// One node whose client cuts the call at ctx's deadline: there
+			// is no quorum to return early with, so the call runs here.
 			v, vs, err := op.run(ctx, nd.rdb, c.cfg.replicaAck, timeout)
 			reply(nodeReply{node: i, value: v, values: vs, err: err})
+		case nd.pipe != nil:
+			nd.pipe.submit(call{ctx: ctx, io: io, timeout: timeout, op: op, reply: func(v int64, vs []int64, err error) {
+				reply(nodeReply{node: i, value: v, values: vs, err: err})
+			}})
 		default:
 			go func() {
 				callIO := io
