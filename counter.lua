@@ -22,7 +22,8 @@ end
 -- (now, in microseconds) has passed n; 1 ms more covers the rounding.
 local function counter_set(k, n, now, keep)
   local ahead = math.max(0, math.ceil((n - now) / 1000))
-  redis.call('SET', k, string.format('%d', n), 'PX', ahead + math.max(1, math.floor(tonumber(keep))) + 1)
+  local px = ahead + math.max(1, math.floor(tonumber(keep))) + 1
+  redis.call('SET', k, string.format('%d', n), 'PX', string.format('%d', px))
 end
 
 local function counter_draw(k, keep)

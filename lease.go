@@ -38,16 +38,22 @@ func WithFencing() AcquireOption {
 // less than an earlier reading of it minus the horizon (see
 // docs/safety.md). A longer horizon tolerates larger steps back (a clock
 // corrected after running ahead), at the cost of one small key per key
-// fenced within it. d must not be negative. Default: 0 (the lock's ttl).
+// fenced within it. d must not be negative; a horizon above 100 years
+// (math.MaxInt64, say, for "for good") counts as 100 years. Default: 0
+// (the lock's ttl).
 func WithFenceHorizon(d time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if d < 0 {
 			return invalid("fence horizon %v is negative", d)
 		}
-		c.fenceHorizon = d
+		c.fenceHorizon = min(d, maxFenceHorizon)
 		return nil
 	})
 }
+
+// maxFenceHorizon is the longest fence horizon: its milliseconds, and a
+// counter's expiry, stay exact in Lua's numbers and in Redis.
+const maxFenceHorizon = 100 * 365 * 24 * time.Hour
 
 // fenceKeep is how long the acquire's fencing counters are kept once the
 // node's clock has passed them: the ttl or the fence horizon, whichever is

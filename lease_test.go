@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -142,6 +143,19 @@ func TestWithFenceHorizon(t *testing.T) {
 	if _, err := redlock.New(newCluster(t, 1).clients, redlock.WithFenceHorizon(-time.Second)); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Fatalf("New(WithFenceHorizon(-1s)): err = %v, want ErrInvalidArgument", err)
 	}
+	// The longest horizon: "for good" is 100 years, not an overflow.
+	t.Run("MaxInt64", func(t *testing.T) {
+		c := newCluster(t, 3)
+		lock := mustTryAcquire(t, c.client(t, redlock.WithFenceHorizon(math.MaxInt64)), context.Background(), "k", time.Second, redlock.WithFencing())
+		mustRelease(t, lock)
+		redlock.WaitSettled(lock)
+		const century = 100 * 365 * 24 * time.Hour
+		for i, s := range c.servers {
+			if ttl := s.TTL("{k}:fence"); ttl < century || ttl > century+time.Second {
+				t.Errorf("node %d: the counter expires in %v, want 100 years", i, ttl)
+			}
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		acq  func(rc *redlock.Client) (*redlock.Lock, error)
