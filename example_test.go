@@ -375,3 +375,30 @@ func ExampleClient_Inspect() {
 	// 2 false  false
 	// true job=7 2 of 3 quorum 2
 }
+
+// A Client whose fencing counters outlast a node's clock being set back by
+// up to a day: each node keeps a key's counter for 24 hours once its clock
+// has passed it, rather than for the lock's ttl.
+func ExampleWithFenceHorizon() {
+	nodes, servers, stop := embeddedNodes(3)
+	defer stop()
+
+	locker, err := redlock.New(nodes, redlock.WithFenceHorizon(24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	lock, err := locker.TryAcquire(ctx, "invoice:7", 10*time.Second, redlock.WithFencing())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	var kept time.Duration
+	for _, s := range servers {
+		kept = max(kept, s.TTL("{invoice:7}:fence"))
+	}
+	fmt.Println("counter kept for about a day:", kept > 23*time.Hour && kept <= 24*time.Hour+time.Second)
+	// Output: counter kept for about a day: true
+}
