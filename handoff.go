@@ -160,7 +160,7 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	}
 	defer t.qs.giveTurn(t.q, w)
 	skipped := yes + no // the nodes the hand-off heard from
-	r, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, yes, skipped, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
+	r, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, yes, no, skipped, false, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
 	l.settled = settled
 	l.finish()
 	yes, no = yes+r.yes, no+r.no-skipped

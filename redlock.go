@@ -863,7 +863,7 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 			return tell, err
 		}
 	}
-	t, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, 0, 0, l.settled), nil, l.settled, l.kind.release(l.token))
+	t, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, 0, 0, 0, lost || expired, l.settled), nil, l.settled, l.kind.release(l.token))
 	l.settled = settled
 	tell = func(err error) {
 		c.observeNodes(ctx, OpRelease, l.kind, wall, t)

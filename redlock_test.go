@@ -1168,6 +1168,39 @@ func TestClient_Acquire_mutualExclusion(t *testing.T) {
 	}
 }
 
+// TestLock_Release_lossShownBySlowerNodes: a lock whose key expired on a
+// majority is reported lost (ErrLockLost) by Release also when two of the
+// nodes that show it answer well after the others: mixed answers (deleted
+// on two, absent on one) do not tell whether the lock held, so Release
+// waits for the rest, up to the node timeout.
+func TestLock_Release_lossShownBySlowerNodes(t *testing.T) {
+	c := newCluster(t, 5)
+	slow := []*gateHook{{}, {}}
+	for i, h := range slow {
+		c.clients[1+i].AddHook(h)
+	}
+	ctx := context.Background()
+	lock := mustTryAcquire(t, c.client(t, redlock.WithNodeTimeout(5*time.Second)), ctx, "k", 10*time.Second)
+	redlock.WaitSettled(lock)
+	for _, i := range []int{0, 1, 2} {
+		c.servers[i].FastForward(time.Minute)
+	}
+	for _, h := range slow {
+		h.close()
+	}
+	released := make(chan error, 1)
+	go func() { released <- lock.Release(ctx) }()
+	// Nodes 1 and 2 answer once the others have, and well after them.
+	waitFor(t, "the releases of nodes 1 and 2 at their gates", func() bool { return slow[0].waiting.Load() == 1 && slow[1].waiting.Load() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	for _, h := range slow {
+		h.open()
+	}
+	if err := <-released; !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Release: err = %v, want ErrLockLost: the key was gone on 3 of 5 nodes", err)
+	}
+}
+
 // TestLock_Release_outcomes checks what Release reports when nodes fail or
 // the validity has run out before it.
 func TestLock_Release_outcomes(t *testing.T) {
