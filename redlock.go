@@ -807,8 +807,12 @@ func (l *Lock) over() error {
 // quorum took, at least 5 ms); a slow or frozen node's delete finishes in
 // the background, and its key expires with the ttl if it cannot. So a
 // program may close its Redis clients and exit right after it, leaving at
-// most a slow node's key to its ttl. After Release, Validity is zero and
-// Extend fails; calling Release again does nothing and returns nil.
+// most a slow node's key to its ttl. While the answers are mixed (some
+// nodes deleted the token, others no longer had it, and neither makes a
+// quorum or a majority), it waits for the other nodes up to the per-node
+// timeout, so that a loss its slower nodes show is reported. After
+// Release, Validity is zero and Extend fails; calling Release again does
+// nothing and returns nil.
 //
 // It returns nil when a quorum of nodes is free of the token afterwards
 // and the lock held until the release: a quorum still had the token, or the
