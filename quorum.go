@@ -582,15 +582,14 @@ func (c *Client) settledOrFailing(q int) func(*tally) bool {
 // tell whether the lock held to the end: a quorum deleted the token, or a
 // majority did not have it. Answers that are mixed so far (the key expired
 // on some nodes) are waited for up to the node timeout, so that Release
-// reports a lost lock that its slower nodes show (ErrLockLost) rather than
-// nil.
+// nil; nodes known to be failing are not waited for even then.
 func (c *Client) releasedAt(q, base, baseNo, skipped int, known bool, before settlement) func(*tally) bool {
 	n := len(c.nodes)
 	return withGrace(func(t *tally) bool {
 		return base+t.yes >= q && !c.awaits(t, before)
 	}, func(t *tally) bool {
-		free := base+t.yes+t.no-skipped >= q
-		return free && (known || base+t.yes >= q || baseNo+t.no-skipped > n-q)
+		free := base+baseNo+t.yes+t.no-skipped >= q
+		return free && (known || base+t.yes >= q || baseNo+t.no-skipped > n-q || !c.awaits(t, before))
 	})
 }
 
