@@ -1557,3 +1557,76 @@ func (h *landsLateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *landsLateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// TestLock_Release_mixedAnswersFailingNodes: a Release whose answers are
+// mixed does not wait for nodes known to be failing (frozen here), and the
+// release after a hand-off that did not win counts the nodes the hand-off
+// found without the token as free: neither waits a node timeout for nodes
+// that cannot change its result.
+func TestLock_Release_mixedAnswersFailingNodes(t *testing.T) {
+	const timeout = 2 * time.Second
+	ctx := context.Background()
+	frozen := func(t *testing.T, c *cluster) {
+		for _, i := range []int{3, 4} {
+			h := &gateHook{}
+			h.close()
+			c.clients[i].AddHook(h)
+			t.Cleanup(h.open)
+		}
+	}
+	t.Run("frozen nodes known to be failing", func(t *testing.T) {
+		c := newCluster(t, 5)
+		rc := c.client(t, redlock.WithNodeTimeout(timeout))
+		lock := mustTryAcquire(t, rc, ctx, "a", time.Minute)
+		redlock.WaitSettled(lock)
+		frozen(t, c)
+		// A first release with mixed answers (deleted on 1 and 2, absent
+		// on 0) waits for the frozen nodes, not known to be failing yet,
+		// and learns that they are.
+		c.servers[0].Del("a")
+		if err := lock.Release(ctx); err != nil {
+			t.Fatalf("Release: %v, want nil: a quorum may still hold it", err)
+		}
+		lock = mustTryAcquire(t, rc, ctx, "b", time.Minute)
+		waitFor(t, "the key on node 0", func() bool { return c.servers[0].Exists("b") })
+		c.servers[0].Del("b")
+		start := time.Now()
+		if err := lock.Release(ctx); err != nil {
+			t.Fatalf("Release: %v, want nil: a quorum may still hold it", err)
+		}
+		if took := time.Since(start); took > timeout/2 {
+			t.Fatalf("Release took %v with its undecided nodes known to be failing, want well under the node timeout (%v)", took, timeout)
+		}
+	})
+	t.Run("after a hand-off that did not win", func(t *testing.T) {
+		c := newCluster(t, 5)
+		rc := c.client(t, redlock.WithNodeTimeout(timeout))
+		lock, err := rc.Acquire(ctx, "h", time.Minute) // an Acquire holds the Client's turn
+		if err != nil {
+			t.Fatal(err)
+		}
+		redlock.WaitSettled(lock)
+		frozen(t, c)
+		c.servers[2].Set("h", "another holder")
+		next := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 3*timeout)
+			defer cancel()
+			l, err := rc.Acquire(wctx, "h", time.Minute)
+			if err == nil {
+				err = errors.New("acquired a key another holder has on a node, with two nodes frozen")
+				_ = l.Release(ctx)
+			}
+			next <- err
+		}()
+		waitFor(t, "the second Acquire to wait in the Client's line", func() bool { return redlock.LocalWaiters(rc, "h") == 1 })
+		start := time.Now()
+		_ = lock.Release(ctx)
+		if took := time.Since(start); took > 3*timeout/2 {
+			t.Fatalf("Release took %v: the hand-off's node timeout and another, want one (%v)", took, timeout)
+		}
+		if err := <-next; !errors.Is(err, redlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the waiter: %v", err)
+		}
+	})
+}
