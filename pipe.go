@@ -60,7 +60,9 @@ func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replica
 			if ctx.Err() != nil {
 				late, cancel, send := lateIO(op, ctx, timeout)
 				if !send {
-					return op.result(cmd)
+					// Not a node that keeps no scripts: its NOSCRIPT came
+					// after the deadline, and the write is not made.
+					return 0, nil, notResent(ctx.Err())
 				}
 				defer cancel()
 				again = late
@@ -91,6 +93,13 @@ func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replica
 		err = ack.check(wait)
 	}
 	return v, vs, err
+}
+
+// notResent is the error of a write of a hold whose EVALSHA was answered
+// NOSCRIPT after its deadline (cause): its EVAL is not sent, and the node is
+// not taken for one that keeps no scripts (ErrMisconfigured): it was slow.
+func notResent(cause error) error {
+	return fmt.Errorf("not sent again after NOSCRIPT: %w", cause)
 }
 
 // result reads op's reply.
@@ -278,7 +287,7 @@ func (p *pipe) send(batch []call) {
 	// the first time, so nothing runs twice; they do run after the calls of
 	// the batch that followed them, which are on other keys (see
 	// disjointPrefix).
-	var again []int
+	var again, dropped []int
 	for i, cmd := range cmds {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			again = append(again, i)
@@ -289,7 +298,13 @@ func (p *pipe) send(batch []call) {
 			// The NOSCRIPT answers came after the calls' deadline: the
 			// deletes among them are still sent (see lateIO), the others
 			// answered as they are.
-			again = slices.DeleteFunc(again, func(i int) bool { return live[i].op.holds })
+			again = slices.DeleteFunc(again, func(i int) bool {
+				if live[i].op.holds {
+					dropped = append(dropped, i)
+					return true
+				}
+				return false
+			})
 			var late context.CancelFunc
 			ctx, late = context.WithTimeout(context.WithoutCancel(ctx), maxTimeout(live))
 			defer late()
@@ -308,6 +323,10 @@ func (p *pipe) send(batch []call) {
 		})
 	}
 	for i, c := range live {
+		if slices.Contains(dropped, i) {
+			c.reply(0, nil, notResent(context.DeadlineExceeded))
+			continue
+		}
 		v, vs, err := c.op.result(cmds[i])
 		if err == nil && v > 0 && ack && c.op.holds {
 			w := wait

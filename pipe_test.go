@@ -546,3 +546,66 @@ func TestBatching_lateDeleteInFlightIsNotOvertaken(t *testing.T) {
 	default:
 	}
 }
+
+// slowReplies delays every script's reply (after the node ran it) by d,
+// once armed, and counts the replies it delayed.
+type slowReplies struct {
+	armed   atomic.Bool
+	d       time.Duration
+	delayed atomic.Int32
+}
+
+func (h *slowReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval") {
+			time.Sleep(h.d)
+			h.delayed.Add(1)
+		}
+		return err
+	}
+}
+
+func (h *slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestBatching_lateNoScriptIsNotMisconfigured: a node that answers an
+// acquire's EVALSHA with NOSCRIPT (it restarted) after the call's deadline
+// is slow, not misconfigured: the EVAL is not sent (the write would come
+// too late), and neither the logger nor the Observer is told that the node
+// keeps no scripts.
+func TestBatching_lateNoScriptIsNotMisconfigured(t *testing.T) {
+	c := newCluster(t, 1)
+	slow := &slowReplies{d: 300 * time.Millisecond}
+	c.clients[0].AddHook(slow)
+	var misconfigured atomic.Int32
+	observer := redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+		if e.Op == redlock.OpMisconfigured {
+			misconfigured.Add(1)
+		}
+	}))
+	rc := c.client(t, redlock.WithNodeTimeout(100*time.Millisecond), observer)
+	ctx := context.Background()
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "warm-up", 10*time.Second))
+	admin := redis.NewClient(&redis.Options{Addr: c.addrs[0]})
+	defer admin.Close()
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	slow.armed.Store(true)
+	_, err := rc.TryAcquire(ctx, "k", 10*time.Second)
+	mustNotAcquire(t, err)
+	waitFor(t, "the late NOSCRIPT reply", func() bool { return slow.delayed.Load() >= 1 })
+	slow.armed.Store(false)
+	waitIdle(t, rc)
+	if n := misconfigured.Load(); n != 0 {
+		t.Fatalf("a NOSCRIPT that came after the deadline was reported as a misconfigured node (%d events)", n)
+	}
+	if c.servers[0].Exists("k") {
+		t.Fatal("the late acquire was sent again with EVAL and took the key")
+	}
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "k", 10*time.Second))
+}
