@@ -32,26 +32,38 @@ func BenchmarkLock(b *testing.B) {
 }
 
 // stubAnswers makes a go-redis client answer every script with 1 at once,
-// in process, alone or pipelined, without a connection: with it,
+// in process, alone or pipelined, without a connection, and INFO (which
+// identifies the node's server) with a run_id of its own: with it,
 // BenchmarkLockOverhead measures what the library itself costs per lock,
 // with no server and no network.
-type stubAnswers struct{}
+type stubAnswers struct{ runID string }
 
 func (stubAnswers) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (stubAnswers) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+func (s stubAnswers) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 	return func(_ context.Context, cmd redis.Cmder) error {
-		cmd.(*redis.Cmd).SetVal(int64(1))
+		s.answer(cmd)
 		return nil
 	}
 }
 
-func (stubAnswers) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (s stubAnswers) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(_ context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			cmd.(*redis.Cmd).SetVal(int64(1))
+			s.answer(cmd)
 		}
 		return nil
+	}
+}
+
+func (s stubAnswers) answer(cmd redis.Cmder) {
+	switch cmd := cmd.(type) {
+	case *redis.Cmd:
+		cmd.SetVal(int64(1))
+	case *redis.StringCmd: // INFO
+		cmd.SetVal("run_id:" + s.runID + "\r\n")
+	default:
+		cmd.SetErr(fmt.Errorf("stub: %s not answered", cmd.Name()))
 	}
 }
 
@@ -61,7 +73,7 @@ func BenchmarkLockOverhead(b *testing.B) {
 			nodes := make([]redis.UniversalClient, n)
 			for i := range n {
 				rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("stub-%d:6379", i)})
-				rdb.AddHook(stubAnswers{})
+				rdb.AddHook(stubAnswers{runID: fmt.Sprint("stub-", i)})
 				b.Cleanup(func() { _ = rdb.Close() })
 				nodes[i] = rdb
 			}
