@@ -55,7 +55,7 @@ type nodeOp struct {
 func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replicaAck, timeout time.Duration) (int64, []int64, error) {
 	if !ack.on() || !op.holds {
 		cmd := op.script.EvalSha(ctx, rdb, op.keys, op.args...)
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if noScript(cmd.Err()) {
 			again := ctx
 			if ctx.Err() != nil {
 				late, cancel, send := lateIO(op, ctx, timeout)
@@ -85,7 +85,7 @@ func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replica
 		})
 	}
 	send(true)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if noScript(cmd.Err()) {
 		send(false)
 	}
 	v, vs, err := op.result(cmd)
@@ -93,6 +93,13 @@ func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replica
 		err = ack.check(wait)
 	}
 	return v, vs, err
+}
+
+// noScript reports whether err is the node's answer that it does not know
+// the script (NOSCRIPT). It checks for nil first: go-redis's
+// HasErrorPrefix allocates on every call, and nearly every reply is nil.
+func noScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // notResent is the error of a write of a hold whose EVALSHA was answered
@@ -289,7 +296,7 @@ func (p *pipe) send(batch []call) {
 	// disjointPrefix).
 	var again, dropped []int
 	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if noScript(cmd.Err()) {
 			again = append(again, i)
 		}
 	}
