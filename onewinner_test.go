@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -28,39 +29,58 @@ func separateClients(t *testing.T, c *cluster, count int, opts ...redlock.Option
 }
 
 // raceTryAcquire has the Clients call TryAcquire on one free key at the
-// same moment, and returns how many won.
-func raceTryAcquire(t *testing.T, rcs []*redlock.Client, key string) int {
+// same moment, and returns how many won, and whether every node answered
+// every Client in time (no *NodeError in any refusal).
+func raceTryAcquire(t *testing.T, rcs []*redlock.Client, key string) (winners int, answered bool) {
 	t.Helper()
 	ctx := context.Background()
 	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-		mu    sync.Mutex
-		won   []*redlock.Lock
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+		mu     sync.Mutex
+		won    []*redlock.Lock
+		failed bool
 	)
 	for _, rc := range rcs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			if l, err := rc.TryAcquire(ctx, key, 10*time.Second); err == nil {
-				mu.Lock()
+			l, err := rc.TryAcquire(ctx, key, 10*time.Second)
+			var ne *redlock.NodeError
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
 				won = append(won, l)
-				mu.Unlock()
+			} else if errors.As(err, &ne) {
+				failed = true
 			}
 		}()
 	}
 	close(start)
 	wg.Wait()
 	for _, l := range won {
-		mustRelease(t, l)
+		// On a machine so loaded that the nodes did not answer the
+		// release in time, its keys expire with the ttl; each run has a
+		// key of its own.
+		if err := l.Release(ctx); errors.Is(err, redlock.ErrNotConfirmed) {
+			failed = true
+		} else if err != nil {
+			t.Fatalf("Release: %v", err)
+		}
 	}
-	return len(won)
+	return len(won), !failed
 }
 
 // TestTryAcquire_oneWinnerAtOnce: 100 separate Clients that TryAcquire one
 // free key at the same moment elect exactly one winner in at least 95 % of
 // runs, at N = 3 and N = 5, and never two.
+//
+// The 95 % are of the runs in which every node answered every Client
+// within the node timeout: a run in which nodes did not (a machine so
+// loaded that a call took longer) may elect nobody, as a node that fails
+// is one no Client can count on. Such runs are still checked for two
+// winners, and more runs are made in their place, up to maxRuns.
 func TestTryAcquire_oneWinnerAtOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 Clients per run")
@@ -69,19 +89,27 @@ func TestTryAcquire_oneWinnerAtOnce(t *testing.T) {
 		t.Run(map[int]string{3: "N=3", 5: "N=5"}[n], func(t *testing.T) {
 			c := newCluster(t, n)
 			rcs := separateClients(t, c, 100)
-			const runs = 20
-			none := 0
-			for run := range runs {
-				switch got := raceTryAcquire(t, rcs, fmt.Sprint("leader", run)); {
-				case got > 1:
+			const runs, maxRuns = 20, 100
+			none, clean, run := 0, 0, 0
+			for ; clean < runs && run < maxRuns; run++ {
+				got, answered := raceTryAcquire(t, rcs, fmt.Sprint("leader", run))
+				if got > 1 {
 					t.Fatalf("run %d: %d winners", run, got)
-				case got == 0:
+				}
+				if !answered {
+					continue
+				}
+				clean++
+				if got == 0 {
 					none++
 				}
 			}
-			t.Logf("N=%d: no winner in %d of %d runs", n, none, runs)
+			t.Logf("N=%d: no winner in %d of %d runs in which every node answered in time (%d runs in all)", n, none, clean, run)
+			if clean < runs {
+				t.Fatalf("nodes failed to answer in time in %d of %d runs: the machine is too loaded to judge the elections", run-clean, run)
+			}
 			if none > 1 { // 95 % of 20 runs: at most one without a winner
-				t.Fatalf("no winner in %d of %d runs", none, runs)
+				t.Fatalf("no winner in %d of %d runs", none, clean)
 			}
 		})
 	}
