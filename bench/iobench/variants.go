@@ -55,24 +55,15 @@ type variant struct {
 	clientName string
 }
 
-func checkAcqScript(cmd *redis.Cmd) error {
+// checkScript checks that a script answered 1 (acquired, or released);
+// what names the script in the error.
+func checkScript(cmd *redis.Cmd, what string) error {
 	v, err := cmd.Int64()
 	if err != nil {
 		return err
 	}
 	if v != 1 {
-		return fmt.Errorf("acquire returned %d", v)
-	}
-	return nil
-}
-
-func checkRelScript(cmd *redis.Cmd) error {
-	v, err := cmd.Int64()
-	if err != nil {
-		return err
-	}
-	if v != 1 {
-		return fmt.Errorf("release returned %d", v)
+		return fmt.Errorf("%s returned %d", what, v)
 	}
 	return nil
 }
@@ -110,11 +101,11 @@ func newPool(addr string, setget bool) *variant {
 		}
 	} else {
 		v.lock = func(ctx context.Context, key, tok string) error {
-			return checkAcqScript(acqScript.EvalSha(ctx, rdb, []string{key}, tok, ttlMs))
+			return checkScript(acqScript.EvalSha(ctx, rdb, []string{key}, tok, ttlMs), "acquire")
 		}
 	}
 	v.unlock = func(ctx context.Context, key, tok string) error {
-		return checkRelScript(relScript.EvalSha(ctx, rdb, []string{key}, tok))
+		return checkScript(relScript.EvalSha(ctx, rdb, []string{key}, tok), "release")
 	}
 	return v
 }
@@ -146,14 +137,14 @@ func newPipeVariant(addr string, setget bool, label, cname string, mode idleMode
 			cmd := p.do(ctx, func(ctx context.Context, r runner) redis.Cmder {
 				return acqScript.EvalSha(ctx, r, []string{key}, tok, ttlMs)
 			})
-			return checkAcqScript(cmd.(*redis.Cmd))
+			return checkScript(cmd.(*redis.Cmd), "acquire")
 		}
 	}
 	v.unlock = func(ctx context.Context, key, tok string) error {
 		cmd := p.do(ctx, func(ctx context.Context, r runner) redis.Cmder {
 			return relScript.EvalSha(ctx, r, []string{key}, tok)
 		})
-		return checkRelScript(cmd.(*redis.Cmd))
+		return checkScript(cmd.(*redis.Cmd), "release")
 	}
 	return v
 }
@@ -182,11 +173,11 @@ func newAutoPipe(addr string, setget bool, label, cname string, opts *redis.Auto
 		}
 	} else {
 		v.lock = func(ctx context.Context, key, tok string) error {
-			return checkAcqScript(acqScript.EvalSha(ctx, ap, []string{key}, tok, ttlMs))
+			return checkScript(acqScript.EvalSha(ctx, ap, []string{key}, tok, ttlMs), "acquire")
 		}
 	}
 	v.unlock = func(ctx context.Context, key, tok string) error {
-		return checkRelScript(relScript.EvalSha(ctx, ap, []string{key}, tok))
+		return checkScript(relScript.EvalSha(ctx, ap, []string{key}, tok), "release")
 	}
 	return v, nil
 }
