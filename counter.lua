@@ -3,13 +3,14 @@
 -- than its last, or the node's clock in microseconds when that is more.
 -- Every draw and raise sets the counter to expire keep milliseconds after
 -- the node's clock has passed its value (keep is the fence horizon: the
--- lock's ttl, or the Client's WithFenceHorizon when longer). A counter that
--- is gone has been passed by the node's clock, so a value drawn from the
--- clock again is above every value it gave, unless the clock was set back
--- since by more than keep in all (it reads less than an earlier reading
--- minus keep). The keys a node keeps for counters are those of the locks of
--- the last horizon or so, not of every key ever locked. The values stay
--- below 2^53 (the clock until the year 2255), exact in Lua's numbers.
+-- lock's ttl, or the Client's WithFenceHorizon when longer), or later if it
+-- was to expire later already. A counter that is gone has been passed by
+-- the node's clock, so a value drawn from the clock again is above every
+-- value it gave, unless the clock was set back since by more than keep in
+-- all (it reads less than an earlier reading minus keep). The keys a node
+-- keeps for counters are those of the locks of the last horizon or so, not
+-- of every key ever locked. The values stay below 2^53 (the clock until the
+-- year 2255), exact in Lua's numbers.
 -- counter_draw also returns whether the value is the clock's (rather than
 -- one more than the last, which is ahead of the clock); counter_next
 -- returns the value alone.
@@ -19,10 +20,12 @@ local function counter_now()
 end
 
 -- counter_set sets counter k to n, to expire keep ms after the node's clock
--- (now, in microseconds) has passed n; 1 ms more covers the rounding.
+-- (now, in microseconds) has passed n; 1 ms more covers the rounding. It
+-- never expires sooner than it would have: another Client may have asked
+-- for a longer horizon (WithFenceHorizon).
 local function counter_set(k, n, now, keep)
   local ahead = math.max(0, math.ceil((n - now) / 1000))
-  local px = ahead + math.max(1, math.floor(tonumber(keep))) + 1
+  local px = math.max(ahead + math.max(1, math.floor(tonumber(keep))) + 1, redis.call('PTTL', k))
   redis.call('SET', k, string.format('%d', n), 'PX', string.format('%d', px))
 end
 

@@ -38,9 +38,12 @@ func WithFencing() AcquireOption {
 // less than an earlier reading of it minus the horizon (see
 // docs/safety.md). A longer horizon tolerates larger steps back (a clock
 // corrected after running ahead), at the cost of one small key per key
-// fenced within it. d must not be negative; a horizon above 100 years
-// (math.MaxInt64, say, for "for good") counts as 100 years. Default: 0
-// (the lock's ttl).
+// fenced within it. Another Client's acquire never makes a counter expire
+// sooner than it was to; but a token is protected by the horizon of the
+// Client that drew the highest value so far, so give every Client that
+// fences a key the same horizon. d must not be negative; a horizon above
+// 100 years (math.MaxInt64, say, for "for good") counts as 100 years.
+// Default: 0 (the lock's ttl).
 func WithFenceHorizon(d time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if d < 0 {
