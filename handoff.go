@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -15,24 +16,23 @@ type handsOver interface {
 	// else c*10 + 2*w + r (see handOffFlags): c what the kind's acquire
 	// answers (the fencing counter, 1 when not fenced), w 1 if another
 	// process listens for the lock's release on the node, r 1 if from's
-	// token was there (see handoff.lua).
+	// token was there, 0 if not, 4 if token was (see handoff.lua).
 	handOff(token, from string, ttl, fence time.Duration) nodeOp
 }
 
 // handOffHad tells from a node's part in a hand-off (its answer ans and the
 // script's value v) whether the releasing lock's token was there (holds),
-// was not (holdsNot), or is not known (ans, failed or unanswered). A node
-// that failed only because its replicas did not confirm the swap
-// (WithReplicaAck) ran the script: v > 0 tells.
+// was not (holdsNot), or is not known (failed: the call failed, or the node
+// answered a resend of it, or unanswered). A node that failed only because
+// its replicas did not confirm the swap (WithReplicaAck) ran the script: v
+// > 0 tells.
 func handOffHad(ans answer, v int64) answer {
 	switch {
 	case ans == holdsNot:
 		return holdsNot // another token is there
 	case ans == holds || ans == failed && v > 0:
-		if _, _, r := handOffFlags(v); r {
-			return holds
-		}
-		return holdsNot
+		_, _, had := handOffFlags(v)
+		return had
 	}
 	return ans
 }
@@ -40,10 +40,23 @@ func handOffHad(ans answer, v int64) answer {
 // handOffFlags splits a hand-off script's answer for a node that holds the
 // lock now: c*10 + 2*w + r (in decimal, the scripts append the digit to c:
 // c can be the node's clock in microseconds, which a Lua number could not
-// multiply without losing its last digits).
-func handOffFlags(v int64) (c int64, w, r bool) {
+// multiply without losing its last digits). had is what r says of the
+// releasing lock's token: it was there (holds), it was not (holdsNot), or
+// the node already held the new token (failed: not known). The last is a
+// resend of the call (go-redis sends a command again after a network
+// error), whose first run swapped the tokens, or took a free key: only its
+// lost answer told which.
+func handOffFlags(v int64) (c int64, w bool, had answer) {
 	f := v % 10
-	return v / 10, f&2 != 0, f&1 != 0
+	switch {
+	case f&4 != 0:
+		had = failed
+	case f&1 != 0:
+		had = holds
+	default:
+		had = holdsNot
+	}
+	return v / 10, f&2 != 0, had
 }
 
 // handOffResult is what a hand-off did and learned.
@@ -163,6 +176,18 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	r, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, yes, no, skipped, false, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
 	l.settled = settled
 	l.finish()
-	yes, no = yes+r.yes, no+r.no-skipped
-	return true, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, tm.ttl, r.errs)
+	// A node the hand-off did not hear from may have run it all the same
+	// (its answer came late, or was lost): it swapped l's token for the
+	// waiter's, which the failed hand-off's cleanup deleted, and l's
+	// release found the key gone there. Such a node is free, but shows
+	// nothing of whether l held until then.
+	gone := r.no - skipped
+	yes += r.yes
+	n := len(c.nodes)
+	if outcome := judgeRelease(n, l.quorum, yes, no, false); outcome != incomplete || yes+no+gone < l.quorum {
+		return true, l.releaseResult(ctx, outcome, yes, no, tm.ttl, r.errs)
+	}
+	return true, &quorumError{sentinel: ErrNotConfirmed, nodes: r.errs,
+		detail: fmt.Sprintf("release of %s after a hand-off that did not win: deleted on %d of %d nodes, gone from %d more, which a late hand-off may have taken and its cleanup deleted: whether it held until the release is not known",
+			l.kind.describe(), yes, n, gone)}
 }

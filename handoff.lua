@@ -15,7 +15,8 @@
 -- string (c*10 + 2*w + r, which go-redis reads as an integer): c is the
 -- fencing counter's new value (1 when not fenced), w is 1 if another
 -- process waits for the key's release here (it subscribed to the channel),
--- r is 1 if the holder's token was there and 0 if not. A string, because
+-- r is 1 if the holder's token was there, 0 if not, and 4 if ours was (a
+-- resend of this call, whose first run is the one that knew). A string, because
 -- c may be the node's clock in microseconds (counter.lua): as a Lua
 -- number, c*10 (or c*4) would lose its last digits past 2^53.
 local v = redis.pcall('GET', KEYS[1])
@@ -29,6 +30,7 @@ if v == ARGV[3] then
 elseif v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 elseif v == ARGV[1] then
+  r = 4
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -475,4 +477,169 @@ func TestLock_Release_handOffTellsALossOnAMajority(t *testing.T) {
 	}
 	second := mustGet(t, waiting)
 	mustRelease(t, second)
+}
+
+// answerLost makes a node run the next call of one script and then lose
+// its answer, as a connection cut after the node ran the command: the call
+// fails with an error that is not a timeout, and the node keeps what the
+// script did. With resend, the call is sent again instead, as go-redis
+// does after a network error, and the second answer is the one returned.
+type answerLost struct {
+	sha    string
+	resend bool
+	armed  atomic.Bool
+	hit    atomic.Int32
+}
+
+var errAnswerLost = errors.New("connection cut after the command was sent")
+
+func (h *answerLost) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *answerLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.mangle([]redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
+	}
+}
+
+func (h *answerLost) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.mangle(cmds, func() error { return next(ctx, cmds) })
+	}
+}
+
+// loadScript loads a script on every node, so that its first call is not
+// answered NOSCRIPT (and sent again with its text).
+func loadScript(t *testing.T, c *cluster, file string) {
+	t.Helper()
+	for _, rdb := range c.clients {
+		if err := rdb.ScriptLoad(context.Background(), redlock.ScriptSource(file)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (h *answerLost) mangle(cmds []redis.Cmder, send func() error) error {
+	i := slices.IndexFunc(cmds, func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		return cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.sha
+	})
+	if i < 0 || !h.armed.CompareAndSwap(true, false) {
+		return send()
+	}
+	h.hit.Add(1)
+	err := send()
+	if h.resend {
+		return send()
+	}
+	cmds[i].SetErr(errAnswerLost)
+	if err == nil {
+		err = errAnswerLost
+	}
+	return err
+}
+
+// TestLock_Release_afterHandOffWhoseAnswersWereLost: the hand-off ran on
+// nodes 1 and 2 but their answers were lost, so it did not win; its cleanup
+// deleted the waiter's token there, and the release of the lock found the
+// key gone. The lock held on every node until then: Release must not report
+// it lost. It used to count those nodes as a majority without the token
+// (ErrLockLost); whether the lock held is not known (ErrNotConfirmed).
+func TestLock_Release_afterHandOffWhoseAnswersWereLost(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	first, err := rc.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(first)
+	waiting := queuedAcquire(t, rc, ctx, "k", time.Minute)
+	loadScript(t, c, "handoff.lua")
+	var lost []*answerLost
+	for _, i := range []int{1, 2} {
+		h := &answerLost{sha: scriptSHA(t, "handoff.lua")}
+		h.armed.Store(true)
+		c.clients[i].AddHook(h)
+		lost = append(lost, h)
+	}
+
+	err = first.Release(ctx)
+	for i, h := range lost {
+		if h.hit.Load() != 1 {
+			t.Fatalf("node %d: the hand-off's answer was not lost (%d)", i+1, h.hit.Load())
+		}
+	}
+	if errors.Is(err, redlock.ErrLockLost) || !errors.Is(err, redlock.ErrNotConfirmed) {
+		t.Fatalf("Release: %v, want ErrNotConfirmed: every node held the token until the hand-off", err)
+	}
+	second := mustGet(t, waiting)
+	mustRelease(t, second)
+}
+
+// TestLock_Release_handOffResent: go-redis sent the hand-off again on
+// nodes 1 and 2 (a network error after the first run), whose second run
+// found the waiter's token there already. The hand-off won on every node,
+// and nothing shows the lock lost. The scripts used to answer a resend as
+// "the releasing token was not there", and Release reported ErrLockLost.
+// For each kind that is handed over.
+func TestLock_Release_handOffResent(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		script  string
+		keys    []string
+		acquire func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error)
+	}{
+		{"plain", "handoff.lua", []string{"k"}, func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute)
+		}},
+		{"write", "kind_rw.lua", []string{"k"}, func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, redlock.ForWrite())
+		}},
+		{"multi-key", "kind_multi.lua", []string{"a", "b"}, func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.AcquireAll(ctx, []string{"a", "b"}, time.Minute)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			rc := c.client(t)
+			ctx := context.Background()
+			first, err := tc.acquire(ctx, rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			redlock.WaitSettled(first)
+			got := make(chan acquired, 1)
+			go func() {
+				l, err := tc.acquire(ctx, rc)
+				got <- acquired{l, err}
+			}()
+			waitFor(t, "the second Acquire to queue", func() bool {
+				return redlock.LocalWaiters(rc, "k")+redlock.LocalWriters(rc, "k")+redlock.LocalMultiWaiters(rc, "a", "b") == 1
+			})
+			loadScript(t, c, tc.script)
+			var resent []*answerLost
+			for _, i := range []int{1, 2} {
+				h := &answerLost{sha: scriptSHA(t, tc.script), resend: true}
+				h.armed.Store(true)
+				c.clients[i].AddHook(h)
+				resent = append(resent, h)
+			}
+
+			if err := first.Release(ctx); errors.Is(err, redlock.ErrLockLost) || err != nil && !errors.Is(err, redlock.ErrNotConfirmed) {
+				t.Fatalf("Release: %v, want nil or ErrNotConfirmed: the lock held until the hand-off on node 0, and nodes 1 and 2 tell nothing", err)
+			}
+			for i, h := range resent {
+				if h.hit.Load() != 1 {
+					t.Fatalf("node %d: the hand-off was not resent (%d)", i+1, h.hit.Load())
+				}
+			}
+			second := mustGet(t, got)
+			for _, k := range tc.keys {
+				if got := c.holders(k, second.Token()); len(got) != 3 {
+					t.Fatalf("%s: the handed-over lock is on nodes %v, want all 3", k, got)
+				}
+			}
+			mustRelease(t, second)
+		})
+	}
 }

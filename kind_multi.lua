@@ -20,7 +20,7 @@
 -- Handoff returns 0 when another holder has any of the keys, else c, w and
 -- r as handoff.lua does (c as acquire's, w 1 if a process
 -- listens on any key's release channel, r 1 if any key held the releasing
--- holder's token).
+-- holder's token, 4 if a key held ours: a resend).
 -- Extend returns 1 if every key held our token; release and drop return 1 if
 -- any key held it.
 local op, token, px, m = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
@@ -44,9 +44,10 @@ local function take(from)
   for i = 1, m do
     local v = redis.pcall('GET', KEYS[i])
     if v == token then
+      r = 4 -- a resend: its first run is the one that knew
       lengthen(KEYS[i])
     else
-      if v == from then
+      if v == from and r == 0 then
         r = 1
       end
       redis.call('SET', KEYS[i], token, 'PX', px)

@@ -24,7 +24,7 @@
 -- counter (1 when not fenced). Handoff returns 0 when the lock is held
 -- against us, else c, w and r as handoff.lua does (c the fencing
 -- counter, w 1 if a process listens on the release channel ARGV[4], r 1 if
--- the releasing writer's token was there). The others return 1 if our hold
+-- the releasing writer's token was there, 4 if ours was: a resend). The others return 1 if our hold
 -- was there.
 local k, ww = KEYS[1], KEYS[2]
 local op, token, px, role, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6], ARGV[7]
@@ -134,6 +134,9 @@ elseif op == 'handoff' then
     redis.call('SET', k, token, 'PX', px)
     c = fence()
   else
+    if ours then
+      r = 4 -- a resend: its first run is the one that knew
+    end
     c = take()
     if c == 0 then
       return 0

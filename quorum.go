@@ -563,10 +563,9 @@ func (c *Client) settledOrFailing(q int) func(*tally) bool {
 	}
 }
 
-// releasedAt is Release's stop condition: every node has answered, or q
-// nodes (counting base confirmed before) deleted the token and the nodes
-// yet to answer are failing, or still out past the deadline of the lock's
-// previous operation there (before); or, once q nodes (with base) are known
+// releasedAt is Release's stop condition: every node yet to answer is
+// failing, or still out past the deadline of the lock's previous operation
+// there (before), or there is none; or, once q nodes (with base) are known
 // to be free of the token, the grace of withGrace has passed. Release
 // waits for the nodes that answer about as fast as the quorum, so that a
 // program that closes its clients or exits right after Release leaves no
@@ -581,12 +580,13 @@ func (c *Client) settledOrFailing(q int) func(*tally) bool {
 // or its validity ran out), the grace starts only once the answers also
 // tell whether the lock held to the end: a quorum deleted the token, or a
 // majority did not have it. Answers that are mixed so far (the key expired
-// on some nodes) are waited for up to the node timeout, so that Release
-// nil; nodes known to be failing are not waited for even then.
+// on some nodes) are waited for up to the node timeout, so that a loss the
+// slower nodes show is reported; nodes known to be failing are not waited
+// for even then, nor when too few others are left to tell.
 func (c *Client) releasedAt(q, base, baseNo, skipped int, known bool, before settlement) func(*tally) bool {
 	n := len(c.nodes)
 	return withGrace(func(t *tally) bool {
-		return base+t.yes >= q && !c.awaits(t, before)
+		return !c.awaits(t, before)
 	}, func(t *tally) bool {
 		free := base+baseNo+t.yes+t.no-skipped >= q
 		return free && (known || base+t.yes >= q || baseNo+t.no-skipped > n-q || !c.awaits(t, before))

@@ -828,7 +828,12 @@ func (l *Lock) over() error {
 // left.
 // When so many nodes fail that neither can be told, it returns an error
 // matching ErrNotConfirmed that joins their *NodeError values; the keys they
-// may hold expire with the ttl. On a nil Lock it returns ErrNotAcquired.
+// may hold expire with the ttl. Nodes known to be failing (their last call
+// went unanswered) are not waited for. ErrNotConfirmed also comes after a
+// hand-off to a goroutine waiting for the lock that did not win, when the
+// nodes it did not hear from have no key and those decide: the hand-off may
+// have run there and its cleanup deleted the swapped key. On a nil Lock it
+// returns ErrNotAcquired.
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrNotAcquired

@@ -1558,6 +1558,38 @@ func (h *landsLateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	return next
 }
 
+// TestLock_Release_doesNotWaitForAFailingMajority: when every node yet to
+// answer is known to be failing (frozen here), Release does not wait for
+// them, even though the nodes that answered are too few to tell: it reports
+// at once that the release is not confirmed. It used to wait out the node
+// timeout whenever fewer than a quorum had deleted the token.
+func TestLock_Release_doesNotWaitForAFailingMajority(t *testing.T) {
+	const timeout = 2 * time.Second
+	c := newCluster(t, 3)
+	rc := c.client(t, redlock.WithNodeTimeout(timeout))
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+	redlock.WaitSettled(lock)
+	for _, i := range []int{1, 2} {
+		h := &gateHook{}
+		h.close()
+		c.clients[i].AddHook(h)
+		t.Cleanup(h.open)
+	}
+	// An Extend finds them failing.
+	if err := lock.Extend(ctx, time.Minute); !errors.Is(err, redlock.ErrNotConfirmed) {
+		t.Fatalf("Extend: %v, want ErrNotConfirmed", err)
+	}
+	start := time.Now()
+	if err := lock.Release(ctx); !errors.Is(err, redlock.ErrNotConfirmed) {
+		t.Fatalf("Release: %v, want ErrNotConfirmed: deleted on 1 of 3 nodes, the others frozen", err)
+	}
+	// Wide: a Release that waited for the frozen nodes takes the whole 2 s.
+	if took := time.Since(start); took > timeout/2 {
+		t.Fatalf("Release took %v with the nodes yet to answer known to be failing, want well under the node timeout (%v)", took, timeout)
+	}
+}
+
 // TestLock_Release_mixedAnswersFailingNodes: a Release whose answers are
 // mixed does not wait for nodes known to be failing (frozen here), and the
 // release after a hand-off that did not win counts the nodes the hand-off
