@@ -124,12 +124,14 @@ func (c *Client) handOff(ctx context.Context, l *Lock, from handsOver, w *waiter
 
 // handedOver is a hand-off's stop condition: the next lock is won on a
 // quorum, and l's outcome is decided: a quorum had l's token, or more than
-// a minority did not, or every node yet to answer is failing (it counts as
-// holding l, as in any Release). Won on two of three nodes, one that had
-// l's token and one where it was gone, the third tells whether l held.
+// a minority did not; or, after a grace (withGrace), every node yet to
+// answer is failing (onlyFailingLeft: it counts as holding l, as in any
+// Release, unless it recovered and answers in the grace), whether the
+// hand-off won or not. Won on two of three nodes, one that had l's token
+// and one where it was gone, the third tells whether l held.
 func (c *Client) handedOver(l *Lock) func(*tally) bool {
 	n, q := len(c.nodes), l.quorum
-	return func(t *tally) bool {
+	return withGrace(func(t *tally) bool {
 		if t.yes < q {
 			return false
 		}
@@ -142,8 +144,8 @@ func (c *Client) handedOver(l *Lock) func(*tally) bool {
 				not++
 			}
 		}
-		return had >= q || not > n-q || !c.awaits(t, l.settled)
-	}
+		return had >= q || not > n-q
+	}, c.onlyFailingLeft(l.settled))
 }
 
 // release is a Release that hands l to the next goroutine of its Client

@@ -287,10 +287,6 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeou
 	}
 	reply := func(r nodeReply) {
 		close(settled.done[r.node])
-		if r.skipped {
-			deliver(r)
-			return
-		}
 		c.calls.done()
 		c.noteFailing(r.node, r.err)
 		c.noteMisconfigured(ctx, r.node, r.value, r.err)
@@ -318,7 +314,14 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeou
 		}
 		switch {
 		case skip != nil && skip[i]:
-			reply(nodeReply{node: i, skipped: true})
+			// Not contacted: the node's last call is still the one
+			// before, which the next operation's call there must follow.
+			if after.done != nil {
+				settled.done[i], settled.deadlines[i] = after.done[i], after.deadlines[i]
+			} else {
+				close(settled.done[i])
+			}
+			deliver(nodeReply{node: i, skipped: true})
 		case nd.inline && n == 1:
 			// One node whose client cuts the call at ctx's deadline: there
 			// is no quorum to return early with, so the call runs here.
@@ -553,19 +556,30 @@ func noReply(timeout time.Duration, err error) error {
 	return fmt.Errorf("no reply: %w", err)
 }
 
-// settledOrFailing is an attempt's stop condition: q nodes hold, or only
-// nodes that are failing (frozen or cut off) have yet to answer. A
-// failed attempt does not wait out their timeout: its cleanup's delete
-// follows each one's SET there (see fanOut).
-func (c *Client) settledOrFailing(q int) func(*tally) bool {
-	return func(t *tally) bool {
-		return t.yes >= q || t.yes+t.notYes > 0 && !c.awaits(t, settlement{})
-	}
+// onlyFailingLeft says when every node yet to answer is failing (frozen or
+// cut off), or still out past the deadline of the operation's previous
+// call there (before), or there is none. As a withGrace decision: such
+// nodes are not waited out, but a node still marked failing that answers
+// again about as fast as the others (it recovered; its mark goes with its
+// first answer) still counts.
+func (c *Client) onlyFailingLeft(before settlement) func(*tally) bool {
+	return func(t *tally) bool { return !c.awaits(t, before) }
 }
 
-// releasedAt is Release's stop condition: every node yet to answer is
-// failing, or still out past the deadline of the lock's previous operation
-// there (before), or there is none; or, once q nodes (with base) are known
+// attemptDone is an attempt's stop condition: q nodes hold; or, after a
+// grace (withGrace), the attempt has failed (so many nodes did not take the
+// key that q can not be reached) or only failing nodes are left. A failed
+// attempt does not wait out the failing nodes' timeout: its cleanup's
+// delete follows each one's SET there (see fanOut).
+func (c *Client) attemptDone(q int) func(*tally) bool {
+	decided, failing := decidedAt(len(c.nodes), q), c.onlyFailingLeft(settlement{})
+	return withGrace(wonAt(q), func(t *tally) bool { return decided(t) || failing(t) })
+}
+
+// releasedAt is Release's stop condition: every node has answered, or q
+// nodes (counting base confirmed before) deleted the token and the nodes
+// yet to answer are failing, or still out past the deadline of the lock's
+// previous operation there (before); or, once q nodes (with base) are known
 // to be free of the token, the grace of withGrace has passed. Release
 // waits for the nodes that answer about as fast as the quorum, so that a
 // program that closes its clients or exits right after Release leaves no
@@ -581,15 +595,17 @@ func (c *Client) settledOrFailing(q int) func(*tally) bool {
 // tell whether the lock held to the end: a quorum deleted the token, or a
 // majority did not have it. Answers that are mixed so far (the key expired
 // on some nodes) are waited for up to the node timeout, so that a loss the
-// slower nodes show is reported; nodes known to be failing are not waited
-// for even then, nor when too few others are left to tell.
+// slower nodes show is reported. Nodes known to be failing are not waited
+// out, even when the others are too few to tell: once only they are left,
+// the grace starts (onlyFailingLeft).
 func (c *Client) releasedAt(q, base, baseNo, skipped int, known bool, before settlement) func(*tally) bool {
 	n := len(c.nodes)
+	failing := c.onlyFailingLeft(before)
 	return withGrace(func(t *tally) bool {
-		return !c.awaits(t, before)
+		return base+t.yes >= q && !c.awaits(t, before)
 	}, func(t *tally) bool {
 		free := base+baseNo+t.yes+t.no-skipped >= q
-		return free && (known || base+t.yes >= q || baseNo+t.no-skipped > n-q || !c.awaits(t, before))
+		return free && (known || base+t.yes >= q || baseNo+t.no-skipped > n-q) || failing(t)
 	})
 }
 

@@ -1,11 +1,15 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestQuorumOf(t *testing.T) {
@@ -292,7 +296,8 @@ func TestCompanion(t *testing.T) {
 
 // TestDesignated: of a split vote's holders, the one with the most nodes
 // goes on, and among as many, the lowest name; a refusal that names no
-// holder (another kind of lock) designates nobody.
+// holder (another kind of lock) designates nobody, nor does a round that
+// no node refused.
 func TestDesignated(t *testing.T) {
 	me := "MMMMMMMMtoken"
 	lower, higher := holderName("AAAAAAAAother"), holderName("ZZZZZZZZother")
@@ -322,10 +327,39 @@ func TestDesignated(t *testing.T) {
 		{"holds nothing", []answer{holdsNot, holdsNot, holdsNot}, []int64{lower, higher, higher}, false},
 		{"another kind", []answer{holds, holdsNot, holdsNot}, []int64{1, 0, higher}, false},
 		{"another kind's -1", []answer{holds, holds, holdsNot, holdsNot, failed}, []int64{1, 1, -1, higher, 0}, false},
+		// No split: the rest failed, and another round asks only the
+		// nodes that refused.
+		{"no refusal", []answer{holds, failed, failed}, []int64{1, 0, 0}, false},
 	} {
 		tl := tallyOf(tc.answers, tc.values)
 		if got := designated(&tl, me); got != tc.want {
 			t.Errorf("%s: designated = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestSend_skippedNodeKeepsItsLastCall: a node that a fan-out skips keeps,
+// in the settlement the fan-out returns, the call of the operation before:
+// the next call there must still follow it. It used to be settled at once,
+// so that a failed attempt's delete, after a split round that skipped a
+// node whose SET was still out, could land before that SET (unbatched) and
+// leave the key until its ttl.
+func TestSend_skippedNodeKeepsItsLastCall(t *testing.T) {
+	s := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := New([]*redis.Client{rdb}, WithBatching(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan struct{}) // the call before, still out
+	before := settlement{done: []chan struct{}{out}, deadlines: []time.Time{time.Now().Add(time.Minute)}}
+	_, settled := c.fanOut(context.Background(), time.Second, nil, []bool{true}, before, releaseOn("k", "token"))
+	if !settled.out(0) {
+		t.Fatal("the skipped node is settled while the call before it is still out")
+	}
+	close(out)
+	if settled.out(0) {
+		t.Fatal("the skipped node is not settled once the call before it returned")
 	}
 }

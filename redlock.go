@@ -339,7 +339,7 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	// known to be failing (frozen or cut off).
 	q := a.kind.quorum(len(c.nodes))
 	wall := time.Now()
-	stop := withGrace(c.settledOrFailing(q), decidedAt(len(c.nodes), q))
+	stop := c.attemptDone(q)
 	if eager {
 		stop = decidedAt(len(c.nodes), q)
 	}

@@ -1590,6 +1590,94 @@ func TestLock_Release_doesNotWaitForAFailingMajority(t *testing.T) {
 	}
 }
 
+// stallHook, while armed, holds a node's scripts until their context's
+// deadline and fails them with its error, as a frozen node does: the
+// Client marks the node failing, and the mark stays once the node answers
+// again, until its next call returns.
+type stallHook struct{ armed atomic.Bool }
+
+func (h *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval") {
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// recoveredCluster returns 3 nodes of which 1 and 2 are marked failing by
+// the Client (they did not answer an Extend of lock) and have recovered,
+// with hooks that, once armed, delay node 0's script answers by 400 ms and
+// the others' by 500 ms: the recovered nodes answer a little after node 0.
+func recoveredCluster(t *testing.T) (c *cluster, rc *redlock.Client, lock *redlock.Lock, armSlow func()) {
+	t.Helper()
+	c = newCluster(t, 3)
+	stall := []*stallHook{nil, {}, {}}
+	slow := []*slowReplies{{d: 400 * time.Millisecond}, {d: 500 * time.Millisecond}, {d: 500 * time.Millisecond}}
+	for i, rdb := range c.clients {
+		rdb.AddHook(slow[i])
+		if stall[i] != nil {
+			rdb.AddHook(stall[i])
+		}
+	}
+	rc = c.client(t, redlock.WithNodeTimeout(2*time.Second))
+	ctx := context.Background()
+	lock = mustTryAcquire(t, rc, ctx, "k", time.Minute)
+	redlock.WaitSettled(lock)
+	stall[1].armed.Store(true)
+	stall[2].armed.Store(true)
+	if err := lock.Extend(ctx, time.Minute); !errors.Is(err, redlock.ErrNotConfirmed) {
+		t.Fatalf("Extend: %v, want ErrNotConfirmed", err)
+	}
+	redlock.WaitSettled(lock)
+	stall[1].armed.Store(false)
+	stall[2].armed.Store(false)
+	return c, rc, lock, func() {
+		for _, h := range slow {
+			h.armed.Store(true)
+		}
+	}
+}
+
+// TestLock_Release_waitsForNodesMarkedFailingThatAnswer: nodes 1 and 2,
+// marked failing, have recovered, and the key is gone from both. At
+// Release they answer a little after node 0, which still holds the key:
+// they are given a grace, and their answers show the lock lost on a
+// majority. (Not waiting for them at all, Release took them for failed
+// nodes that may still hold it, and returned nil.)
+func TestLock_Release_waitsForNodesMarkedFailingThatAnswer(t *testing.T) {
+	c, _, lock, armSlow := recoveredCluster(t)
+	c.servers[1].Del("k")
+	c.servers[2].Del("k")
+	armSlow()
+	if err := lock.Release(context.Background()); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Release: %v, want ErrLockLost: the key was gone from 2 of 3 nodes, which answered", err)
+	}
+}
+
+// TestTryAcquire_waitsForNodesMarkedFailingThatAnswer: an attempt on
+// nodes 1 and 2, marked failing and recovered, counts their answers that
+// come a little after node 0's: the lock is acquired. (Not waiting for
+// them at all, the attempt failed with only node 0.)
+func TestTryAcquire_waitsForNodesMarkedFailingThatAnswer(t *testing.T) {
+	_, rc, _, armSlow := recoveredCluster(t)
+	armSlow()
+	ctx := context.Background()
+	l, err := rc.TryAcquire(ctx, "j", time.Minute)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v, want the lock: every node answered", err)
+	}
+	mustRelease(t, l)
+}
+
 // TestLock_Release_mixedAnswersFailingNodes: a Release whose answers are
 // mixed does not wait for nodes known to be failing (frozen here), and the
 // release after a hand-off that did not win counts the nodes the hand-off

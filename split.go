@@ -39,9 +39,11 @@ func holderName(token string) int64 {
 }
 
 // designated reports whether the attempt with token, whose round got t,
-// is the one a split vote designates to go on: it holds a node, every node
-// that refused named its holder, and no holder has more nodes than it, nor
-// as many with a lower name.
+// is the one a split vote designates to go on: it holds a node, some node
+// refused, every node that refused named its holder, and no holder has
+// more nodes than it, nor as many with a lower name. (Without a refusal
+// there is no split: the nodes it lacks failed, and another round, which
+// asks only the nodes that refused, could not change that.)
 func designated(t *tally, token string) bool {
 	if t.yes == 0 {
 		return false
@@ -58,6 +60,9 @@ func designated(t *tally, token string) bool {
 			return false
 		}
 		held[t.values[i]]++
+	}
+	if len(held) == 0 {
+		return false
 	}
 	for name, n := range held {
 		// Names are negative: the lower name is the one nearer zero.
