@@ -366,9 +366,13 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeou
 // noteFailing records whether node i is failing, after its call ended with
 // err. Only a node that does not answer is worth not waiting for; one that
 // fails at once (refused, reset) costs nothing, and is soon back after a
-// restart.
+// restart. A call cancelled by its caller (not sent, or cut) tells nothing
+// of the node, and changes nothing.
 func (c *Client) noteFailing(i int, err error) {
 	h := &c.failing[i]
+	if errors.Is(err, context.Canceled) {
+		return
+	}
 	if timedOut(err) {
 		last := err // allocated only here, not for every reply
 		h.Store(&last)
@@ -570,9 +574,14 @@ func (c *Client) onlyFailingLeft(before settlement) func(*tally) bool {
 // grace (withGrace), the attempt has failed (so many nodes did not take the
 // key that q can not be reached) or only failing nodes are left. A failed
 // attempt does not wait out the failing nodes' timeout: its cleanup's
-// delete follows each one's SET there (see fanOut).
-func (c *Client) attemptDone(q int) func(*tally) bool {
+// delete follows each one's SET there (see fanOut). An eager attempt
+// returns at once when q is won or out of reach, and waits only the grace
+// for failing nodes.
+func (c *Client) attemptDone(q int, eager bool) func(*tally) bool {
 	decided, failing := decidedAt(len(c.nodes), q), c.onlyFailingLeft(settlement{})
+	if eager {
+		return withGrace(decided, failing)
+	}
 	return withGrace(wonAt(q), func(t *tally) bool { return decided(t) || failing(t) })
 }
 

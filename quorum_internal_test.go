@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -361,5 +362,43 @@ func TestSend_skippedNodeKeepsItsLastCall(t *testing.T) {
 	close(out)
 	if settled.out(0) {
 		t.Fatal("the skipped node is not settled once the call before it returned")
+	}
+}
+
+// TestNoteFailing_cancelledCallsTellNothing: a call that its caller
+// cancelled (never sent, or cut) leaves a node's failing mark as it was.
+// It used to clear it, so that, with callers cancelling their contexts, a
+// frozen node was waited out again about once per node timeout.
+func TestNoteFailing_cancelledCallsTellNothing(t *testing.T) {
+	c := &Client{failing: make([]atomic.Pointer[error], 1)}
+	c.noteFailing(0, fmt.Errorf("no reply within 1s: %w", context.DeadlineExceeded))
+	c.noteFailing(0, fmt.Errorf("not sent: %w", context.Canceled))
+	if c.failing[0].Load() == nil {
+		t.Fatal("a cancelled call cleared the node's failing mark")
+	}
+	c.noteFailing(0, nil)
+	if c.failing[0].Load() != nil {
+		t.Fatal("an answer did not clear the node's failing mark")
+	}
+}
+
+// TestAttemptDone_eagerGivesFailingNodesAGrace: an eager attempt (a fair
+// waiter first in line) whose undecided nodes are all failing stops after
+// the grace, not at their timeout. It waited them out.
+func TestAttemptDone_eagerGivesFailingNodesAGrace(t *testing.T) {
+	c := &Client{nodes: make([]node, 5), failing: make([]atomic.Pointer[error], 5)}
+	frozen := errors.New("no reply")
+	c.failing[3].Store(&frozen)
+	c.failing[4].Store(&frozen)
+	tl := newTally(5, false)
+	tl.answers = []answer{holds, holds, holdsNot, unanswered, unanswered}
+	tl.yes, tl.no, tl.notYes = 2, 1, 1
+	stop := c.attemptDone(3, true)
+	if stop(&tl) {
+		t.Fatal("stopped before the grace")
+	}
+	time.Sleep(2 * graceFloor)
+	if !stop(&tl) {
+		t.Fatal("an eager attempt waits on for nodes known to be failing after the grace")
 	}
 }

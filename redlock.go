@@ -335,15 +335,11 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	// settlement. A failure waits for the nodes that answer about as fast
 	// as those that decided it (withGrace), so that the cleanup sees which
 	// of them took the key, but not for a frozen or slow node: its delete
-	// follows its SET in the background. It does not wait at all for nodes
-	// known to be failing (frozen or cut off).
+	// follows its SET in the background. Nodes known to be failing (frozen
+	// or cut off) get no more than that grace.
 	q := a.kind.quorum(len(c.nodes))
 	wall := time.Now()
-	stop := c.attemptDone(q)
-	if eager {
-		stop = decidedAt(len(c.nodes), q)
-	}
-	t := a.fanOut(ctx, c, stop, nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenceKeep()))
+	t := a.fanOut(ctx, c, c.attemptDone(q, eager), nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenceKeep()))
 	if t.yes < q && !t.outOfReach(q) {
 		t = c.resolveSplit(ctx, a, t, q)
 	}
