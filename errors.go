@@ -88,9 +88,11 @@ type quorumError struct {
 	cause    error // the context's error, or nil
 	nodes    []error
 	heldOn   int // a node where another holder had the key, or -1
-	// taken: the nodes that answered show one other holder on a quorum:
-	// someone else won, and will announce its release
-	taken bool
+	// taken: the nodes that answered show one other holder on a quorum
+	// (holder, as the scripts name it): someone else won, and will
+	// announce its release
+	taken  bool
+	holder int64
 	// misconfigured: so many nodes failed with errors that retrying cannot
 	// cure (ErrMisconfigured) that the quorum is out of reach
 	misconfigured bool

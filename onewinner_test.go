@@ -30,7 +30,8 @@ func separateClients(t *testing.T, c *cluster, count int, opts ...redlock.Option
 
 // raceTryAcquire has the Clients call TryAcquire on one free key at the
 // same moment, and returns how many won, and whether every node answered
-// every Client in time (no *NodeError in any refusal).
+// every Client in time (no refusal for a node timeout, this time or at a
+// node's last call).
 func raceTryAcquire(t *testing.T, rcs []*redlock.Client, key string) (winners int, answered bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -46,13 +47,12 @@ func raceTryAcquire(t *testing.T, rcs []*redlock.Client, key string) (winners in
 		go func() {
 			defer wg.Done()
 			<-start
-			l, err := rc.TryAcquire(ctx, key, 10*time.Second)
-			var ne *redlock.NodeError
+			l, err := rc.TryAcquire(ctx, key, time.Minute)
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
 				won = append(won, l)
-			} else if errors.As(err, &ne) {
+			} else if errors.Is(err, context.DeadlineExceeded) {
 				failed = true
 			}
 		}()
@@ -88,7 +88,9 @@ func TestTryAcquire_oneWinnerAtOnce(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(map[int]string{3: "N=3", 5: "N=5"}[n], func(t *testing.T) {
 			c := newCluster(t, n)
-			rcs := separateClients(t, c, 100)
+			// A node timeout well above what a loaded machine takes to
+			// answer: the elections are judged, not the machine.
+			rcs := separateClients(t, c, 100, redlock.WithNodeTimeout(5*time.Second))
 			const runs, maxRuns = 20, 100
 			none, clean, run := 0, 0, 0
 			for ; clean < runs && run < maxRuns; run++ {

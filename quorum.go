@@ -570,19 +570,26 @@ func (c *Client) onlyFailingLeft(before settlement) func(*tally) bool {
 	return func(t *tally) bool { return !c.awaits(t, before) }
 }
 
-// attemptDone is an attempt's stop condition: q nodes hold; or, after a
+// attemptDone is an attempt's stop condition: q nodes hold, or only nodes
+// that are failing (frozen or cut off) have yet to answer; or, after a
 // grace (withGrace), the attempt has failed (so many nodes did not take the
-// key that q can not be reached) or only failing nodes are left. A failed
-// attempt does not wait out the failing nodes' timeout: its cleanup's
-// delete follows each one's SET there (see fanOut). An eager attempt
-// returns at once when q is won or out of reach, and waits only the grace
-// for failing nodes.
+// key that q can not be reached). A failed attempt does not wait out the
+// failing nodes' timeout: its cleanup's delete follows each one's SET there
+// (see fanOut). An eager attempt returns at once when q is won or out of
+// reach, and waits only the grace for failing nodes.
+//
+// Unlike a Release, an attempt does not give failing nodes a grace once the
+// others have answered: on a machine so loaded that nodes time out, every
+// failed attempt then lasted twice as long, and the calls of the attempts
+// waiting behind them piled up on the nodes (a chaos run made no progress).
 func (c *Client) attemptDone(q int, eager bool) func(*tally) bool {
 	decided, failing := decidedAt(len(c.nodes), q), c.onlyFailingLeft(settlement{})
 	if eager {
 		return withGrace(decided, failing)
 	}
-	return withGrace(wonAt(q), func(t *tally) bool { return decided(t) || failing(t) })
+	return withGrace(func(t *tally) bool {
+		return t.yes >= q || t.yes+t.notYes > 0 && failing(t)
+	}, decided)
 }
 
 // releasedAt is Release's stop condition: every node has answered, or q
@@ -639,17 +646,18 @@ func invert(b []bool) []bool {
 	return out
 }
 
-// takenByOne reports whether the nodes that refused name one holder on at
-// least q of them (the acquire scripts return a negative number naming it).
-func takenByOne(t tally, q int) bool {
+// takenByOne returns the holder that the nodes that refused name on at
+// least q of them (the acquire scripts return a negative number naming it),
+// and whether there is one.
+func takenByOne(t tally, q int) (holder int64, taken bool) {
 	count := map[int64]int{}
 	for i, a := range t.answers {
 		if a == holdsNot && t.values[i] < 0 {
 			count[t.values[i]]++
 			if count[t.values[i]] >= q {
-				return true
+				return t.values[i], true
 			}
 		}
 	}
-	return false
+	return 0, false
 }

@@ -248,8 +248,9 @@ func TestTakenByOne(t *testing.T) {
 		{[]answer{h, h, unanswered, h, o}, []int64{-7, -9, 0, -7, 1}, 3, false}, // not seen on a quorum yet
 		{[]answer{h, h, h}, []int64{0, 0, 0}, 2, false},                         // kinds that do not name the holder
 	} {
-		if got := takenByOne(tally{answers: tt.answers, values: tt.values}, tt.q); got != tt.want {
-			t.Errorf("takenByOne(%v, %v, q=%d) = %v, want %v", tt.answers, tt.values, tt.q, got, tt.want)
+		holder, got := takenByOne(tally{answers: tt.answers, values: tt.values}, tt.q)
+		if got != tt.want || got && holder != -7 {
+			t.Errorf("takenByOne(%v, %v, q=%d) = %d, %v, want -7, %v", tt.answers, tt.values, tt.q, holder, got, tt.want)
 		}
 	}
 }

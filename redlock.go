@@ -412,8 +412,9 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
 	}
 	heldOn := listenNode(k.channels(), t.answers, c.deaf)
+	holder, taken := takenByOne(t, q)
 	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
-		taken: takenByOne(t, q), misconfigured: t.outOfReach(q)}
+		taken: taken, holder: holder, misconfigured: t.outOfReach(q)}
 }
 
 // cleanup releases key after a failed attempt whose answers it is given,
@@ -506,9 +507,10 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		watch.close()
 	}()
 	var (
-		first  bool      // a fair lock's last announcement named this waiter first in line
-		woken  bool      // the last wait ended with a release announcement
-		wokeAt time.Time // when a wait last did
+		first      bool      // a fair lock's last announcement named this waiter first in line
+		woken      bool      // the last wait ended with a release announcement
+		wokeAt     time.Time // when a wait last did
+		lastHolder int64     // the other holder the last refusal named on a quorum, if any
 		// The calls of the attempts, their cleanups and the leave go to
 		// each node in order: a late cleanup must not land after a later
 		// attempt's calls (it would put a fair waiter back in a queue it
@@ -570,13 +572,20 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			// key), and is tried again after the policy's delay.
 			delay = max(delay, subscribedPoll+mrand.N(subscribedPoll/2))
 		}
-		if woken && !qe.taken {
-			// Woken by a release and still refused, and no one holder
-			// shows on a quorum: the clients woken with us may have split
-			// the votes, and then nobody holds the key and nobody will
-			// announce a release. Try again soon, at a random moment,
-			// rather than after the growing delay.
+		if time.Since(wokeAt) < a.cfg.timeout && (!qe.taken || qe.holder == lastHolder) {
+			// Woken by a release (within a node timeout) and still
+			// refused, and no one holder shows on a quorum: the clients
+			// woken with us may have split the votes, and then nobody
+			// holds the key and nobody will announce a release. Or the
+			// holder whose release woke us still shows on a quorum: the
+			// release is announced by the first node to delete the key,
+			// and has not landed on the others yet. Either way, try again
+			// soon, at a random moment, rather than after the policy's
+			// delay. (A new holder that won the key is waited for.)
 			delay = min(delay, wakeSpread+mrand.N(4*wakeSpread))
+		}
+		if qe.taken {
+			lastHolder = qe.holder
 		}
 		if inLine {
 			delay = line.nextWait(delay, first)

@@ -1663,21 +1663,6 @@ func TestLock_Release_waitsForNodesMarkedFailingThatAnswer(t *testing.T) {
 	}
 }
 
-// TestTryAcquire_waitsForNodesMarkedFailingThatAnswer: an attempt on
-// nodes 1 and 2, marked failing and recovered, counts their answers that
-// come a little after node 0's: the lock is acquired. (Not waiting for
-// them at all, the attempt failed with only node 0.)
-func TestTryAcquire_waitsForNodesMarkedFailingThatAnswer(t *testing.T) {
-	_, rc, _, armSlow := recoveredCluster(t)
-	armSlow()
-	ctx := context.Background()
-	l, err := rc.TryAcquire(ctx, "j", time.Minute)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v, want the lock: every node answered", err)
-	}
-	mustRelease(t, l)
-}
-
 // TestLock_Release_mixedAnswersFailingNodes: a Release whose answers are
 // mixed does not wait for nodes known to be failing (frozen here), and the
 // release after a hand-off that did not win counts the nodes the hand-off
