@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,11 +119,21 @@ func TestWaiters_shareOneConnectionPerNode(t *testing.T) {
 		}()
 	}
 	waitFor(t, "every waiter to subscribe", func() bool { return sum(c.subscribedChannels()) == waiters })
+	// Spread over the nodes: each listens on one of the nodes that refused
+	// it, chosen by its key. (A node slower than the others' answers and
+	// their grace, as on a loaded machine, refuses nobody in time and is
+	// listened on by none: so at least two nodes, and none with most.)
 	perNode := c.subscribedChannels()
-	for i, n := range perNode {
-		if n == 0 {
-			t.Errorf("no waiter listens on node %d: %v channels by node", i, perNode)
+	used := 0
+	for _, n := range perNode {
+		if n > 0 {
+			used++
 		}
+	}
+	if used < 2 || slices.Max(perNode) > waiters*3/4 {
+		t.Errorf("waiters not spread over the nodes: %v channels by node", perNode)
+	}
+	for i := range perNode {
 		// The waiters' pub/sub connection, the holder's and the waiters'
 		// pools (a few each), the test's own: far from one per waiter.
 		if conns := c.servers[i].CurrentConnectionCount(); conns > 12 {

@@ -67,9 +67,10 @@ func TestExplore_findsAnUnsafeSchedule(t *testing.T) {
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	// Replayed until the violation shows, 10 times at most: on a loaded machine
-	// a replay may restart the nodes after the holder is done.
-	res, err := Explore(ctx, ExploreConfig{Server: serverKind(t), Replay: &unsafe, Schedules: 10})
+	// Replayed until the violation shows, 30 times at most: on a loaded
+	// machine a replay may restart the nodes after the holder is done (two
+	// suites at once missed it 10 times running).
+	res, err := Explore(ctx, ExploreConfig{Server: serverKind(t), Replay: &unsafe, Schedules: 30})
 	if err != nil {
 		t.Fatal(err)
 	}
