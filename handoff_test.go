@@ -29,6 +29,22 @@ func queuedAcquire(t *testing.T, rc *redlock.Client, ctx context.Context, key st
 	return got
 }
 
+// heldWithWaiter returns a cluster of 3 nodes, a lock on "k" held by a
+// Client of it (its key on every node), and an Acquire of "k" queued
+// behind it in the same Client.
+func heldWithWaiter(t *testing.T) (*cluster, *redlock.Lock, <-chan acquired) {
+	t.Helper()
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	first, err := rc.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redlock.WaitSettled(first)
+	return c, first, queuedAcquire(t, rc, ctx, "k", time.Minute)
+}
+
 type acquired struct {
 	lock *redlock.Lock
 	err  error
@@ -454,15 +470,8 @@ func (g *gatedScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // majority no longer had it: Release reports ErrLockLost. It used to
 // judge from the first two answers alone and report the lock held.
 func TestLock_Release_handOffTellsALossOnAMajority(t *testing.T) {
-	c := newCluster(t, 3)
-	rc := c.client(t)
+	c, first, waiting := heldWithWaiter(t)
 	ctx := context.Background()
-	first, err := rc.Acquire(ctx, "k", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	redlock.WaitSettled(first)
-	waiting := queuedAcquire(t, rc, ctx, "k", time.Minute)
 	c.servers[1].Del("k")
 	c.servers[2].Del("k")
 	gate := newGatedScript(scriptSHA(t, "handoff.lua"))
@@ -545,15 +554,8 @@ func (h *answerLost) mangle(cmds []redis.Cmder, send func() error) error {
 // it lost. It used to count those nodes as a majority without the token
 // (ErrLockLost); whether the lock held is not known (ErrNotConfirmed).
 func TestLock_Release_afterHandOffWhoseAnswersWereLost(t *testing.T) {
-	c := newCluster(t, 3)
-	rc := c.client(t)
+	c, first, waiting := heldWithWaiter(t)
 	ctx := context.Background()
-	first, err := rc.Acquire(ctx, "k", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	redlock.WaitSettled(first)
-	waiting := queuedAcquire(t, rc, ctx, "k", time.Minute)
 	loadScript(t, c, "handoff.lua")
 	var lost []*answerLost
 	for _, i := range []int{1, 2} {
@@ -563,7 +565,7 @@ func TestLock_Release_afterHandOffWhoseAnswersWereLost(t *testing.T) {
 		lost = append(lost, h)
 	}
 
-	err = first.Release(ctx)
+	err := first.Release(ctx)
 	for i, h := range lost {
 		if h.hit.Load() != 1 {
 			t.Fatalf("node %d: the hand-off's answer was not lost (%d)", i+1, h.hit.Load())

@@ -319,11 +319,10 @@ func TestLock_Extend_setsTTLOnEveryNode(t *testing.T) {
 	}
 }
 
-// lateCluster is a cluster whose nodes 1 and 2 (a majority of 3) are
-// reached through lateLinks, and a Client over it with a 50 ms node timeout.
-func lateCluster(t *testing.T, opts ...redlock.Option) (*cluster, []*lateLink, *redlock.Client) {
+// lateNodes returns clients for c's 3 nodes of which nodes 1 and 2 (a
+// majority) are reached through lateLinks, and the links.
+func lateNodes(t *testing.T, c *cluster) ([]redis.UniversalClient, []*lateLink) {
 	t.Helper()
-	c := newCluster(t, 3)
 	links := []*lateLink{nil, newLateLink(t, c.addrs[1]), newLateLink(t, c.addrs[2])}
 	nodes := []redis.UniversalClient{c.clients[0]}
 	for _, l := range links[1:] {
@@ -331,6 +330,15 @@ func lateCluster(t *testing.T, opts ...redlock.Option) (*cluster, []*lateLink, *
 		t.Cleanup(func() { _ = rdb.Close() })
 		nodes = append(nodes, rdb)
 	}
+	return nodes, links
+}
+
+// lateCluster is a cluster whose nodes 1 and 2 (a majority of 3) are
+// reached through lateLinks, and a Client over it with a 50 ms node timeout.
+func lateCluster(t *testing.T, opts ...redlock.Option) (*cluster, []*lateLink, *redlock.Client) {
+	t.Helper()
+	c := newCluster(t, 3)
+	nodes, links := lateNodes(t, c)
 	rc := mustNew(t, nodes, append([]redlock.Option{redlock.WithNodeTimeout(50 * time.Millisecond)}, opts...)...)
 	// The first contact (dials, identification, scripts loaded) can take
 	// longer than the short node timeout on a loaded machine: made here,

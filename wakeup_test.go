@@ -572,13 +572,7 @@ func TestWaiters_idleSubscriberIsNotDeaf(t *testing.T) {
 // wait out the policy's delay.
 func TestWaiters_wokenBeforeTheReleaseLandsOnAQuorum(t *testing.T) {
 	c := newCluster(t, 3)
-	links := []*lateLink{nil, newLateLink(t, c.addrs[1]), newLateLink(t, c.addrs[2])}
-	nodes := []redis.UniversalClient{c.clients[0]}
-	for _, l := range links[1:] {
-		rdb := redis.NewClient(&redis.Options{Addr: l.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		nodes = append(nodes, rdb)
-	}
+	nodes, links := lateNodes(t, c)
 	holder := mustNew(t, nodes, redlock.WithNodeTimeout(5*time.Second))
 	ctx := context.Background()
 	const key = "woken-early-1" // its waiters listen on node 0 (see listenNode)
