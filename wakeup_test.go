@@ -29,6 +29,16 @@ func (c *cluster) subscribedChannels() []int {
 	return n
 }
 
+// ownChannels counts, by node, the channels of waiters' own (where a
+// release names one first in line) that have a subscriber.
+func (c *cluster) ownChannels() []int {
+	n := make([]int, len(c.servers))
+	for i, s := range c.servers {
+		n[i] = len(s.PubSubChannels("*:released:*"))
+	}
+	return n
+}
+
 // clientGoroutines counts the goroutines of the process that are not the
 // embedded nodes' (a miniredis node runs a few per connection).
 func clientGoroutines() int {
@@ -224,13 +234,25 @@ func TestWaiters_oneChannelWhileOneWaits(t *testing.T) {
 		}
 		long <- err
 	}()
-	waitFor(t, "the waiters to subscribe", func() bool { return sum(c.subscribedChannels()) == 1 })
+	// Both in line and listening, each on a channel of its own and on the
+	// key's, which is one for the two when they listen on the same node
+	// (they may not: an attempt stops at the first refusals that rule out
+	// a quorum, and each listens on a node that refused it). A release
+	// before the waiter that stays has subscribed would be missed, and
+	// cost it its minute.
+	waitFor(t, "the waiters to subscribe", func() bool {
+		return sum(c.ownChannels()) == 2 && c.lineSize("k") == 2
+	})
+	shared := sum(c.subscribedChannels()) == 1
 	cancelShort()
 	if err := <-shortDone; err == nil {
 		t.Fatal("the cancelled Acquire succeeded")
 	}
+	// The one that left unsubscribes its own channel; the key's stays
+	// subscribed for the one that waits, whether they shared it or not.
+	waitFor(t, "the waiter that left to unsubscribe", func() bool { return sum(c.ownChannels()) == 1 })
 	if n := sum(c.subscribedChannels()); n != 1 {
-		t.Fatalf("after one of two waiters left, %d channels subscribed, want 1", n)
+		t.Fatalf("after one of two waiters left, %d key channels subscribed (shared before: %v), want 1", n, shared)
 	}
 	mustRelease(t, held)
 	if err := <-long; err != nil {
