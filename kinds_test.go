@@ -428,9 +428,7 @@ func TestKinds_fairOrderWithCountersAheadOfTheClocks(t *testing.T) {
 			_ = l.Release(context.Background())
 		}()
 		waitFor(t, fmt.Sprintf("waiter %d to queue", i), queued(i+1))
-		if err := c.servers[down].Restart(); err != nil {
-			t.Fatal(err)
-		}
+		c.restart(t, down)
 	}
 	mustRelease(t, holder)
 	var got []int
@@ -501,10 +499,8 @@ func TestKinds_fairTicketRetried(t *testing.T) {
 		t.Fatalf("Acquire returned while a majority was down: %v", err)
 	default:
 	}
-	for _, s := range c.servers[:2] {
-		if err := s.Restart(); err != nil {
-			t.Fatal(err)
-		}
+	for i := range 2 {
+		c.restart(t, i)
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("Acquire once the nodes were back: %v", err)

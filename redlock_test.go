@@ -980,37 +980,54 @@ func TestLock_Release_doesNotWaitForAFailingNode(t *testing.T) {
 	if took := time.Since(start); took > nodeTimeout/2 {
 		t.Fatalf("Release took %v: it waited for a node known to be failing", took)
 	}
-	if got := c.holdersAny("k"); len(got) != 0 {
-		t.Fatalf("key left on nodes %v", got)
-	}
+	// The healthy nodes' deletes: those slower than the quorum's grace
+	// (a loaded machine) land in the background.
+	waitFor(t, "the healthy nodes' deletes", func() bool { return len(c.holdersAny("k")) == 0 })
 }
 
 // TestLock_Release_waitsForARecoveredNode: a node that failed and answers
 // again is waited for again: right after Release, no node holds the key.
+// On a loaded machine a healthy node may answer later than Release's grace
+// after the quorum (and is rightly not waited for), so the scene is played
+// up to 5 times, on fresh nodes, and must come out clean once; a node
+// still taken for failing is passed over every time.
 func TestLock_Release_waitsForARecoveredNode(t *testing.T) {
-	c := newCluster(t, 5)
-	rc := c.client(t)
-	ctx := context.Background()
-	c.servers[4].Close()
-	lock := mustTryAcquire(t, rc, ctx, "a", time.Minute) // node 4 fails
-	mustRelease(t, lock)
-	if err := c.servers[4].Restart(); err != nil {
-		t.Fatal(err)
+	var left []int
+	for run := range 5 {
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			c := newCluster(t, 5)
+			clients := c.connect(t)
+			slow := &delayHook{}
+			clients[4].AddHook(slow)
+			rc := mustNew(t, clients)
+			ctx := context.Background()
+			c.servers[4].Close()
+			lock := mustTryAcquire(t, rc, ctx, "a", time.Minute) // node 4 fails
+			mustRelease(t, lock)
+			c.restart(t, 4)
+			lock = mustTryAcquire(t, rc, ctx, "b", time.Minute)
+			redlock.WaitSettled(lock)
+			if !c.servers[4].Exists("b") {
+				t.Fatal("the restarted node did not take the key")
+			}
+			// A little slower than the others, within Release's grace: a
+			// Release that took node 4 for failing would return at the
+			// quorum, before its delete is even sent.
+			slow.by.Store(int64(3 * time.Millisecond))
+			if err := lock.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			for _, rdb := range clients {
+				_ = rdb.Close()
+			}
+			left = c.holdersAny("b")
+		})
+		if t.Failed() || len(left) == 0 {
+			return
+		}
+		t.Logf("run %d: key left on nodes %v", run, left)
 	}
-	lock = mustTryAcquire(t, rc, ctx, "b", time.Minute)
-	redlock.WaitSettled(lock)
-	if !c.servers[4].Exists("b") {
-		t.Fatal("the restarted node did not take the key")
-	}
-	if err := lock.Release(ctx); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	for _, rdb := range c.clients {
-		_ = rdb.Close()
-	}
-	if got := c.holdersAny("b"); len(got) != 0 {
-		t.Fatalf("key left on nodes %v: Release did not wait for the recovered node", got)
-	}
+	t.Fatalf("key left on nodes %v in every run: Release did not wait for the recovered node", left)
 }
 
 // delayHook holds every command or pipeline of its client for by before
