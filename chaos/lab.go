@@ -59,6 +59,13 @@ type LabExperiment struct {
 	// whose trial leaves the nodes swapped).
 	Fresh bool
 
+	// everywhere: the fault strikes only once the holder's key is on every
+	// node. An acquire returns at a quorum, and a call to the last node may
+	// land later; a holder on a bare quorum loses the lock to a fault on
+	// one node of it (the lost copy leaves fewer than a quorum), which is
+	// not what a minority's fault is meant to show.
+	everywhere bool
+
 	// prepare, when set, runs before the holder's acquire: the part of the
 	// fault that comes first.
 	prepare func(ctx context.Context, t *trial) error

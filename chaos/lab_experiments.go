@@ -60,17 +60,17 @@ func Experiments() []LabExperiment {
 		},
 		{
 			Name: "clock-jump-minority", Title: "Clock jump on a minority of the nodes",
-			Fault:  "right after the acquire, the wall clock of one node of three jumps forward by x × the TTL; the holder works half its validity",
+			Fault:  "right after the acquire, once the holder's key is on every node, the wall clock of one node of three jumps forward by x × the TTL; the holder works half its validity",
 			XLabel: "jump ÷ TTL", Xs: []float64{0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 1, 2}, QuickXs: []float64{0.25, 1},
 			Setups: []LabSetup{redlock3Faked, redlock3Rewrite}, Trials: 30, QuickTrials: 3,
-			TTL: ttl, Work: 0.5, strike: jump(false),
+			TTL: ttl, Work: 0.5, strike: jump(false), everywhere: true,
 		},
 		{
 			Name: "clock-jump-majority", Title: "Clock jump on a majority of the nodes",
-			Fault:  "right after the acquire, the wall clocks of two nodes of three jump forward by x × the TTL; the holder works half its validity",
+			Fault:  "right after the acquire, once the holder's key is on every node, the wall clocks of two nodes of three jump forward by x × the TTL; the holder works half its validity",
 			XLabel: "jump ÷ TTL", Xs: []float64{0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 1, 2}, QuickXs: []float64{0.25, 1},
 			Setups: []LabSetup{redlock3Faked, redlock3Rewrite}, Trials: 30, QuickTrials: 3,
-			TTL: ttl, Work: 0.5, strike: jump(true),
+			TTL: ttl, Work: 0.5, strike: jump(true), everywhere: true,
 		},
 		{
 			Name: "restart-delay", Title: "Crashed nodes restart empty after a delay",

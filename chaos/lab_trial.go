@@ -74,6 +74,15 @@ func (t *trial) run(ctx context.Context) (trialOutcome, error) {
 		}
 		return trialOutcome{unavailable: true, refusal: err.Error()}, nil
 	}
+	if ex.everywhere {
+		if err := l.onEveryNode(ctx, t.key, ex.TTL/2); err != nil {
+			_ = a.Release(context.WithoutCancel(ctx))
+			if ctx.Err() != nil {
+				return trialOutcome{}, ctx.Err()
+			}
+			return trialOutcome{unavailable: true, refusal: err.Error()}, nil
+		}
+	}
 	validity := a.Validity()
 	count, err := l.read(ctx, t.key)
 	if err != nil {
@@ -135,6 +144,28 @@ func (l *labLane) hold(ctx context.Context, key string, ttl time.Duration) (*red
 			return a, err
 		}
 		_ = sleep(ctx, 5*time.Millisecond)
+	}
+}
+
+// onEveryNode waits up to within for key to be on every node: the calls
+// of an acquire that returned at a quorum land on the other nodes soon
+// after (nobody else tries the trial's key yet).
+func (l *labLane) onEveryNode(ctx context.Context, key string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		on := 0
+		for _, nd := range l.nodes {
+			if n, err := doOn(ctx, nd.Addr(), "EXISTS", key); err == nil && n == int64(1) {
+				on++
+			}
+		}
+		if on == len(l.nodes) {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the holder's key reached %d of %d nodes within %v", on, len(l.nodes), within)
+		}
+		_ = sleep(ctx, 2*time.Millisecond)
 	}
 }
 
