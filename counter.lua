@@ -22,10 +22,13 @@ end
 -- counter_set sets counter k to n, to expire keep ms after the node's clock
 -- (now, in microseconds) has passed n; 1 ms more covers the rounding. It
 -- never expires sooner than it would have: another Client may have asked
--- for a longer horizon (WithFenceHorizon).
+-- for a longer horizon (WithFenceHorizon). The time to live is at most the
+-- whole milliseconds of the longest Go Duration (about 292 years, keep's
+-- own most), which every server holds exactly.
 local function counter_set(k, n, now, keep)
   local ahead = math.max(0, math.ceil((n - now) / 1000))
   local px = math.max(ahead + math.max(1, math.floor(tonumber(keep))) + 1, redis.call('PTTL', k))
+  px = math.min(px, 9223372036854)
   redis.call('SET', k, string.format('%d', n), 'PX', string.format('%d', px))
 end
 

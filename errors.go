@@ -36,9 +36,11 @@ var (
 	// replica given as a node (READONLY), a Redis Cluster master given as a
 	// plain client (MOVED, ASK), keys that hash to different slots
 	// (CROSSSLOT), a key that holds a value of another type (WRONGTYPE), a
-	// server that does not run the scripts (NOSCRIPT after a reload, an
-	// unknown command), or two nodes that reach one server (see New). The
-	// message of each such node's *NodeError says what to change.
+	// semaphore asked for with another permit count than its holders gave
+	// (WRONGPERMITS), a server that does not run the scripts (NOSCRIPT
+	// after a reload, an unknown command), or two nodes that reach one
+	// server (see New). The message of each such node's *NodeError says
+	// what to change.
 	//
 	// When such nodes leave the quorum out of reach, Acquire returns at once
 	// with an error matching both ErrNotAcquired and ErrMisconfigured,
@@ -159,6 +161,8 @@ func misconfigured(err error) error {
 		hint = "a configuration error: the keys hash to different Cluster slots; give them one hash tag, as in {order}:a and {order}:b"
 	case "WRONGTYPE":
 		hint = "a configuration error: the key holds a value that is not a lock; choose another key"
+	case "WRONGPERMITS":
+		hint = "a configuration error: every holder of a semaphore must give the same WithPermits for its key"
 	case "NOSCRIPT":
 		hint = "a configuration error: the node does not keep the lock's scripts; it must allow SCRIPT LOAD and EVAL"
 	case "ERR":

@@ -9,7 +9,9 @@
 --          kept once the node's clock has passed it (counter.lua); else 0
 -- ARGV[6]: K
 -- Acquire returns 0 when K permits are held, else the fencing counter (1 when
--- not fenced); an error when the resource was created with another K. The
+-- not fenced); an error, WRONGPERMITS, when the resource was created with
+-- another K (compared as given, in decimal: a K too large for Lua's numbers
+-- to tell from its neighbours is still told apart). The
 -- others return 1 if the permit was there. A key held by a lock of another
 -- kind (not a sorted set, or the readers' set of a read-write lock, which
 -- has the member 'readers') counts as held against us: every operation
@@ -37,8 +39,8 @@ local function hold()
 end
 if op == 'acquire' then
   local had = redis.call('GET', lim)
-  if had and tonumber(had) ~= k then
-    return redis.error_reply('semaphore ' .. z .. ' has ' .. had .. ' permits, not ' .. ARGV[6])
+  if had and had ~= ARGV[6] then
+    return redis.error_reply('WRONGPERMITS semaphore ' .. z .. ' has ' .. had .. ' permits, not ' .. ARGV[6])
   end
   redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
   if not redis.call('ZSCORE', z, token) and redis.call('ZCARD', z) >= k then
@@ -46,7 +48,7 @@ if op == 'acquire' then
   end
   hold()
   if not had then
-    redis.call('SET', lim, k)
+    redis.call('SET', lim, ARGV[6])
   end
   stretch(z)
   stretch(lim)

@@ -273,7 +273,13 @@ func (k semaphore) quorum(n int) int { return semaphoreQuorum(n, k.permits) }
 // K = 1 it is the majority; as K grows it approaches n (with n = 3 and
 // K = 2, three holders could each hold two of the three nodes under a
 // majority quorum).
+//
+// From K = n on, that is every node: (K+1)·q > K·n holds only for q = n
+// (and K·n could overflow for a huge K).
 func semaphoreQuorum(n, permits int) int {
+	if permits >= n {
+		return n
+	}
 	return permits*n/(permits+1) + 1
 }
 
@@ -351,7 +357,7 @@ const fairPatienceTimeouts = 8
 // patience is how long a fair waiter of a lock on these terms keeps its
 // place.
 func (t terms) patience() time.Duration {
-	return max(fairPatience, fairPatienceTimeouts*t.timeout)
+	return max(fairPatience, mulSat(fairPatienceTimeouts, t.timeout))
 }
 
 // fair is a lock granted in the order of its waiters' tickets.
@@ -576,8 +582,8 @@ func ForWrite() AcquireOption {
 
 // WithPermits takes one of permits permits of a semaphore named by the key:
 // at most permits holders at once. Every holder must give the same number
-// for a key; a node that knows the key with another number answers with an
-// error. Each permit expires with its own ttl, so a crashed holder does not
+// for a key; an acquire with another number than the key's holders gave
+// fails at once with an error matching ErrMisconfigured. Each permit expires with its own ttl, so a crashed holder does not
 // keep one. A permit is held on more than a majority of the nodes once
 // permits > 1: on ⌊permits·N/(permits+1)⌋+1 of them, since with a bare
 // majority permits+1 holders could each hold a different majority (see

@@ -41,22 +41,18 @@ func WithFencing() AcquireOption {
 // fenced within it. Another Client's acquire never makes a counter expire
 // sooner than it was to; but a token is protected by the horizon of the
 // Client that drew the highest value so far, so give every Client that
-// fences a key the same horizon. d must not be negative; a horizon above
-// 100 years (math.MaxInt64, say, for "for good") counts as 100 years.
-// Default: 0 (the lock's ttl).
+// fences a key the same horizon. d must not be negative; math.MaxInt64
+// keeps counters for the longest time to live a Duration can say (about
+// 292 years): "for good". Default: 0 (the lock's ttl).
 func WithFenceHorizon(d time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if d < 0 {
 			return invalid("fence horizon %v is negative", d)
 		}
-		c.fenceHorizon = min(d, maxFenceHorizon)
+		c.fenceHorizon = d
 		return nil
 	})
 }
-
-// maxFenceHorizon is the longest fence horizon: its milliseconds, and a
-// counter's expiry, stay exact in Lua's numbers and in Redis.
-const maxFenceHorizon = 100 * 365 * 24 * time.Hour
 
 // fenceKeep is how long the acquire's fencing counters are kept once the
 // node's clock has passed them: the ttl or the fence horizon, whichever is

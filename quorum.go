@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sync/atomic"
 	"time"
@@ -19,14 +20,41 @@ func quorumOf(n int) int { return n/2 + 1 }
 // driftFor is the allowance for the difference between this process's clock
 // rate and the nodes' over ttl. The 2 ms on top cover Redis's millisecond
 // expiry resolution and keep a floor for small TTLs.
+// The product is below 2^63 for any ttl, as factor < 1; the sum saturates.
 func driftFor(ttl time.Duration, factor float64) time.Duration {
-	return time.Duration(float64(ttl)*factor) + 2*time.Millisecond
+	return addSat(time.Duration(float64(ttl)*factor), 2*time.Millisecond)
 }
 
 // validity is how much of ttl is left to the holder once elapsed has passed
-// since the operation started, less the drift. It may be negative.
+// since the operation started, less the drift. It may be negative. ttl,
+// elapsed and drift are not negative; the result saturates rather than
+// wrap.
 func validity(ttl, elapsed, drift time.Duration) time.Duration {
-	return ttl - elapsed - drift
+	v := ttl - drift // no overflow: both are non-negative
+	if v < 0 && elapsed > v-math.MinInt64 {
+		return math.MinInt64
+	}
+	return v - elapsed
+}
+
+// addSat returns a+b for non-negative a and b, or the longest Duration
+// when that overflows: durations a user passes may be anything up to
+// math.MaxInt64 ("forever"), and a sum of two must not wrap to a negative
+// one.
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// mulSat returns n·d for non-negative n and d, or the longest Duration when
+// that overflows.
+func mulSat(n int64, d time.Duration) time.Duration {
+	if n != 0 && d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * d
 }
 
 // decide reports whether yes answers already make a quorum (won), or whether
@@ -75,7 +103,8 @@ func judgeRelease(n, quorum, yes, no int, expired bool) releaseOutcome {
 // time. Counting from the validity actually left, a lock whose acquire
 // took long is renewed at once.
 func renewDue(until time.Time, ttl, drift time.Duration) time.Time {
-	return until.Add(-(ttl - drift) * 2 / 3)
+	v := ttl - drift
+	return until.Add(-(2*(v/3) + 2*(v%3)/3)) // ⌊2v/3⌋, without overflowing 2·v
 }
 
 // renewMargin is how long before its Until a renewed lock is declared lost
@@ -85,13 +114,28 @@ func renewDue(until time.Time, ttl, drift time.Duration) time.Time {
 // quarter of the validity a renewal gives, so that the renewals are tried
 // for most of the rest.
 func renewMargin(ttl, nodeTimeout, drift time.Duration) time.Duration {
-	return min(nodeTimeout+drift, (ttl-drift)/4)
+	return min(addSat(nodeTimeout, drift), (ttl-drift)/4)
 }
+
+// maxPX is the most milliseconds sent to Redis as a time to live: the
+// whole milliseconds of the longest Duration (about 292 years). A server
+// that keeps TTLs as Durations in nanoseconds (miniredis) holds it
+// exactly; one millisecond more would overflow there.
+const maxPX = int64(math.MaxInt64 / time.Millisecond)
 
 // pxMillis converts ttl to the whole milliseconds given to Redis, rounding
 // up: a key may outlive the lock's validity, never the other way round.
+// Only within the last millisecond below math.MaxInt64 does it round down
+// (to maxPX), by less than a millisecond: the validity of such a lock ends
+// at least the 2 ms of its drift allowance before the ttl (see driftFor),
+// so its key still outlives it. (Rounding up by adding a millisecond less a
+// nanosecond first overflowed there, and sent Redis a negative time.)
 func pxMillis(ttl time.Duration) int64 {
-	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+	ms := int64(ttl / time.Millisecond)
+	if ttl%time.Millisecond != 0 && ms < maxPX {
+		ms++
+	}
+	return ms
 }
 
 // answer is one node's part in an operation.

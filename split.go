@@ -86,7 +86,7 @@ func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q in
 			return t
 		}
 		elapsed := c.cfg.clock.Now().Sub(a.start)
-		if validity(a.cfg.ttl, elapsed+wait+a.cfg.timeout, a.cfg.drift) <= a.cfg.renewMargin() {
+		if validity(a.cfg.ttl, addSat(elapsed, addSat(wait, a.cfg.timeout)), a.cfg.drift) <= a.cfg.renewMargin() {
 			return t
 		}
 		timer := time.NewTimer(wait)

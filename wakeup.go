@@ -488,8 +488,14 @@ const wakeSpread = 500 * time.Microsecond
 // attempt, after failed attempts: a random part of wakeSpread that shrinks
 // as failed grows, so that the waiters that have lost most often tend to
 // go first, which keeps the longest waits across processes short.
+// Past wakeSpread's nanoseconds of failed attempts (500,000: a week of
+// waiting on the default policy) the part is nothing.
 func wakeDelay(failed int) time.Duration {
-	return mrand.N(wakeSpread / time.Duration(max(failed, 1)))
+	span := wakeSpread / time.Duration(max(failed, 1))
+	if span <= 0 {
+		return 0
+	}
+	return mrand.N(span)
 }
 
 // waitRetry waits before the next attempt: the retry delay, or until a

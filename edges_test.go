@@ -1,0 +1,349 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock"
+)
+
+// forever is the longest ttl a caller can pass: a lock meant to be held
+// until it is released.
+const forever = time.Duration(math.MaxInt64)
+
+// kindOptions are the kinds of lock, each as one Acquire's options and the
+// keys it locks.
+var kindOptions = []struct {
+	name string
+	opts []redlock.AcquireOption
+}{
+	{"plain", nil},
+	{"fenced", []redlock.AcquireOption{redlock.WithFencing()}},
+	{"reentrant", []redlock.AcquireOption{redlock.WithOwner("o")}},
+	{"read", []redlock.AcquireOption{redlock.ForRead()}},
+	{"write", []redlock.AcquireOption{redlock.ForWrite()}},
+	{"semaphore", []redlock.AcquireOption{redlock.WithPermits(1)}},
+	{"fair", []redlock.AcquireOption{redlock.Fair()}},
+}
+
+// contenderFor is the acquire of another holder that a lock of the
+// kind's options excludes: a writer for the read lock, the same kind for
+// the others (another owner for the reentrant lock).
+func contenderFor(opts []redlock.AcquireOption, name string) []redlock.AcquireOption {
+	switch name {
+	case "read":
+		return []redlock.AcquireOption{redlock.ForWrite()}
+	case "reentrant":
+		return []redlock.AcquireOption{redlock.WithOwner("another")}
+	}
+	return opts
+}
+
+// TestLock_Extend_forever: a lock extended by the longest Duration (a
+// "forever" lock) is kept that long on the nodes, and nobody else gets it
+// once its first ttl has passed. The milliseconds of the ttl used to
+// overflow to a negative PX, which the scripts' never-shorten comparison
+// took as nothing to do while answering "held": Extend returned nil with
+// an Until 292 years ahead, and another Client acquired after the first
+// ttl.
+func TestLock_Extend_forever(t *testing.T) {
+	for _, kc := range kindOptions {
+		t.Run(kc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			ctx := context.Background()
+			lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Second, kc.opts...)
+			if err := lock.Extend(ctx, forever); err != nil {
+				t.Fatalf("Extend(forever): %v", err)
+			}
+			if v := lock.Validity(); v < forever/2 {
+				t.Fatalf("Validity after Extend(forever) = %v", v)
+			}
+			redlock.WaitSettled(lock)
+			for _, s := range c.servers {
+				s.FastForward(time.Hour)
+			}
+			other, err := c.client(t).TryAcquire(ctx, "k", time.Second, contenderFor(kc.opts, kc.name)...)
+			if err == nil {
+				t.Fatalf("another holder acquired the key an hour after a lock extended forever (validity %v left)", lock.Validity())
+			}
+			mustNotAcquire(t, err)
+			_ = other
+			mustRelease(t, lock)
+		})
+	}
+}
+
+// TestClient_Acquire_forever: an Acquire for the longest Duration takes the
+// lock and the nodes keep it; it was retried until ctx ended ("ERR invalid
+// expire time": the overflowed PX was negative).
+func TestClient_Acquire_forever(t *testing.T) {
+	for _, kc := range kindOptions {
+		t.Run(kc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			lock, err := c.client(t).Acquire(ctx, "k", forever, kc.opts...)
+			if err != nil {
+				t.Fatalf("Acquire(forever): %v", err)
+			}
+			redlock.WaitSettled(lock)
+			for _, s := range c.servers {
+				s.FastForward(100 * 24 * time.Hour)
+			}
+			_, err = c.client(t).TryAcquire(ctx, "k", time.Second, contenderFor(kc.opts, kc.name)...)
+			mustNotAcquire(t, err)
+			mustRelease(t, lock)
+		})
+	}
+	t.Run("multi-key", func(t *testing.T) {
+		c := newCluster(t, 3)
+		ctx := context.Background()
+		lock, err := c.client(t).TryAcquireAll(ctx, []string{"j", "k"}, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lock.Extend(ctx, forever); err != nil {
+			t.Fatalf("Extend(forever): %v", err)
+		}
+		redlock.WaitSettled(lock)
+		for _, s := range c.servers {
+			s.FastForward(time.Hour)
+		}
+		_, err = c.client(t).TryAcquire(ctx, "k", time.Second)
+		mustNotAcquire(t, err)
+		mustRelease(t, lock)
+	})
+}
+
+// TestClient_Resume_forever: a lock resumed for the longest Duration is
+// kept that long on the nodes (Resume extends it).
+func TestClient_Resume_forever(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, c.client(t), ctx, "k", time.Second)
+	resumed, err := c.client(t).Resume(ctx, "k", lock.Token(), forever)
+	if err != nil {
+		t.Fatalf("Resume(forever): %v", err)
+	}
+	redlock.WaitSettled(resumed)
+	for _, s := range c.servers {
+		s.FastForward(time.Hour)
+	}
+	_, err = c.client(t).TryAcquire(ctx, "k", time.Second)
+	mustNotAcquire(t, err)
+	mustRelease(t, resumed)
+}
+
+// TestClient_WithPermits_huge: a semaphore of math.MaxInt permits still
+// needs every node (its quorum is n once permits ≥ n): with every node
+// down, no permit. The quorum's product permits·n used to overflow, and a
+// TryAcquire with every node down returned a lock.
+func TestClient_WithPermits_huge(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		c := newCluster(t, n)
+		rc := c.client(t)
+		ctx := context.Background()
+		huge := []int{math.MaxInt, math.MaxInt - 1, math.MaxInt / 2, math.MaxInt / 3, math.MaxInt/4 + 1}
+		for _, permits := range huge {
+			lock := mustTryAcquire(t, rc, ctx, "k", time.Second, redlock.WithPermits(permits))
+			if held := len(c.holdersAny("k")); held != n {
+				t.Errorf("N = %d, %d permits: held on %d nodes, want every node", n, permits, held)
+			}
+			mustRelease(t, lock)
+		}
+		for _, s := range c.servers {
+			s.Close()
+		}
+		for _, permits := range huge {
+			_, err := rc.TryAcquire(ctx, "k", time.Second, redlock.WithPermits(permits))
+			if !errors.Is(err, redlock.ErrNotAcquired) {
+				t.Errorf("N = %d, %d permits, every node down: err = %v, want ErrNotAcquired", n, permits, err)
+			}
+		}
+	}
+}
+
+// TestClient_WithPermits_mismatch: a semaphore asked with another permit
+// count than its key holds fails at once as misconfigured; it was tried
+// again until ctx ended. Counts too large for Lua's numbers to tell apart
+// are told apart all the same.
+func TestClient_WithPermits_mismatch(t *testing.T) {
+	for _, tc := range []struct{ held, asked int }{{2, 3}, {math.MaxInt, math.MaxInt - 1}} {
+		c := newCluster(t, 3)
+		rc := c.client(t)
+		ctx := context.Background()
+		lock := mustTryAcquire(t, rc, ctx, "k", time.Minute, redlock.WithPermits(tc.held))
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := rc.Acquire(ctx, "k", time.Second, redlock.WithPermits(tc.asked))
+		if !errors.Is(err, redlock.ErrMisconfigured) || ctx.Err() != nil {
+			t.Errorf("Acquire with %d permits of a semaphore of %d: err = %v (ctx %v), want ErrMisconfigured at once", tc.asked, tc.held, err, ctx.Err())
+		}
+		cancel()
+		mustRelease(t, lock)
+	}
+}
+
+// TestLock_autoRenew_hugeNodeTimeout: with WithNodeTimeout(math.MaxInt64)
+// a renewed lock whose renewals fail still ends its renewal margin before
+// Until, a quarter of the validity at most. The margin (node timeout plus
+// drift) used to overflow, and Done closed after Until.
+func TestLock_autoRenew_hugeNodeTimeout(t *testing.T) {
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(forever))
+	lock := mustTryAcquire(t, rc, context.Background(), "k", time.Second, redlock.WithAutoRenew())
+	for _, s := range c.servers {
+		s.Close()
+	}
+	until := lock.Until()
+	clock.Advance(until.Add(-time.Millisecond).Sub(clock.Now()))
+	select {
+	case <-lock.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Done still open a millisecond before Until with every renewal failing")
+	}
+}
+
+// FuzzOptions: whatever durations and counts a caller passes (ttl, node
+// timeout, permits, fence horizon, drift factor, retry policy), each is
+// either refused with ErrInvalidArgument before any node is contacted, or
+// honoured: a lock granted is kept on the nodes at least as long as its
+// validity says, Extend keeps that true, and nothing panics. Run with
+// `go test -fuzz FuzzOptions`; `go test` runs the seeds below.
+func FuzzOptions(f *testing.F) {
+	const maxInt = int64(math.MaxInt64)
+	for _, seed := range []struct {
+		ttl, extend, timeout, permits, horizon, retryA, retryB int64
+		factor                                                 uint16
+		exponential                                            bool
+	}{
+		{int64(time.Second), int64(time.Second), 0, 0, 0, 0, 0, 655, false},
+		{int64(time.Second), maxInt, 0, 0, 0, 0, 0, 655, false},
+		{maxInt, maxInt, 0, 0, 0, 0, 0, 655, false},
+		{maxInt - 1, maxInt, maxInt, 0, maxInt, 1, maxInt, 655, true},
+		{maxInt, maxInt - 999_999, maxInt, maxInt, maxInt, maxInt, maxInt, 65535, true},
+		{int64(time.Second), maxInt, maxInt, 1, 0, 1, 1, 0, false},
+		{int64(time.Second), maxInt, 0, maxInt / 2, 0, 0, 0, 655, false},
+		{int64(5 * time.Second), 1, int64(time.Nanosecond), maxInt / 2, 0, 0, 0, 655, false},
+		{int64(3 * time.Millisecond), int64(time.Hour), 0, 2, 0, 0, 0, 655, false},
+		{-1, -1, -1, -1, -1, -1, -1, 655, true},
+		{0, 0, 0, 0, 0, 0, 0, 0, false},
+		{math.MinInt64, math.MinInt64, math.MinInt64, math.MinInt64, math.MinInt64, math.MinInt64, math.MinInt64, 655, true},
+		{int64(time.Minute), maxInt, int64(time.Hour), maxInt/3 + 1, int64(100 * 365 * 24 * time.Hour), maxInt - 5, maxInt, 64000, true},
+	} {
+		f.Add(seed.ttl, seed.extend, seed.timeout, seed.permits, seed.horizon, seed.retryA, seed.retryB, seed.factor, seed.exponential)
+	}
+	f.Fuzz(func(t *testing.T, ttl, extend, timeout, permits, horizon, retryA, retryB int64, factor uint16, exponential bool) {
+		c := newCluster(t, 3)
+		var opts []redlock.Option
+		if timeout != 0 {
+			opts = append(opts, redlock.WithNodeTimeout(time.Duration(timeout)))
+		}
+		if horizon != 0 {
+			opts = append(opts, redlock.WithFenceHorizon(time.Duration(horizon)))
+		}
+		opts = append(opts, redlock.WithDriftFactor(float64(factor)/65536))
+		policy := redlock.RandomDelay(time.Duration(retryA), time.Duration(retryB))
+		if exponential {
+			policy = redlock.ExponentialBackoff(time.Duration(retryA), time.Duration(retryB))
+		}
+		if retryA != 0 {
+			opts = append(opts, redlock.WithRetry(policy))
+		}
+		rc, err := redlock.New(c.clients, opts...)
+		if c.commands() != 0 {
+			t.Fatalf("New contacted the nodes")
+		}
+		if err != nil {
+			if !errors.Is(err, redlock.ErrInvalidArgument) {
+				t.Fatalf("New: %v, want nil or ErrInvalidArgument", err)
+			}
+			return
+		}
+		if retryA != 0 {
+			// A policy that New accepted gives delays within its bounds.
+			lo, hi := time.Duration(retryA), time.Duration(retryB)
+			if exponential {
+				lo = 0
+			}
+			for _, failed := range []int{0, 1, 2, 62, 63, 64, math.MaxInt} {
+				if d := policy.Delay(failed); d < lo || d > hi {
+					t.Fatalf("Delay(%d) = %v, outside [%v, %v]", failed, d, lo, hi)
+				}
+			}
+		}
+		var acq []redlock.AcquireOption
+		if permits != 0 {
+			acq = append(acq, redlock.WithPermits(int(permits)))
+		}
+		if horizon != 0 {
+			acq = append(acq, redlock.WithFencing())
+		}
+		if timeout%2 == 0 {
+			acq = append(acq, redlock.WithAutoRenew())
+		}
+		ctx := context.Background()
+		lock, err := rc.TryAcquire(ctx, "k", time.Duration(ttl), acq...)
+		if errors.Is(err, redlock.ErrInvalidArgument) {
+			if c.commands() != 0 {
+				t.Fatalf("TryAcquire refused %v after contacting the nodes", err)
+			}
+			return
+		}
+		if err != nil {
+			mustNotAcquire(t, err)
+			// Healthy nodes refuse only a lock whose validity is spent
+			// (a ttl of a few ms, a drift factor near 1) or whose node
+			// timeout is too short to answer in.
+			if ttl >= int64(time.Second) && (timeout == 0 || timeout >= int64(5*time.Second)) && factor < 60000 {
+				t.Fatalf("TryAcquire for %v on healthy nodes: %v", time.Duration(ttl), err)
+			}
+			return
+		}
+		defer lock.Release(ctx)
+		q := 2 // of 3 nodes; a semaphore of 2 permits or more needs all 3
+		if permits > 1 {
+			q = 3
+		}
+		keptAtLeastValidity(t, c, lock, q)
+		if err := lock.Extend(ctx, time.Duration(extend)); err != nil && !errors.Is(err, redlock.ErrNotConfirmed) && !errors.Is(err, redlock.ErrLockLost) && !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Fatalf("Extend: %v", err)
+		} else if err == nil {
+			keptAtLeastValidity(t, c, lock, q)
+		}
+		if err := lock.Release(ctx); err != nil && !errors.Is(err, redlock.ErrLockLost) {
+			t.Fatalf("Release: %v", err)
+		}
+	})
+}
+
+// keptAtLeastValidity fails the test unless q of the nodes keep the lock's
+// key at least as long as its validity.
+func keptAtLeastValidity(t *testing.T, c *cluster, lock *redlock.Lock, q int) {
+	t.Helper()
+	redlock.WaitSettled(lock)
+	v := lock.Validity()
+	if v <= 0 {
+		return // over already: a tiny ttl
+	}
+	kept := 0
+	for _, s := range c.servers {
+		if s.Exists(lock.Key()) && s.TTL(lock.Key()) >= v-time.Millisecond {
+			kept++
+		}
+	}
+	if kept < q {
+		t.Fatalf("validity %v, but only %d nodes keep the key that long (TTLs %v), want %d", v, kept, ttls(c, lock.Key()), q)
+	}
+}
+
+func ttls(c *cluster, key string) []time.Duration {
+	var out []time.Duration
+	for _, s := range c.servers {
+		out = append(out, s.TTL(key))
+	}
+	return out
+}
