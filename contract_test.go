@@ -308,7 +308,7 @@ func (readOnlyAcquires) DialHook(next redis.DialHook) redis.DialHook { return ne
 
 func (readOnlyAcquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && args[1] == acquireSHA {
+		if scriptOf(cmd) == acquireSHA {
 			cmd.SetErr(serverError("READONLY You can't write against a read only replica."))
 			return cmd.Err()
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/redlock"
 )
 
@@ -346,4 +348,107 @@ func ttls(c *cluster, key string) []time.Duration {
 		out = append(out, s.TTL(key))
 	}
 	return out
+}
+
+// slowCluster is a cluster whose clients reach every node through a
+// lateLink that holds each command for delay: a network that slow.
+func slowCluster(t *testing.T, n int, delay time.Duration, opts *redis.Options) (*cluster, []redis.UniversalClient) {
+	t.Helper()
+	c := newCluster(t, n)
+	clients := make([]redis.UniversalClient, n)
+	for i, addr := range c.addrs {
+		link := newLateLink(t, addr)
+		link.setDelay(delay)
+		o := *opts
+		o.Addr = link.Addr()
+		rdb := redis.NewClient(&o)
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients[i] = rdb
+	}
+	return c, clients
+}
+
+// TestClient_Acquire_slowerThanTheNodeTimeout: with every node farther
+// away than the node timeout derived from the ttl (600 ms a round trip,
+// against the 500 ms of a 5 s ttl), Acquire still takes the lock, as
+// redsync and bsm/redislock do: the node timeout follows the round trips
+// it sees. It used to time out on every node, every attempt, forever.
+func TestClient_Acquire_slowerThanTheNodeTimeout(t *testing.T) {
+	libraryTimeouts(t)
+	_, clients := slowCluster(t, 3, 600*time.Millisecond, &redis.Options{MaxRetries: -1})
+	rc := mustNew(t, clients)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+	defer cancel()
+	lock, err := rc.Acquire(ctx, "k", 5*time.Second)
+	if err != nil {
+		t.Fatalf("Acquire with every node 600 ms away and a 5 s ttl: %v", err)
+	}
+	if v := lock.Validity(); v <= 0 {
+		t.Fatalf("validity %v", v)
+	}
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// TestClient_Acquire_loneNodeCutAtDeadline: one node whose client cuts
+// calls at their deadline (ContextTimeoutEnabled), 300 ms a round trip,
+// under the 500 ms node timeout of a 5 s ttl, but not with a new
+// connection's handshake on top: Acquire takes the lock. Each attempt's
+// dial, greeting and call used to be cut at the node timeout, and the
+// Client dialled again forever.
+func TestClient_Acquire_loneNodeCutAtDeadline(t *testing.T) {
+	libraryTimeouts(t)
+	_, clients := slowCluster(t, 1, 300*time.Millisecond, &redis.Options{MaxRetries: -1, ContextTimeoutEnabled: true})
+	rc := mustNew(t, clients)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	lock, err := rc.Acquire(ctx, "k", 5*time.Second)
+	if err != nil {
+		t.Fatalf("Acquire on a lone node 300 ms away: %v", err)
+	}
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// TestClient_TryAcquire_otherCallersDeadlines: a call that another
+// caller's deadline ended before its node answered (the node was slow for
+// it) does not make the node look failing: a TryAcquire without a
+// deadline right after still waits for a quorum of answers and takes a
+// free key. Such calls used to mark every node failing ("not waited for,
+// failing since its last call"), and the next TryAcquire counted one
+// answer and gave up.
+func TestClient_TryAcquire_otherCallersDeadlines(t *testing.T) {
+	c := newCluster(t, 3)
+	var links []*lateLink
+	var clients []redis.UniversalClient
+	for _, addr := range c.addrs {
+		link := newLateLink(t, addr)
+		links = append(links, link)
+		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients = append(clients, rdb)
+	}
+	// Without batching each call has its own connection: the calls the
+	// deadline ended are still out when the next TryAcquire's are sent.
+	rc := mustNew(t, clients, redlock.WithBatching(false))
+	mustRelease(t, mustTryAcquire(t, rc, context.Background(), "warm", time.Second)) // dialled, identified
+	for _, l := range links {
+		l.setDelay(500 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	_, err := rc.TryAcquire(ctx, "a", time.Second)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire with a 5 ms deadline on nodes 500 ms away: err = %v", err)
+	}
+	for _, l := range links {
+		l.setDelay(0)
+	}
+	lock, err := rc.TryAcquire(context.Background(), "b", time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquire on healthy nodes after another caller's deadline: %v", err)
+	}
+	mustRelease(t, lock)
 }

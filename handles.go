@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/rtt"
 )
 
 // Lock handles across processes: metadata stored with a lock, a view of a
@@ -140,7 +142,8 @@ type Holder struct {
 }
 
 // Inspect reads what every node holds for key, all at once, each within
-// the per-node timeout (WithNodeTimeout, or one second): per node whether
+// the per-node timeout (WithNodeTimeout, or one second, more when the
+// nodes' round trips have been seen to need it): per node whether
 // the key is held, by which token and metadata, and its remaining time to
 // live; and the holders a quorum of nodes agrees on. It writes nothing.
 // A node that fails is reported in its NodeHold's Err; Inspect itself
@@ -157,7 +160,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	}
 	timeout := c.cfg.nodeTimeout
 	if timeout <= 0 {
-		timeout = maxDerivedNodeTimeout
+		// No ttl to derive it from: the longest derived timeout, or what
+		// the nodes' round trips ask for (see nodeTimeout), up to a minute.
+		timeout = rtt.Timeout(c.rtts, c.quorum, maxDerivedNodeTimeout, time.Minute)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -349,15 +354,16 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
 		done: make(chan struct{}), renewed: ac.autoRenew}
 	start, wall := c.cfg.clock.Now(), time.Now()
-	t, settled := c.fanOut(ctx, ac.timeout, decidedAt(n, q), nil, settlement{}, k.extend(value, ttl))
+	t, settled := c.fanOut(ctx, ac.terms, decidedAt(n, q), nil, settlement{}, k.extend(value, ttl))
 	l.settled = settled
 	c.observeNodes(ctx, OpExtend, k, wall, t)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	if err := c.refused(); err != nil {
 		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
 	}
-	if v := validity(ttl, elapsed, ac.drift); t.yes >= q && v > 0 && (!ac.autoRenew || v > ac.renewMargin()) {
-		l.until = start.Add(ttl - ac.drift)
+	tm := ac.terms.now(c) // with the node timeout its replies teach
+	if v := validity(ttl, elapsed, ac.drift); t.yes >= q && v > 0 && (!ac.autoRenew || v > tm.renewMargin()) {
+		l.until, l.terms = start.Add(ttl-ac.drift), tm
 		if ac.autoRenew {
 			c.sched.renew(l)
 		}

@@ -102,7 +102,7 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // known too (see handedOver): a quorum of answers can win the next lock
 // and still leave open whether l held until then.
 func (c *Client) handOff(ctx context.Context, l *Lock, from handsOver, w *waiter) handOffResult {
-	a := newAcquisition(w.kind, w.ac, l.settled)
+	a := c.newAcquisition(w.kind, w.ac, l.settled)
 	a.start = c.cfg.clock.Now()
 	t := a.fanOut(ctx, c, c.handedOver(l), nil, from.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenceKeep()))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
@@ -175,7 +175,7 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	}
 	defer t.qs.giveTurn(t.q, w)
 	skipped := yes + no // the nodes the hand-off heard from
-	r, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, yes, no, skipped, false, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
+	r, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, yes, no, skipped, false, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
 	l.settled = settled
 	l.finish()
 	// A node the hand-off did not hear from may have run it all the same

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,9 @@ import (
 type identities struct {
 	all    atomic.Bool           // every node is identified
 	broken atomic.Pointer[error] // set once two nodes are found on one server
+	// refused: by node, why its replies do not count, when its server is
+	// one that can not hold a lock (a replica: see serverFacts.refusal)
+	refused []atomic.Pointer[error]
 
 	mu    sync.Mutex
 	nodes []identity // by node
@@ -42,13 +46,15 @@ type identity struct {
 	known   bool
 	ids     []string      // the IDs that name the node's server(s)
 	how     string        // how it was identified, for messages
+	facts   serverFacts   // what its INFO told of its configuration
 	pending chan struct{} // non-nil while an identification runs; closed when it ends
 	lastErr error         // why the last identification failed
+	checked time.Time     // when its server was last identified
 }
 
 func (ids *identities) init(n int) {
 	ids.nodes = make([]identity, n)
-	ids.all.Store(n == 1) // one node cannot be counted twice
+	ids.refused = make([]atomic.Pointer[error], n)
 }
 
 // refused returns the error of a Client found to reach one server through
@@ -75,13 +81,15 @@ func (c *Client) startIdentifying(skip []bool, deadline time.Time) {
 	}
 }
 
-// identifyNode identifies node i's server, and refuses the Client when it
-// is another node's.
+// identifyNode identifies node i's server, refuses the Client when it is
+// another node's, refuses the node when its server can not hold a lock
+// (a replica), and warns when it is configured to lose locks (an evicting
+// memory policy).
 func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 	defer close(done)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	ids, how, err := serverIDs(ctx, c.nodes[i].rdb, c.nodes[i].addr)
+	ids, how, facts, err := serverIDs(ctx, c.nodes[i].rdb, c.nodes[i].addr)
 
 	c.idents.mu.Lock()
 	defer c.idents.mu.Unlock()
@@ -91,7 +99,9 @@ func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 		id.lastErr = err // tried again at the node's next call
 		return
 	}
-	id.known, id.ids, id.how = true, ids, how
+	first := !id.known
+	id.known, id.ids, id.how, id.facts, id.checked = true, ids, how, facts, time.Now()
+	c.judgeServer(i, facts, first)
 	all := true
 	for j := range c.idents.nodes {
 		other := &c.idents.nodes[j]
@@ -143,15 +153,17 @@ func (c *Client) awaitIdentity(i int, deadline time.Time) error {
 // server could be identified: its answer cannot count.
 var errNotIdentified = errors.New("its server could not be identified yet (INFO), so its answer does not count")
 
-// serverIDs returns the IDs that name rdb's server: for a plain client its
-// run_id and, in cluster mode, its Cluster node ID; for a ClusterClient the
-// node IDs of its cluster. A server that will not tell (a server without
-// run_id, or an ACL user without INFO) is named by its address.
-func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids []string, how string, err error) {
+// serverIDs returns the IDs that name rdb's server, and what its INFO
+// tells of its configuration: for a plain client its run_id and, in
+// cluster mode, its Cluster node ID; for a ClusterClient the node IDs of
+// its cluster (and no facts: its masters are its own to choose). A server
+// that will not tell (a server without run_id, or an ACL user without
+// INFO) is named by its address.
+func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids []string, how string, facts serverFacts, err error) {
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		nodes, err := cc.ClusterNodes(ctx).Result()
 		if err != nil {
-			return nil, "", err
+			return nil, "", facts, err
 		}
 		for line := range strings.Lines(nodes) {
 			if id, _, _ := strings.Cut(strings.TrimSpace(line), " "); id != "" {
@@ -159,21 +171,22 @@ func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 			}
 		}
 		if len(ids) == 0 {
-			return nil, "", errors.New("CLUSTER NODES named no node")
+			return nil, "", facts, errors.New("CLUSTER NODES named no node")
 		}
-		return ids, "the same cluster", nil
+		return ids, "the same cluster", facts, nil
 	}
-	// INFO without arguments: its default sections hold run_id and
-	// cluster_enabled, and Redis before 7 takes at most one section.
+	// INFO without arguments: its default sections hold run_id,
+	// cluster_enabled, the memory, persistence and replication facts, and
+	// Redis before 7 takes at most one section.
 	info, err := rdb.Info(ctx).Result()
 	if err != nil {
 		var re redis.Error
 		if errors.As(err, &re) && !transient(re) {
 			// The server answered but will not tell: name it by its
 			// address. Its own calls report a misconfiguration if any.
-			return addrID(addr), "address " + addr, nil
+			return addrID(addr), "address " + addr, facts, nil
 		}
-		return nil, "", err // no answer, or a passing state: tried again later
+		return nil, "", facts, err // no answer, or a passing state: tried again later
 	}
 	var runID, clusterOn string
 	sc := bufio.NewScanner(strings.NewReader(info))
@@ -184,10 +197,22 @@ func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 			runID = v
 		case "cluster_enabled":
 			clusterOn = v
+		case "role":
+			facts.role = v
+		case "master_host":
+			facts.master = v + facts.master
+		case "master_port":
+			facts.master += ":" + v
+		case "maxmemory":
+			facts.maxmemory, _ = strconv.ParseInt(v, 10, 64)
+		case "maxmemory_policy":
+			facts.policy = v
+		case "aof_enabled":
+			facts.aof = v
 		}
 	}
 	if runID == "" {
-		return addrID(addr), "address " + addr, nil
+		return addrID(addr), "address " + addr, facts, nil
 	}
 	ids = []string{"run:" + runID}
 	if clusterOn == "1" {
@@ -195,8 +220,101 @@ func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 			ids = append(ids, "node:"+id)
 		}
 	}
-	return ids, "run_id " + runID, nil
+	return ids, "run_id " + runID, facts, nil
 }
+
+// serverFacts is what a node's INFO tells of the settings that decide
+// whether it can keep a lock (docs/safety.md): empty where it does not
+// tell (an embedded server, an INFO without those sections).
+type serverFacts struct {
+	role      string // "master", or "slave" for a replica
+	master    string // a replica's master, host:port
+	maxmemory int64  // bytes; 0: no limit
+	policy    string // maxmemory-policy
+	aof       string // "1" when the append-only file is on
+}
+
+// refusal is why a node on this server can not count towards a lock: a
+// replica, read-only or not, takes no write of its own that lasts (its
+// master's replication overwrites it) and may be the copy of another node;
+// nil for a master, or a server that did not say.
+func (f serverFacts) refusal() error {
+	if f.role == "" || f.role == "master" {
+		return nil
+	}
+	of := ""
+	if f.master != "" {
+		of = " of " + f.master
+	}
+	return &misconfiguration{
+		err:  fmt.Errorf("the node is a replica%s (INFO role:%s)", of, f.role),
+		hint: "a configuration error: give redlock masters only, each independent of the others",
+	}
+}
+
+// evicts reports whether the server may evict keys that have a time to
+// live, as every lock key has: a memory limit with a policy other than
+// noeviction. Under memory pressure the lock's keys then go before their
+// time, and another client takes a lock that is held.
+func (f serverFacts) evicts() bool {
+	return f.maxmemory > 0 && f.policy != "" && f.policy != "noeviction"
+}
+
+// judgeServer acts on what node i's INFO told (facts), the first time it
+// was read when first: a replica's replies are refused (and it is checked
+// again from time to time, for a promotion: see refusedNode); an evicting
+// memory policy is reported once, to the logger and the Observer; a server
+// without the append-only file is noted at the Info level, once. Called
+// with c.idents.mu held.
+func (c *Client) judgeServer(i int, facts serverFacts, first bool) {
+	addr := c.nodes[i].addr
+	if err := facts.refusal(); err != nil {
+		if c.idents.refused[i].Swap(&err) == nil {
+			c.cfg.logger.Warn("redlock: a node is a replica; it does not count towards any lock until it is a master",
+				"node", i, "addr", addr, "err", err)
+		}
+	} else {
+		c.idents.refused[i].Store(nil)
+	}
+	if !first {
+		return
+	}
+	if facts.evicts() {
+		err := &misconfiguration{
+			err:  fmt.Errorf("maxmemory %d with maxmemory-policy %s: the node evicts keys with a time to live under memory pressure, lock keys among them", facts.maxmemory, facts.policy),
+			hint: "a configuration error: another client can take a lock the node evicted while it is held; set maxmemory-policy noeviction (or maxmemory 0)",
+		}
+		c.cfg.logger.Warn("redlock: a node may evict lock keys", "node", i, "addr", addr, "err", err)
+		c.observe(context.Background(), Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: addr})
+	}
+	if facts.aof == "0" {
+		c.cfg.logger.Info("redlock: a node keeps no append-only file; after a crash it must stay down longer than the largest ttl (docs/safety.md)",
+			"node", i, "addr", addr)
+	}
+}
+
+// refusedNode returns why node i's replies do not count (an error matching
+// ErrMisconfigured), or nil. A refused node's server is read again
+// at most once a second, in the background, so that a replica promoted to
+// master counts again.
+func (c *Client) refusedNode(i int) error {
+	p := c.idents.refused[i].Load()
+	if p == nil {
+		return nil
+	}
+	c.idents.mu.Lock()
+	id := &c.idents.nodes[i]
+	if id.pending == nil && time.Since(id.checked) >= recheckEvery {
+		id.pending = make(chan struct{})
+		id.checked = time.Now()
+		go c.identifyNode(i, time.Now().Add(recheckEvery), id.pending)
+	}
+	c.idents.mu.Unlock()
+	return *p
+}
+
+// recheckEvery is how often a refused node's server is read again.
+const recheckEvery = time.Second
 
 // transient reports whether a server's error reply is a passing state.
 func transient(err redis.Error) bool {

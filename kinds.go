@@ -355,10 +355,14 @@ const fairPatience = 4 * time.Second
 const fairPatienceTimeouts = 8
 
 // patience is how long a fair waiter of a lock on these terms keeps its
-// place.
+// place: at most maxPatience.
 func (t terms) patience() time.Duration {
-	return max(fairPatience, mulSat(fairPatienceTimeouts, t.timeout))
+	return min(max(fairPatience, mulSat(fairPatienceTimeouts, t.timeout)), maxPatience)
 }
+
+// maxPatience is the longest patience: the queue's keys live twice that
+// (kind_fair.lua), within the longest time to live (maxPX).
+const maxPatience = time.Duration(maxPX/2) * time.Millisecond
 
 // fair is a lock granted in the order of its waiters' tickets.
 type fair struct {
@@ -422,7 +426,7 @@ func (k *fair) leave(token string) *nodeOp {
 func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
 	k.patience = ac.patience()
 	for failed := 1; ; failed++ {
-		qe := c.drawTicket(ctx, k, ac.timeout, max(ac.ttl, ac.fenceHorizon))
+		qe := c.drawTicket(ctx, k, ac.terms.now(c), max(ac.ttl, ac.fenceHorizon))
 		if qe == nil || qe.cause != nil || qe.misconfigured || ac.retry == nil || failed == ac.maxAttempts {
 			return qe
 		}
@@ -491,9 +495,9 @@ func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
 // ticket before the waiter queues: a waiter drawing later, from any
 // quorum, then meets a raised counter and gets a higher ticket, rather
 // than one equal to ours or below it that could be granted first.
-func (c *Client) drawTicket(ctx context.Context, f *fair, timeout, keep time.Duration) *quorumError {
+func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Duration) *quorumError {
 	q := f.quorum(len(c.nodes))
-	t, _ := c.fanOut(ctx, timeout, wonAt(q), nil, settlement{}, f.ticketOp(keep))
+	t, _ := c.fanOut(ctx, tm, wonAt(q), nil, settlement{}, f.ticketOp(keep))
 	if t.yes < q {
 		return f.ticketRefused(ctx, "a ticket from", t, len(c.nodes), q)
 	}
@@ -517,7 +521,7 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, timeout, keep time.Dur
 		}
 	}
 	raised := func(r *tally) bool { return at+r.yes >= q }
-	r, _ := c.fanOut(ctx, timeout, raised, skip, settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket, keep))
+	r, _ := c.fanOut(ctx, tm, raised, skip, settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket, keep))
 	if !raised(&r) {
 		f.ticket = 0
 		return f.ticketRefused(ctx, "a ticket stored on", r, len(c.nodes), q-at)

@@ -58,7 +58,27 @@ type localQueue struct {
 	chain     int       // hand-offs while others waited, since the key was last won by contending
 	contended bool      // another process was seen waiting in this run of hand-offs
 	yield     bool      // the next turn comes after a run of hand-offs was cut
+	// yieldFor is how long the turn after a cut run waits before it
+	// contends (see inTurn): 0 for yieldFirst
+	yieldFor time.Duration
 }
+
+// How long a Client that cut a run of hand-offs for another process
+// waits before it contends for the key again. That process hears the
+// release and sends its attempt, which must reach a quorum before this
+// Client's does; how long that takes is not known here (its nodes may be
+// farther away than ours). So the wait starts at yieldFirst and doubles
+// each time this Client won the key straight after it (the other process
+// did not get there first) and found it still waiting in its next run of
+// hand-offs, up to yieldMax; it starts again from yieldFirst once the other
+// process got the key. With nodes 2 ms away from the other process and
+// 0.1 ms from this one, the other got the lock in 13 of 18 runs of 10 s
+// when the wait was fixed at 1 ms; see docs/benchmarks.md (handoff probe)
+// for the figures with this rule.
+const (
+	yieldFirst = 2 * wakeSpread
+	yieldMax   = time.Second
+)
 
 type localQueues struct {
 	mu    sync.Mutex
@@ -223,11 +243,12 @@ func (qs *localQueues) giveTurn(q *localQueue, w *waiter) {
 	w.grant <- grant{}
 }
 
-// inTurn runs acquire, an Acquire's attempts for a lock of kind k, in the
-// turn of its local queue (named by k.turns()), and
+// inTurn runs acquire, an Acquire's attempts for a lock of kind k (which
+// it counts in attempts), in the turn of its local queue (named by
+// k.turns()), and
 // makes the lock it wins the holder of the turn. A lock handed over by the
 // previous holder is returned without running acquire.
-func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acquireConfig, acquire func() (*Lock, error)) (*Lock, error) {
+func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acquireConfig, attempts *int, acquire func() (*Lock, error)) (*Lock, error) {
 	q, g, err := qs.wait(ctx, queue, k, ac)
 	if err != nil {
 		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: gave up waiting behind this client's other acquires", k.describe()), cause: err, heldOn: -1}
@@ -238,18 +259,38 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 	if g.yield {
 		// This client kept the key through a run of hand-offs and has just
 		// released it: other processes woken by the release try first.
+		q.mu.Lock()
+		wait := max(q.yieldFor, yieldFirst)
+		q.mu.Unlock()
 		select {
-		case <-time.After(2*wakeSpread + mrand.N(wakeSpread/4)):
+		case <-time.After(wait + mrand.N(wait/4)):
 		case <-ctx.Done():
 		}
 	}
 	lock, err := acquire()
+	if g.yield {
+		qs.yielded(q, *attempts)
+	}
 	if err != nil {
 		qs.pass(q)
 		return nil, err
 	}
 	qs.hold(q, lock)
 	return lock, nil
+}
+
+// yielded adapts the wait after a cut run of hand-offs to how the
+// Acquire that followed it went (see yieldFirst): won at the first
+// attempt, the other process did not get there first, and the next wait is
+// longer should it be waiting again; refused, it did.
+func (qs *localQueues) yielded(q *localQueue, attempts int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if attempts == 1 {
+		q.yieldFor = min(2*max(q.yieldFor, yieldFirst), yieldMax)
+	} else {
+		q.yieldFor = 0
+	}
 }
 
 // WithHandOff sets how many times in a row a released lock may be handed
@@ -259,9 +300,16 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 // quorum with its own token, fencing token and validity, like any acquire,
 // and no other process can take the key in between. While no other process
 // waits for the key, hand-offs go on without limit; once the nodes show one
-// waiting, the lock is released on the nodes after limit more, so that the
-// other processes get their chance. The limit must be at least 0; 0 turns
-// hand-offs off. Default: 12.
+// waiting, the lock is released on the nodes after limit more, and this
+// Client waits before it contends for the key again, so that a waiter of
+// another process, woken by the release, takes it first. How far away that
+// waiter is from the nodes is not known here: the wait starts at 1 ms and
+// doubles each time this Client still won the key after it while the other
+// process went on waiting, up to a second, and starts again at 1 ms once the
+// other process got the key. So a waiter of another process gets the key
+// after a few runs of limit hand-offs (well within a second when its round
+// trip to the nodes is a few milliseconds). The limit must be at least 0; 0
+// turns hand-offs off. Default: 12.
 func WithHandOff(limit int) Option {
 	return clientOption(func(c *config) error {
 		if limit < 0 {

@@ -48,14 +48,23 @@ type nodeOp struct {
 	holds bool
 }
 
-// run sends op alone: EVALSHA, and EVAL when the node does not know the
-// script yet; with ack, followed on the same connection by WAIT. An EVAL
-// of an op that writes no hold is sent even when the NOSCRIPT answer came
-// after ctx's deadline, with timeout from then (see lateIO).
-func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replicaAck, timeout time.Duration) (int64, []int64, error) {
+// run sends op alone: EVALSHA when the node is known to hold the script,
+// EVAL when it is not known to (the first call of each script, which loads
+// it: one round trip rather than a NOSCRIPT answer and a second), or when
+// it answered NOSCRIPT (it restarted, or its scripts were flushed); with
+// ack, followed on the same connection by WAIT. An EVAL of an op that
+// writes no hold is sent even when the NOSCRIPT answer came after ctx's
+// deadline, with timeout from then (see lateIO).
+func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, known *scripts, ack replicaAck, timeout time.Duration) (int64, []int64, error) {
 	if !ack.on() || !op.holds {
-		cmd := op.script.EvalSha(ctx, rdb, op.keys, op.args...)
-		if noScript(cmd.Err()) {
+		sha := known.has(op.script)
+		cmd := op.script.Eval
+		if sha {
+			cmd = op.script.EvalSha
+		}
+		reply := cmd(ctx, rdb, op.keys, op.args...)
+		if sha && noScript(reply.Err()) {
+			known.forget(op.script)
 			again := ctx
 			if ctx.Err() != nil {
 				late, cancel, send := lateIO(op, ctx, timeout)
@@ -67,9 +76,10 @@ func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replica
 				defer cancel()
 				again = late
 			}
-			cmd = op.script.Eval(again, rdb, op.keys, op.args...)
+			reply = op.script.Eval(again, rdb, op.keys, op.args...)
 		}
-		return op.result(cmd)
+		known.note(op.script, reply.Err())
+		return op.result(reply)
 	}
 	var cmd *redis.Cmd
 	var wait *redis.Cmd
@@ -84,15 +94,45 @@ func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, ack replica
 			return nil
 		})
 	}
-	send(true)
-	if noScript(cmd.Err()) {
+	sha := known.has(op.script)
+	send(sha)
+	if sha && noScript(cmd.Err()) {
+		known.forget(op.script)
 		send(false)
 	}
+	known.note(op.script, cmd.Err())
 	v, vs, err := op.result(cmd)
 	if err == nil && v > 0 {
 		err = ack.check(wait)
 	}
 	return v, vs, err
+}
+
+// scripts is the set of scripts a node is known to hold: it ran them (as
+// EVAL or EVALSHA) since it last answered NOSCRIPT. A nil *scripts knows
+// none.
+type scripts struct{ m sync.Map } // *redis.Script → struct{}
+
+func (s *scripts) has(sc *redis.Script) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.m.Load(sc)
+	return ok
+}
+
+// note records what the node's answer to a call of sc (err) tells: any
+// answer but NOSCRIPT shows that it now holds the script.
+func (s *scripts) note(sc *redis.Script, err error) {
+	if s != nil && (err == nil || isReply(err) && !noScript(err)) && !s.has(sc) {
+		s.m.Store(sc, struct{}{})
+	}
+}
+
+func (s *scripts) forget(sc *redis.Script) {
+	if s != nil {
+		s.m.Delete(sc)
+	}
 }
 
 // noScript reports whether err is the node's answer that it does not know
@@ -160,6 +200,7 @@ func lateIO(op nodeOp, io context.Context, timeout time.Duration) (_ context.Con
 // pipe sends the calls bound for one node.
 type pipe struct {
 	rdb      redis.UniversalClient
+	known    *scripts // the node's
 	ack      replicaAck
 	mu       sync.Mutex
 	queue    []call
@@ -254,7 +295,7 @@ func (p *pipe) send(batch []call) {
 		if err := c.ctx.Err(); err != nil {
 			io, cancel, send := lateIO(c.op, c.io, c.timeout)
 			if !send {
-				c.reply(0, nil, fmt.Errorf("not sent: %w", err))
+				c.reply(0, nil, notSent(err))
 				continue
 			}
 			defer cancel()
@@ -267,7 +308,7 @@ func (p *pipe) send(batch []call) {
 		return
 	case 1:
 		c := live[0]
-		c.reply(c.op.run(c.io, p.rdb, p.ack, c.timeout))
+		c.reply(c.op.run(c.io, p.rdb, p.known, p.ack, c.timeout))
 		return
 	}
 
@@ -281,7 +322,11 @@ func (p *pipe) send(batch []call) {
 	ack := p.ack.on() && slices.ContainsFunc(live, func(c call) bool { return c.op.holds })
 	_, _ = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for i, c := range live {
-			cmds[i] = c.op.script.EvalSha(ctx, pl, c.op.keys, c.op.args...)
+			if p.known.has(c.op.script) {
+				cmds[i] = c.op.script.EvalSha(ctx, pl, c.op.keys, c.op.args...)
+			} else {
+				cmds[i] = c.op.script.Eval(ctx, pl, c.op.keys, c.op.args...)
+			}
 		}
 		if ack {
 			wait = p.ack.wait(ctx, pl)
@@ -297,6 +342,7 @@ func (p *pipe) send(batch []call) {
 	var again, dropped []int
 	for i, cmd := range cmds {
 		if noScript(cmd.Err()) {
+			p.known.forget(live[i].op.script)
 			again = append(again, i)
 		}
 	}
@@ -334,6 +380,7 @@ func (p *pipe) send(batch []call) {
 			c.reply(0, nil, notResent(context.DeadlineExceeded))
 			continue
 		}
+		p.known.note(c.op.script, cmds[i].Err())
 		v, vs, err := c.op.result(cmds[i])
 		if err == nil && v > 0 && ack && c.op.holds {
 			w := wait

@@ -41,6 +41,23 @@ var acquireSHA = func() string {
 	return redis.NewScript(redlock.ScriptSource("acquire.lua")).Hash()
 }()
 
+// scriptOf returns the SHA1 of the script an EVALSHA or an EVAL runs, or
+// "" for another command. (The first call of each script on a node is an
+// EVAL, which loads it.)
+func scriptOf(cmd redis.Cmder) string {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return ""
+	}
+	switch cmd.Name() {
+	case "evalsha":
+		return args[1].(string)
+	case "eval":
+		return redis.NewScript(args[1].(string)).Hash()
+	}
+	return ""
+}
+
 func newRoundTrips() *roundTrips { return &roundTrips{gate: make(chan struct{})} }
 
 func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -64,7 +81,7 @@ func (h *roundTrips) record(cmds []redis.Cmder, send func() error) error {
 	}
 	tr := trip{name: name, n: len(cmds)}
 	for _, cmd := range cmds {
-		if args := cmd.Args(); len(args) > 3 && args[1] == acquireSHA {
+		if args := cmd.Args(); len(args) > 3 && scriptOf(cmd) == acquireSHA {
 			tr.acquires = append(tr.acquires, args[3].(string))
 		}
 	}
@@ -72,8 +89,8 @@ func (h *roundTrips) record(cmds []redis.Cmder, send func() error) error {
 	h.trips = append(h.trips, tr)
 	for _, cmd := range cmds {
 		args := cmd.Args()
-		if name == "evalsha" && len(args) > 1 {
-			h.shas = append(h.shas, args[1].(string))
+		if sha := scriptOf(cmd); sha != "" {
+			h.shas = append(h.shas, sha)
 		}
 		if len(args) > 2 {
 			if nkeys, ok := args[2].(int); ok && len(args) > 3+nkeys {
@@ -494,7 +511,7 @@ func (h *lateNoScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 func (h *lateNoScript) around(cmds []redis.Cmder, send func() error) error {
 	for _, cmd := range cmds {
-		if args := cmd.Args(); len(args) > 1 && args[0] == "evalsha" && args[1] == h.sha && h.armed.CompareAndSwap(true, false) {
+		if cmd.Name() == "evalsha" && scriptOf(cmd) == h.sha && h.armed.CompareAndSwap(true, false) {
 			h.flush()
 			err := send()
 			time.Sleep(h.delay)

@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The arithmetic of the algorithm, kept free of I/O so that it can be
@@ -171,7 +173,8 @@ type nodeReply struct {
 	value   int64
 	values  []int64 // for an op that is many: one per lock
 	err     error
-	skipped bool // not contacted: tells nothing about the node
+	skipped bool          // not contacted: tells nothing about the node
+	took    time.Duration // from the call's sending to its end
 }
 
 // settlement tells when each node's call of one operation has returned, or
@@ -283,19 +286,25 @@ func wonAt(q int) func(*tally) bool {
 // channel and its goroutine ends on its own. Nor does it cancel the calls
 // still running once the outcome is known: cancelling a go-redis command
 // closes its connection, which costs a new dial on the next operation.
-func (c *Client) fanOut(ctx context.Context, timeout time.Duration, stop func(*tally) bool, skip []bool, after settlement, op nodeOp) (tally, settlement) {
+func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, skip []bool, after settlement, op nodeOp) (tally, settlement) {
+	timeout := tm.timeout
 	deadline := time.Now().Add(timeout)
 	if !c.idents.all.Load() {
 		// First contact: the nodes' servers are identified alongside the
 		// calls (see identity.go), and every node not known to be failing
 		// is waited for, so that two nodes on one server are found before
-		// a lock is granted.
+		// a lock is granted; for the base timeout at most, not for the
+		// longer one that a first contact gets (see rtt.Timeout): a node
+		// that hangs from the start costs no more than it did.
 		c.startIdentifying(skip, deadline)
 		if inner := stop; inner != nil {
-			stop = func(t *tally) bool { return inner(t) && !c.awaits(t, settlement{}) }
+			everyone := time.Now().Add(min(tm.base, timeout))
+			stop = func(t *tally) bool {
+				return inner(t) && (!c.awaits(t, settlement{}) || !time.Now().Before(everyone))
+			}
 		}
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errNodeTimeout)
 	io, cancelIO := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	replies := make(chan nodeReply, len(c.nodes))
 	settled := c.send(ctx, io, func() { cancel(); cancelIO() }, timeout, deadline, skip, after, op, replies)
@@ -329,20 +338,27 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeou
 			cancel() // every call has returned: free the timers
 		}
 	}
+	begun := deadline.Add(-timeout)
 	reply := func(r nodeReply) {
 		close(settled.done[r.node])
 		c.calls.done()
-		c.noteFailing(r.node, r.err)
-		c.noteMisconfigured(ctx, r.node, r.value, r.err)
+		c.noteReply(r.node, r.err, r.took, timeout)
 		if r.err == nil && !c.idents.all.Load() {
 			// A reply counts once its node's server is identified; the
 			// wait is not the pipe's (it runs the node's next calls).
 			go func() {
-				r.err = c.awaitIdentity(r.node, deadline)
+				if r.err = c.awaitIdentity(r.node, deadline); r.err == nil {
+					r.err = c.refusedNode(r.node)
+				}
+				c.noteMisconfigured(ctx, r.node, r.value, r.err)
 				deliver(r)
 			}()
 			return
 		}
+		if r.err == nil {
+			r.err = c.refusedNode(r.node) // a replica's answer does not count
+		}
+		c.noteMisconfigured(ctx, r.node, r.value, r.err)
 		deliver(r)
 	}
 	for i, nd := range c.nodes {
@@ -369,11 +385,14 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeou
 		case nd.inline && n == 1:
 			// One node whose client cuts the call at ctx's deadline: there
 			// is no quorum to return early with, so the call runs here.
-			v, vs, err := op.run(ctx, nd.rdb, c.cfg.replicaAck, timeout)
-			reply(nodeReply{node: i, value: v, values: vs, err: err})
+			v, vs, err := op.run(ctx, nd.rdb, nd.scripts, c.cfg.replicaAck, timeout)
+			if err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
+				err = fmt.Errorf("%w: %w", errCutByCaller, err)
+			}
+			reply(nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
 		case nd.pipe != nil:
 			nd.pipe.submit(call{ctx: ctx, io: io, timeout: timeout, op: op, reply: func(v int64, vs []int64, err error) {
-				reply(nodeReply{node: i, value: v, values: vs, err: err})
+				reply(nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
 			}})
 		default:
 			go func() {
@@ -393,36 +412,69 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeou
 					// this one has its own.)
 					late, cancelLate, send := lateIO(op, callIO, timeout)
 					if !send {
-						reply(nodeReply{node: i, err: fmt.Errorf("not sent: %w", err)})
+						reply(nodeReply{node: i, err: notSent(err)})
 						return
 					}
 					defer cancelLate()
 					callIO = late
 				}
-				v, vs, err := op.run(callIO, nd.rdb, c.cfg.replicaAck, timeout)
-				reply(nodeReply{node: i, value: v, values: vs, err: err})
+				sent := time.Now()
+				v, vs, err := op.run(callIO, nd.rdb, nd.scripts, c.cfg.replicaAck, timeout)
+				reply(nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(sent)})
 			}()
 		}
 	}
 	return settled
 }
 
-// noteFailing records whether node i is failing, after its call ended with
-// err. Only a node that does not answer is worth not waiting for; one that
-// fails at once (refused, reset) costs nothing, and is soon back after a
-// restart. A call cancelled by its caller (not sent, or cut) tells nothing
-// of the node, and changes nothing.
-func (c *Client) noteFailing(i int, err error) {
+// Why a call ended, when not for anything its node did.
+var (
+	// errNodeTimeout is the cause of an operation's context that its node
+	// timeout ended (rather than the caller's context).
+	errNodeTimeout = errors.New("node timeout")
+	// errNotSent: the call was never sent, its operation having ended
+	// first (the caller gave up, or its deadline passed while the call
+	// waited behind the node's previous one).
+	errNotSent = errors.New("not sent")
+	// errCutByCaller: the call was cut when its caller's context ended,
+	// before the node timeout.
+	errCutByCaller = errors.New("cut by the caller's context")
+)
+
+func notSent(cause error) error { return fmt.Errorf("%w: %w", errNotSent, cause) }
+
+// noteReply records what node i's call, which ended with err after took,
+// tells of the node: a reply is a sample of its round trip (see
+// nodeTimeout), and clears its failing mark; no reply within the node
+// timeout marks it failing (Client.failing) and lengthens its next
+// timeout. Only a node that does not answer is worth not waiting for; one
+// that fails at once (refused, reset) costs nothing, and is soon back after
+// a restart. A call that the caller's context ended (not sent, cut or
+// cancelled) tells nothing of the node, and changes nothing: another
+// goroutine's tiny deadline must not make a healthy node look failing.
+func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 	h := &c.failing[i]
-	if errors.Is(err, context.Canceled) {
+	switch {
+	case errors.Is(err, errNotSent) || errors.Is(err, errCutByCaller) || errors.Is(err, context.Canceled):
 		return
-	}
-	if timedOut(err) {
+	case err == nil || isReply(err):
+		c.rtts[i].Sample(took)
+	case timedOut(err):
+		c.rtts[i].TimedOut(timeout)
 		last := err // allocated only here, not for every reply
 		h.Store(&last)
-	} else if h.Load() != nil {
+		return
+	}
+	if h.Load() != nil {
 		h.Store(nil)
 	}
+}
+
+// isReply reports whether err is the node's own answer (an error reply),
+// as opposed to no answer.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
 }
 
 // noteMisconfigured warns, through the logger and the Observer, when node
@@ -482,7 +534,7 @@ func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*
 				}
 				break
 			}
-			t.failUnanswered(c, timeout, ctx.Err())
+			t.failUnanswered(c, timeout, ctx)
 			return t
 		}
 	}
@@ -565,16 +617,20 @@ func (t *tally) failFailing(c *Client) {
 	}
 }
 
-// failUnanswered counts the nodes that did not answer within timeout as
-// failed, and notes them as failing.
-func (t *tally) failUnanswered(c *Client, timeout time.Duration, cause error) {
+// failUnanswered counts the nodes that did not answer before ctx, the
+// operation's, ended as failed, and notes them as failing when the node
+// timeout ended it: a node the caller did not wait for tells nothing.
+func (t *tally) failUnanswered(c *Client, timeout time.Duration, ctx context.Context) {
+	own := context.Cause(ctx) == errNodeTimeout
 	for i, a := range t.answers {
 		if a != unanswered {
 			continue
 		}
-		err := noReply(timeout, cause)
-		if timedOut(err) {
+		err := noReply(timeout, ctx.Err())
+		if own {
 			c.failing[i].Store(&err)
+		} else {
+			err = fmt.Errorf("not waited for, the caller's context ended: %w", ctx.Err())
 		}
 		if t.took != nil {
 			t.took[i] = timeout

@@ -11,6 +11,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/rtt"
 )
 
 func TestQuorumOf(t *testing.T) {
@@ -149,7 +151,7 @@ func TestTerms_nodeTimeoutDerivedFromTTL(t *testing.T) {
 		{time.Minute, time.Second, 602 * time.Millisecond},
 	} {
 		tm, err := c.termsFor(tt.ttl)
-		if err != nil || tm != (terms{ttl: tt.ttl, timeout: tt.want, drift: tt.drift}) {
+		if err != nil || tm != (terms{ttl: tt.ttl, timeout: tt.want, base: tt.want, drift: tt.drift}) {
 			t.Errorf("termsFor(%v) = %+v, %v; want timeout %v, drift %v", tt.ttl, tm, err, tt.want, tt.drift)
 		}
 	}
@@ -161,6 +163,49 @@ func TestTerms_nodeTimeoutDerivedFromTTL(t *testing.T) {
 		if _, err := c.termsFor(ttl); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("termsFor(%v) = %v, want ErrInvalidArgument", ttl, err)
 		}
+	}
+}
+
+// TestTerms_nodeTimeoutFollowsRoundTrips: the derived node timeout is
+// the base one until the nodes' replies show that a quorum of them needs
+// longer, and then what they need, up to two thirds of the validity;
+// nothing is known of a node before its first reply, and a first contact
+// gets those two thirds. WithNodeTimeout's is kept as given.
+func TestTerms_nodeTimeoutFollowsRoundTrips(t *testing.T) {
+	defer SetNodeTimeoutFloor(SetNodeTimeoutFloor(50 * time.Millisecond))
+	c := &Client{cfg: config{driftFactor: 0.01}, quorum: 2, rtts: make([]rtt.Estimate, 3)}
+	timeout := func(ttl time.Duration) time.Duration {
+		tm, err := c.termsFor(ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.timeout
+	}
+	if got := timeout(5 * time.Second); got != 3298666666 {
+		t.Errorf("before any reply: %v, want two thirds of the validity, 3.298666666s", got)
+	}
+	for range 50 {
+		for i := range c.rtts {
+			c.rtts[i].Sample(time.Millisecond)
+		}
+	}
+	if got := timeout(5 * time.Second); got != 500*time.Millisecond {
+		t.Errorf("nodes a millisecond away: %v, want the base 500ms", got)
+	}
+	for range 50 {
+		c.rtts[0].Sample(time.Second) // a minority far away does not count
+		c.rtts[1].Sample(600 * time.Millisecond)
+		c.rtts[2].Sample(600 * time.Millisecond)
+	}
+	if got := timeout(5 * time.Second); got < 890*time.Millisecond || got > 950*time.Millisecond {
+		t.Errorf("a quorum 600ms away: %v, want about 900ms", got)
+	}
+	if got := timeout(time.Second); got != 658666666 {
+		t.Errorf("a quorum 600ms away, ttl 1s: %v, want two thirds of the validity, 658.666666ms", got)
+	}
+	c.cfg.nodeTimeout = 7 * time.Millisecond
+	if got := timeout(5 * time.Second); got != 7*time.Millisecond {
+		t.Errorf("WithNodeTimeout(7ms): %v", got)
 	}
 }
 
@@ -356,7 +401,7 @@ func TestSend_skippedNodeKeepsItsLastCall(t *testing.T) {
 	}
 	out := make(chan struct{}) // the call before, still out
 	before := settlement{done: []chan struct{}{out}, deadlines: []time.Time{time.Now().Add(time.Minute)}}
-	_, settled := c.fanOut(context.Background(), time.Second, nil, []bool{true}, before, releaseOn("k", "token"))
+	_, settled := c.fanOut(context.Background(), terms{timeout: time.Second, base: time.Second}, nil, []bool{true}, before, releaseOn("k", "token"))
 	if !settled.out(0) {
 		t.Fatal("the skipped node is settled while the call before it is still out")
 	}
@@ -366,18 +411,36 @@ func TestSend_skippedNodeKeepsItsLastCall(t *testing.T) {
 	}
 }
 
-// TestNoteFailing_cancelledCallsTellNothing: a call that its caller
-// cancelled (never sent, or cut) leaves a node's failing mark as it was.
-// It used to clear it, so that, with callers cancelling their contexts, a
-// frozen node was waited out again about once per node timeout.
-func TestNoteFailing_cancelledCallsTellNothing(t *testing.T) {
-	c := &Client{failing: make([]atomic.Pointer[error], 1)}
-	c.noteFailing(0, fmt.Errorf("no reply within 1s: %w", context.DeadlineExceeded))
-	c.noteFailing(0, fmt.Errorf("not sent: %w", context.Canceled))
-	if c.failing[0].Load() == nil {
-		t.Fatal("a cancelled call cleared the node's failing mark")
+// TestNoteReply_callerEndedCallsTellNothing: a call that its caller's
+// context ended (never sent, cut, cancelled) leaves a node's failing mark
+// and its round-trip estimate as they were. A cancelled call used to clear
+// the mark (with callers cancelling their contexts, a frozen node was
+// waited out again about once per node timeout), and a call never sent or
+// cut for a caller's deadline set it (other goroutines' tiny deadlines
+// made healthy nodes look failing).
+func TestNoteReply_callerEndedCallsTellNothing(t *testing.T) {
+	c := &Client{failing: make([]atomic.Pointer[error], 2), rtts: make([]rtt.Estimate, 2)}
+	c.noteReply(0, fmt.Errorf("no reply within 1s: %w", context.DeadlineExceeded), time.Second, time.Second)
+	for _, err := range []error{
+		notSent(context.Canceled),
+		notSent(context.DeadlineExceeded),
+		fmt.Errorf("%w: %w", errCutByCaller, context.DeadlineExceeded),
+		fmt.Errorf("%w: i/o timeout", errCutByCaller),
+		context.Canceled,
+	} {
+		c.noteReply(0, err, time.Millisecond, time.Second)
+		c.noteReply(1, err, time.Millisecond, time.Second)
 	}
-	c.noteFailing(0, nil)
+	if c.failing[0].Load() == nil {
+		t.Fatal("a call the caller ended cleared the node's failing mark")
+	}
+	if c.failing[1].Load() != nil {
+		t.Fatal("a call the caller ended marked a node failing")
+	}
+	if w, _ := c.rtts[1].Wait(); w != 0 {
+		t.Fatalf("a call the caller ended changed the node's round trip: %v", w)
+	}
+	c.noteReply(0, nil, time.Millisecond, time.Second)
 	if c.failing[0].Load() != nil {
 		t.Fatal("an answer did not clear the node's failing mark")
 	}

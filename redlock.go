@@ -36,6 +36,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/rtt"
 )
 
 // Defaults, in one place. The per-node timeout is derived from the ttl when
@@ -67,10 +69,13 @@ type Client struct {
 	// misconfigured: by node, whether its last failure was one that
 	// retrying cannot cure (warned once until it answers properly)
 	misconfigured []atomic.Bool
-	idents        identities    // see identity.go
-	subscribers   []*subscriber // by node: the waiters' release subscriptions (see wakeup.go)
-	calls         inflight      // node calls sent and not yet returned (see Drain)
-	sched         *scheduler    // renewals and ends of its locks (see renewal.go)
+	// rtts: by node, what its replies tell of its round trip, for the
+	// node timeout (see nodeTimeout)
+	rtts        []rtt.Estimate
+	idents      identities    // see identity.go
+	subscribers []*subscriber // by node: the waiters' release subscriptions (see wakeup.go)
+	calls       inflight      // node calls sent and not yet returned (see Drain)
+	sched       *scheduler    // renewals and ends of its locks (see renewal.go)
 	// batchRenewals: plain locks due for renewal together are renewed in
 	// one script call per node (batching is on, and no node is a Redis
 	// Cluster, where their keys would span slots)
@@ -101,6 +106,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		nodes:         make([]node, len(nodes)),
 		failing:       make([]atomic.Pointer[error], len(nodes)),
 		misconfigured: make([]atomic.Bool, len(nodes)),
+		rtts:          make([]rtt.Estimate, len(nodes)),
 		quorum:        quorumOf(len(nodes)),
 		cfg: config{
 			driftFactor: defaultDriftFactor,
@@ -115,7 +121,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		if isNil(rdb) {
 			return nil, invalid("node %d is nil", i)
 		}
-		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb), inline: cutsAtDeadline(rdb)}
+		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb), inline: cutsAtDeadline(rdb), scripts: &scripts{}}
 		for j := range i {
 			if sameNode(c.nodes[j], c.nodes[i]) {
 				return nil, invalid("node %d is the same as node %d (%s): the nodes must be independent", i, j, c.nodes[i].describe())
@@ -135,7 +141,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 	for i := range c.nodes {
 		c.subscribers[i] = newSubscriber(c.nodes[i].rdb)
 		if !c.cfg.unbatched {
-			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, ack: c.cfg.replicaAck}
+			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, ack: c.cfg.replicaAck}
 		}
 		if _, cluster := any(nodes[i]).(*redis.ClusterClient); cluster {
 			c.batchRenewals = false // the keys of a batch span slots
@@ -305,15 +311,16 @@ type acquisition struct {
 }
 
 // newAcquisition prepares an attempt with a fresh token, whose calls go to
-// each node after those of after.
-func newAcquisition(k kind, ac acquireConfig, after settlement) acquisition {
+// each node after those of after, with the node timeout of now.
+func (c *Client) newAcquisition(k kind, ac acquireConfig, after settlement) acquisition {
+	ac.terms = ac.terms.now(c)
 	return acquisition{kind: k, token: storedValue(newToken(k), ac.metadata), cfg: ac, settled: after}
 }
 
 // fanOut runs op on the nodes (see Client.fanOut) with the attempt's node
 // timeout, after its last calls, and makes these its last calls.
 func (a *acquisition) fanOut(ctx context.Context, c *Client, stop func(*tally) bool, skip []bool, op nodeOp) tally {
-	t, settled := c.fanOut(ctx, a.cfg.timeout, stop, skip, a.settled, op)
+	t, settled := c.fanOut(ctx, a.cfg.terms, stop, skip, a.settled, op)
 	a.settled = settled
 	return t
 }
@@ -378,14 +385,14 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	// (see renewMargin): it is declared lost by then at the latest.
 	var need time.Duration
 	if a.cfg.autoRenew {
-		need = a.cfg.renewMargin()
+		need = a.cfg.terms.now(c).renewMargin()
 	}
 	if t.yes >= q && fenceStored && v > need {
 		if len(t.errs) > 0 {
 			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "lock", k.describe(), "err", errors.Join(t.errs...))
 		}
 		c.leaveTheLine(ctx, a, t)
-		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms, until: a.start.Add(ttl - drift),
+		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms.now(c), until: a.start.Add(ttl - drift),
 			settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew}
 		if a.cfg.autoRenew {
 			c.sched.renew(l)
@@ -404,6 +411,9 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 		detail = fmt.Sprintf("%s: %d of %d nodes are misconfigured, so a quorum of %d is out of reach", k.describe(), t.broken, len(c.nodes), q)
 	case t.yes < q:
 		detail = fmt.Sprintf("%s: taken on %d of %d nodes, quorum %d", k.describe(), t.yes, len(c.nodes), q)
+		if t.yes+t.no == 0 && ctx.Err() == nil && allTimedOut(t.errs) {
+			detail += c.timeoutHint(a.cfg.timeout)
+		}
 	case !fenceStored:
 		detail = fmt.Sprintf("%s: the fencing token could not be stored on a quorum", k.describe())
 	case v > 0:
@@ -415,6 +425,26 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	holder, taken := takenByOne(t, q)
 	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
 		taken: taken, holder: holder, misconfigured: t.outOfReach(q)}
+}
+
+// allTimedOut reports whether every error of errs is a node's that gave
+// no reply in time.
+func allTimedOut(errs []error) bool {
+	for _, err := range errs {
+		if !timedOut(err) {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
+
+// timeoutHint says, for an attempt in which no node answered within the
+// node timeout, what lets nodes that far away answer.
+func (c *Client) timeoutHint(timeout time.Duration) string {
+	if c.cfg.nodeTimeout > 0 {
+		return fmt.Sprintf("; no node answered within the node timeout %v: if the nodes are that far away (or that loaded), give WithNodeTimeout a longer one", timeout)
+	}
+	return fmt.Sprintf("; no node answered within the node timeout %v, which grows with the round trips seen up to two thirds of the ttl's validity: if the nodes are farther away than that, give a longer ttl, or WithNodeTimeout", timeout)
 }
 
 // cleanup releases key after a failed attempt whose answers it is given,
@@ -484,7 +514,7 @@ func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts 
 	if queue == "" || ac.maxAttempts > 0 {
 		return c.acquireLoop(ctx, k, ac, attempts)
 	}
-	return c.queues.inTurn(ctx, queue, k, ac, func() (*Lock, error) {
+	return c.queues.inTurn(ctx, queue, k, ac, attempts, func() (*Lock, error) {
 		return c.acquireLoop(ctx, k, ac, attempts)
 	})
 }
@@ -523,7 +553,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		// earlier attempt's cleanup can then never remove a later attempt's
 		// key. What must last across attempts (a writer's mark, a place in
 		// a fair queue) has a waiter ID in the kind.
-		a := newAcquisition(k, ac, settled)
+		a := c.newAcquisition(k, ac, settled)
 		// An announcement from before this attempt is old news; one that
 		// comes while it runs is not, and ends the wait after it at once.
 		watch.drain()
@@ -634,7 +664,7 @@ func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig, attempts
 			return nil, qe
 		}
 	}
-	a := newAcquisition(k, ac, settlement{})
+	a := c.newAcquisition(k, ac, settlement{})
 	*attempts = 1
 	lock, qe := c.attempt(ctx, &a, false)
 	if qe != nil {
@@ -715,7 +745,7 @@ func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) 
 
 	start := c.cfg.clock.Now()
 	wall := time.Now()
-	t, settled := c.fanOut(ctx, timeout, decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, tm.ttl))
+	t, settled := c.fanOut(ctx, tm.within(timeout), decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, tm.ttl))
 	l.settled = settled
 	lost, err = l.judgeExtend(ctx, tm, start, c.cfg.clock.Now().Sub(start), t)
 	return t, lost, func() {
@@ -752,7 +782,7 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 		return false, l.over()
 	}
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
-		l.setLease(tm, start.Add(ttl-drift))
+		l.setLease(tm.now(c), start.Add(ttl-drift)) // with the node timeout its replies teach
 		return false, nil
 	}
 	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), t.yes, len(c.nodes), l.quorum)
@@ -862,6 +892,7 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 	if released {
 		return func(error) {}, nil
 	}
+	tm = tm.now(l.client)
 	l.client.sched.drop(l)
 	l.end()
 
@@ -877,7 +908,7 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 			return tell, err
 		}
 	}
-	t, settled := c.fanOut(ctx, tm.timeout, c.releasedAt(l.quorum, 0, 0, 0, lost || expired, l.settled), nil, l.settled, l.kind.release(l.token))
+	t, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, 0, 0, 0, lost || expired, l.settled), nil, l.settled, l.kind.release(l.token))
 	l.settled = settled
 	tell = func(err error) {
 		c.observeNodes(ctx, OpRelease, l.kind, wall, t)

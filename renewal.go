@@ -327,6 +327,7 @@ func (l *Lock) renewOnce() {
 		l.lose(l.lossReason())
 		return
 	}
+	tm = tm.now(c) // the node timeout of now: the round trips may have changed
 	_, lost, tell, err := l.extendHeld(context.Background(), tm, min(tm.timeout, left))
 	l.op.Unlock()
 	tell()
@@ -376,15 +377,18 @@ func (c *Client) renewBatch(locks []*Lock) {
 	leases := make([]terms, len(held))
 	keys := make([]string, len(held))
 	args := make([]any, 0, 2*len(held))
-	timeout := time.Duration(1<<63 - 1)
+	var wait terms // the shortest: each lock's wait ends by its deadline, as a renewal's does
 	now := clock.Now()
 	for j, l := range held {
 		tm, until := l.lease()
+		tm = tm.now(c)
 		leases[j] = tm
 		keys[j] = l.key
 		args = append(args, l.token, pxMillis(tm.ttl))
-		// Each lock's wait ends by its deadline, as a renewal's does.
-		timeout = min(timeout, tm.timeout, l.deadline(tm, until).Sub(now))
+		tm = tm.within(l.deadline(tm, until).Sub(now))
+		if j == 0 || tm.timeout < wait.timeout {
+			wait = tm
+		}
 	}
 	op := nodeOp{script: renewBatchScript, keys: keys, args: args, many: true, holds: true}
 
@@ -394,7 +398,7 @@ func (c *Client) renewBatch(locks []*Lock) {
 	var t tally
 	var settled settlement
 	if refusedBefore == nil {
-		t, settled = c.fanOut(ctx, timeout, decidedEach(n, held), nil, settlement{}, op)
+		t, settled = c.fanOut(ctx, wait, decidedEach(n, held), nil, settlement{}, op)
 	}
 	elapsed := clock.Now().Sub(start)
 	refused := c.refused()

@@ -171,7 +171,7 @@ func (c *Client) sendOne(i int, op nodeOp, timeout time.Duration) {
 		p.submit(call{ctx: ctx, io: ctx, timeout: timeout, op: op, reply: reply})
 		return
 	}
-	go func() { reply(op.run(ctx, c.nodes[i].rdb, c.cfg.replicaAck, timeout)) }()
+	go func() { reply(op.run(ctx, c.nodes[i].rdb, c.nodes[i].scripts, c.cfg.replicaAck, timeout)) }()
 }
 
 // drain drops the announcements received so far.
