@@ -3,7 +3,11 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -452,3 +456,85 @@ func TestClient_TryAcquire_otherCallersDeadlines(t *testing.T) {
 	}
 	mustRelease(t, lock)
 }
+
+// TestClient_replicaRefused: a node whose INFO says it is a replica (a
+// writable one takes our writes) does not count towards a lock: as a
+// minority the lock is taken on the others, and the node is reported
+// once; as a majority Acquire fails at once as misconfigured. Once the
+// replica is promoted, it counts again. A writable replica used to be
+// accepted without a word: one restart of its master emptied two nodes
+// at once.
+func TestClient_replicaRefused(t *testing.T) {
+	c := newCluster(t, 3)
+	for _, i := range []int{1, 2} {
+		infoSays(c.servers[i], func() string {
+			return fmt.Sprintf("# Replication\r\nrole:slave\r\nmaster_host:10.0.0.%d\r\nmaster_port:6379\r\n", i)
+		})
+	}
+	rec := &recorder{}
+	rc := c.client(t, redlock.WithObserver(rec))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := rc.Acquire(ctx, "k", time.Second)
+	if !errors.Is(err, redlock.ErrMisconfigured) || ctx.Err() != nil || !strings.Contains(err.Error(), "replica of 10.0.0.1:6379") {
+		t.Fatalf("Acquire with 2 of 3 nodes replicas: err = %v, want ErrMisconfigured at once, naming the replica", err)
+	}
+	if got := rec.seen(redlock.OpMisconfigured); len(got) != 2 {
+		t.Errorf("OpMisconfigured events: %d, want one per replica", len(got))
+	}
+
+	// Node 2 promoted, node 1 still a replica: a quorum of masters.
+	infoSays(c.servers[2], func() string { return "# Replication\r\nrole:master\r\n" })
+	waitFor(t, "the promoted node to count", func() bool {
+		lock, err := rc.TryAcquire(ctx, "k", time.Second)
+		if err != nil {
+			return false
+		}
+		_ = lock.Release(ctx)
+		return true
+	})
+	if held := c.holders("k", ""); len(held) != 0 {
+		t.Fatalf("keys left on %v", held)
+	}
+}
+
+// TestClient_evictingNodeReported: a node whose INFO shows a memory limit
+// with an evicting policy is reported once, to the Observer as
+// OpMisconfigured and to the logger; the lock is still taken (the node
+// holds it until memory runs short). It used to be accepted without a
+// word, and a second holder got in when the keys were evicted.
+func TestClient_evictingNodeReported(t *testing.T) {
+	c := newCluster(t, 3)
+	infoSays(c.servers[1], func() string {
+		return "# Memory\r\nmaxmemory:104857600\r\nmaxmemory_policy:allkeys-lru\r\n# Persistence\r\naof_enabled:0\r\n"
+	})
+	infoSays(c.servers[2], func() string {
+		return "# Memory\r\nmaxmemory:104857600\r\nmaxmemory_policy:noeviction\r\n"
+	})
+	rec := &recorder{}
+	var logged strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rc := c.client(t, redlock.WithObserver(rec), redlock.WithLogger(logger))
+	ctx := context.Background()
+	for range 3 {
+		mustRelease(t, mustTryAcquire(t, rc, ctx, "k", time.Second))
+	}
+	got := rec.seen(redlock.OpMisconfigured)
+	if len(got) != 1 || got[0].Node != 1 || !errors.Is(got[0].Err, redlock.ErrMisconfigured) || !strings.Contains(got[0].Err.Error(), "maxmemory-policy allkeys-lru") {
+		t.Fatalf("OpMisconfigured events = %v, want one for node 1 naming its policy", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "evict") || strings.Count(logged.String(), "append-only") != 1 {
+		t.Fatalf("log:\n%s\nwant the eviction warned and the missing append-only file noted, once each", logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

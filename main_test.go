@@ -76,14 +76,18 @@ func newCluster(t *testing.T, n int) *cluster {
 // has now: miniredis reads the field that Close and Restart write without
 // its lock, a data race when a test stops a node while a Client is
 // identifying it. Called again after a Restart, which starts a new server.
-func safeInfo(s *miniredis.Miniredis) {
+func safeInfo(s *miniredis.Miniredis) { infoSays(s, func() string { return "" }) }
+
+// infoSays has s answer INFO as safeInfo does, with the lines extra gives
+// at the time (a role, a memory policy) on top.
+func infoSays(s *miniredis.Miniredis, extra func() string) {
 	srv := s.Server()
 	srv.SetPreHook(func(c *server.Peer, cmd string, args ...string) bool {
 		if cmd != "INFO" || len(args) != 0 {
 			return false
 		}
-		c.WriteBulk(fmt.Sprintf("# Clients\r\nconnected_clients:%d\r\n# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\n",
-			srv.ClientsLen(), srv.TotalConnections(), srv.TotalCommands()))
+		c.WriteBulk(fmt.Sprintf("# Clients\r\nconnected_clients:%d\r\n# Stats\r\ntotal_connections_received:%d\r\ntotal_commands_processed:%d\r\n%s",
+			srv.ClientsLen(), srv.TotalConnections(), srv.TotalCommands(), extra()))
 		return true
 	})
 }

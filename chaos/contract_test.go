@@ -197,6 +197,85 @@ func TestContract_replica(t *testing.T) {
 	}
 }
 
+// TestContract_writableReplica: a replica that takes writes
+// (replica-read-only no) does not count either: INFO tells its role. As a
+// majority it stops the wait at once; as a minority the lock is taken on
+// the masters and the replica is reported; promoted (REPLICAOF NO ONE), it
+// counts again.
+func TestContract_writableReplica(t *testing.T) {
+	needRedis(t)
+	ctx := context.Background()
+	masters := []*Node{startTestNode(t, nodeSpec{kind: Redis}), startTestNode(t, nodeSpec{kind: Redis})}
+	replicas := []*Node{startTestNode(t, nodeSpec{kind: Redis, replica: masters[0].Addr()}), startTestNode(t, nodeSpec{kind: Redis, replica: masters[1].Addr()})}
+	for _, r := range replicas {
+		if _, err := doOn(ctx, r.Addr(), "CONFIG", "SET", "replica-read-only", "no"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := newRedlock(t, []redis.UniversalClient{client(t, replicas[0].Addr()), client(t, replicas[1].Addr()), client(t, masters[0].Addr())})
+	_, err := acquireWithin(t, rc, "k")
+	mustBeMisconfigured(t, err, "replica of 127.0.0.1", replicas[0].Addr())
+
+	var ev events
+	rc = newRedlock(t, []redis.UniversalClient{client(t, masters[0].Addr()), client(t, masters[1].Addr()), client(t, replicas[0].Addr())}, redlock.WithObserver(&ev))
+	lock, err := acquireWithin(t, rc, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.of(redlock.OpMisconfigured); len(got) != 1 || got[0].Node != 2 || !strings.Contains(got[0].Err.Error(), "replica") {
+		t.Fatalf("OpMisconfigured events = %+v, want one for the replica, node 2", got)
+	}
+
+	// Promoted, the former replica counts: with one master down, the lock
+	// needs it.
+	if _, err := doOn(ctx, replicas[0].Addr(), "REPLICAOF", "NO", "ONE"); err != nil {
+		t.Fatal(err)
+	}
+	masters[1].stop()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		lock, err := rc.TryAcquire(ctx, "p", 10*time.Second)
+		if err == nil {
+			_ = lock.Release(ctx)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the promoted replica does not count: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestContract_evictingPolicy: a master with a memory limit and an
+// evicting policy holds locks until memory runs short, then loses them:
+// it is reported once (Observer and logger), and locks are still taken.
+func TestContract_evictingPolicy(t *testing.T) {
+	needRedis(t)
+	ctx := context.Background()
+	nodes := []*Node{startTestNode(t, nodeSpec{kind: Redis}), startTestNode(t, nodeSpec{kind: Redis}), startTestNode(t, nodeSpec{kind: Redis})}
+	if _, err := doOn(ctx, nodes[1].Addr(), "CONFIG", "SET", "maxmemory", "100mb", "maxmemory-policy", "volatile-lru"); err != nil {
+		t.Fatal(err)
+	}
+	var ev events
+	rc := newRedlock(t, []redis.UniversalClient{client(t, nodes[0].Addr()), client(t, nodes[1].Addr()), client(t, nodes[2].Addr())}, redlock.WithObserver(&ev))
+	for range 3 {
+		lock, err := acquireWithin(t, rc, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := ev.of(redlock.OpMisconfigured)
+	if len(got) != 1 || got[0].Node != 1 || !errors.Is(got[0].Err, redlock.ErrMisconfigured) || !strings.Contains(got[0].Err.Error(), "volatile-lru") {
+		t.Fatalf("OpMisconfigured events = %+v, want one for node 1 naming volatile-lru", got)
+	}
+}
+
 // TestContract_sameServerTwice: one server reached as localhost and as
 // 127.0.0.1 is found on first contact, before a lock is granted.
 func TestContract_sameServerTwice(t *testing.T) {
