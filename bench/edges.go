@@ -2,12 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -40,9 +48,15 @@ import (
 //	                    lone-150ms    one node, L = 150 ms, ttl 5 s, bound
 //	                                  8 s, go-redis ContextTimeoutEnabled
 //	                  redislock runs on the first node's link. 5 runs.
+//	-probe starved    the client's CPU starved: each library runs in a child
+//	                  process of its own (the bench binary again) with
+//	                  GOMAXPROCS=1 and 4 goroutines spinning, on 3 loopback
+//	                  nodes; each run dials new clients and acquires a fresh
+//	                  key within 3 s, with a ttl of 500 ms (ttl500ms) and of
+//	                  2 s (ttl2s). 10 runs.
 
 // edgeProbes are the edge probes' names and their default -runs.
-var edgeProbes = map[string]int{"slownet": 5}
+var edgeProbes = map[string]int{"slownet": 5, "starved": 10}
 
 // probeConfig is what the command line says about a probe.
 type probeConfig struct {
@@ -62,6 +76,8 @@ func runEdgeProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, c
 	switch probe {
 	case "slownet":
 		err = probeSlownet(ctx, e, t)
+	case "starved":
+		err = probeStarved(ctx, e, t)
 	}
 	t.write(w, time.Since(start))
 	return err
@@ -400,4 +416,132 @@ func probeSlownet(ctx context.Context, e *benchEnv, t *edgeTable) error {
 		stop()
 	}
 	return nil
+}
+
+// starvedChildFlag, as the first argument, makes the bench binary run one
+// library's part of the starved probe (starvedChild) instead of anything
+// else; it is how the probe re-executes itself, not for people.
+const starvedChildFlag = "-starved-child"
+
+// starvedRun is what a starved child reports of each run, as a JSON line.
+type starvedRun struct {
+	Procs int           `json:"procs"` // the child's GOMAXPROCS
+	Took  time.Duration `json:"took"`
+	Err   string        `json:"err,omitempty"`
+}
+
+func probeStarved(ctx context.Context, e *benchEnv, t *edgeTable) error {
+	const (
+		n     = 3
+		busy  = 4
+		bound = 3 * time.Second
+	)
+	t.header = []string{
+		fmt.Sprintf("each library in a child process with GOMAXPROCS=1 and %d goroutines spinning; %d loopback nodes; each run dials new clients and acquires a fresh key within %v", busy, n, bound),
+	}
+	if err := e.flush(ctx, n); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"ttl500ms", 500 * time.Millisecond}, {"ttl2s", 2 * time.Second}} {
+		for _, lib := range []edgeLib{redlockLib("redlock"), redsyncLib(0), redislockLib} {
+			row := t.row(c.name, lib.name, lib.nodes)
+			if row == nil {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "\rstarved %s %-10s", c.name, lib.name)
+			cctx, cancel := context.WithTimeout(ctx, time.Duration(t.runs)*(bound+5*time.Second)+30*time.Second)
+			cmd := exec.CommandContext(cctx, exe, starvedChildFlag, "-lib", lib.name,
+				"-addrs", strings.Join(e.addrs[:lib.nodes], ","), "-ttl", c.ttl.String(), "-bound", bound.String(),
+				"-runs", fmt.Sprint(t.runs), "-busy", fmt.Sprint(busy), "-prefix", fmt.Sprintf("probe-starved:%s:%s:", c.name, lib.name))
+			cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			cancel()
+			if err != nil {
+				return fmt.Errorf("starved child %s %s: %w", c.name, lib.name, err)
+			}
+			procs := map[int]bool{}
+			dec := json.NewDecoder(strings.NewReader(string(out)))
+			for {
+				var r starvedRun
+				if err := dec.Decode(&r); errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					return fmt.Errorf("starved child %s %s: %w", c.name, lib.name, err)
+				}
+				procs[r.Procs] = true
+				var rerr error
+				if r.Err != "" {
+					rerr = errors.New(r.Err)
+				}
+				row.add(r.Took, rerr)
+			}
+			row.note = fmt.Sprintf("ttl %v, bound %v, GOMAXPROCS %v", c.ttl, bound, slices.Sorted(maps.Keys(procs)))
+		}
+	}
+	fmt.Fprintln(os.Stderr)
+	return nil
+}
+
+// starvedChild is a starved probe's child process: it keeps busy
+// goroutines spinning and acquires a fresh key runs times, each within
+// bound, printing a starvedRun per run on stdout. It returns the exit
+// status.
+func starvedChild(args []string) int {
+	fs := flag.NewFlagSet("bench "+starvedChildFlag, flag.ContinueOnError)
+	libName := fs.String("lib", "", "redlock, redsync or redislock")
+	addrs := fs.String("addrs", "", "the nodes, comma-separated")
+	ttl := fs.Duration("ttl", 0, "the locks' ttl")
+	bound := fs.Duration("bound", 0, "each acquire's bound")
+	runs := fs.Int("runs", 0, "acquires")
+	busy := fs.Int("busy", 0, "goroutines spinning")
+	prefix := fs.String("prefix", "", "the keys' prefix")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var lib edgeLib
+	for _, l := range []edgeLib{redlockLib("redlock"), redsyncLib(0), redislockLib} {
+		if l.name == *libName {
+			lib = l
+		}
+	}
+	if lib.open == nil {
+		fmt.Fprintf(os.Stderr, "starved child: unknown library %q\n", *libName)
+		return 2
+	}
+	redis.SetLogger(quiet{})
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range *busy {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+			}
+		}()
+	}
+	defer func() {
+		stop.Store(true)
+		wg.Wait()
+	}()
+	enc := json.NewEncoder(os.Stdout)
+	for i := range *runs {
+		key := fmt.Sprintf("%s%d", *prefix, i)
+		took, err := acquireOnce(context.Background(), lib, strings.Split(*addrs, ","), false, key, *ttl, *bound)
+		r := starvedRun{Procs: runtime.GOMAXPROCS(0), Took: took}
+		if err != nil {
+			r.Err = err.Error()
+		}
+		if err := enc.Encode(r); err != nil {
+			return 1
+		}
+	}
+	return 0
 }
