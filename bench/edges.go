@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"regexp"
@@ -54,9 +55,15 @@ import (
 //	                  nodes; each run dials new clients and acquires a fresh
 //	                  key within 3 s, with a ttl of 500 ms (ttl500ms) and of
 //	                  2 s (ttl2s). 10 runs.
+//	-probe deadlines  one client of each library; 4 goroutines call its
+//	                  single attempt (TryAcquire) on 64 keys with deadlines
+//	                  drawn from 150 µs to 2 ms, in a loop, while another
+//	                  makes deadline-free single attempts on fresh free keys
+//	                  (ttl 2 s) and releases each (tiny-deadlines); and the
+//	                  same without the 4 (quiet). A win is a lock. 200 calls.
 
 // edgeProbes are the edge probes' names and their default -runs.
-var edgeProbes = map[string]int{"slownet": 5, "starved": 10}
+var edgeProbes = map[string]int{"slownet": 5, "starved": 10, "deadlines": 200}
 
 // probeConfig is what the command line says about a probe.
 type probeConfig struct {
@@ -78,6 +85,8 @@ func runEdgeProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, c
 		err = probeSlownet(ctx, e, t)
 	case "starved":
 		err = probeStarved(ctx, e, t)
+	case "deadlines":
+		err = probeDeadlines(ctx, e, t)
 	}
 	t.write(w, time.Since(start))
 	return err
@@ -544,4 +553,80 @@ func starvedChild(args []string) int {
 		}
 	}
 	return 0
+}
+
+func probeDeadlines(ctx context.Context, e *benchEnv, t *edgeTable) error {
+	const (
+		n      = 3
+		noisy  = 4
+		keys   = 64
+		ttl    = 2 * time.Second
+		minDue = 150 * time.Microsecond
+		maxDue = 2 * time.Millisecond
+	)
+	t.header = []string{
+		fmt.Sprintf("one client per library on %d loopback nodes; single attempts (TryAcquire) without a deadline on fresh free keys, ttl %v, each released", n, ttl),
+		fmt.Sprintf("tiny-deadlines: meanwhile %d goroutines of the same client make single attempts on %d keys with deadlines of %v-%v, in a loop", noisy, keys, minDue, maxDue),
+	}
+	if err := e.flush(ctx, n); err != nil {
+		return err
+	}
+	for _, scenario := range []string{"quiet", "tiny-deadlines"} {
+		for _, lib := range []edgeLib{redlockLib("redlock"), redsyncLib(0), redislockLib} {
+			row := t.row(scenario, lib.name, lib.nodes)
+			if row == nil {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "\rdeadlines %s %-10s", scenario, lib.name)
+			cs, stop := dial(e.addrs[:lib.nodes], false)
+			l, err := lib.open(cs)
+			if err != nil {
+				stop()
+				return err
+			}
+			nctx, stopNoise := context.WithCancel(ctx)
+			var (
+				wg           sync.WaitGroup
+				calls, holds atomic.Int64
+			)
+			if scenario == "tiny-deadlines" {
+				for range noisy {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for nctx.Err() == nil {
+							due := minDue + rand.N(maxDue-minDue)
+							dctx, cancel := context.WithTimeout(nctx, due)
+							release, err := l.try(dctx, fmt.Sprintf("probe-deadlines-noise:%d", rand.N(keys)), ttl)
+							cancel()
+							calls.Add(1)
+							if err == nil {
+								holds.Add(1)
+								rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+								_ = release(rctx)
+								cancel()
+							}
+						}
+					}()
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			for range t.runs {
+				start := time.Now()
+				release, err := l.try(ctx, newKey("probe-deadlines:"), ttl)
+				row.add(time.Since(start), err)
+				if err == nil {
+					_ = release(ctx)
+				}
+			}
+			stopNoise()
+			wg.Wait()
+			stop()
+			if scenario == "tiny-deadlines" {
+				row.note = fmt.Sprintf("%d tiny-deadline calls beside, %d got a lock", calls.Load(), holds.Load())
+			}
+		}
+	}
+	fmt.Fprintln(os.Stderr)
+	return nil
 }
