@@ -61,9 +61,19 @@ import (
 //	                  makes deadline-free single attempts on fresh free keys
 //	                  (ttl 2 s) and releases each (tiny-deadlines); and the
 //	                  same without the 4 (quiet). A win is a lock. 200 calls.
+//	-probe handoff    a local client on 3 loopback nodes, 4 goroutines each
+//	                  looping acquire / 1 ms / release on one key; once they
+//	                  have churned 300 ms, a remote client in the same
+//	                  process reaching the nodes through links that delay
+//	                  each direction by 1 ms acquires the key within 10 s.
+//	                  The local client is this library on its defaults
+//	                  (hand-offs on), with WithHandOff(0), and redsync (the
+//	                  remote redsync retries until the bound rather than its
+//	                  default 32 tries). Reports the local holds while the
+//	                  remote waited and the remote's wins within 1 s. 10 runs.
 
 // edgeProbes are the edge probes' names and their default -runs.
-var edgeProbes = map[string]int{"slownet": 5, "starved": 10, "deadlines": 200}
+var edgeProbes = map[string]int{"slownet": 5, "starved": 10, "deadlines": 200, "handoff": 10}
 
 // probeConfig is what the command line says about a probe.
 type probeConfig struct {
@@ -87,6 +97,8 @@ func runEdgeProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, c
 		err = probeStarved(ctx, e, t)
 	case "deadlines":
 		err = probeDeadlines(ctx, e, t)
+	case "handoff":
+		err = probeHandoff(ctx, e, t)
 	}
 	t.write(w, time.Since(start))
 	return err
@@ -629,4 +641,132 @@ func probeDeadlines(ctx context.Context, e *benchEnv, t *edgeTable) error {
 	}
 	fmt.Fprintln(os.Stderr)
 	return nil
+}
+
+type handoffCase struct {
+	name   string  // the local client
+	local  edgeLib // on the nodes directly
+	remote edgeLib // through the delayed links
+}
+
+func probeHandoff(ctx context.Context, e *benchEnv, t *edgeTable) error {
+	const (
+		n        = 3
+		locals   = 4
+		ttl      = 2 * time.Second
+		work     = time.Millisecond
+		churn    = 300 * time.Millisecond
+		bound    = 10 * time.Second
+		delay    = time.Millisecond
+		promptly = time.Second
+	)
+	t.header = []string{
+		fmt.Sprintf("a local client, %d goroutines looping acquire / %v / release on one key (ttl %v) on %d loopback nodes;", locals, work, ttl, n),
+		fmt.Sprintf("after %v of that, a remote client (this library on its defaults, or redsync) through links delaying each direction by %v acquires the key within %v", churn, delay, bound),
+	}
+	if err := e.flush(ctx, n); err != nil {
+		return err
+	}
+	// redsync's default 32 tries, 50-250 ms apart, end before the bound.
+	remoteRedsync := redsyncLib(1 << 20)
+	cases := []handoffCase{
+		{name: "redlock", local: redlockLib("redlock"), remote: redlockLib("redlock")},
+		{name: "redlock-handoff0", local: redlockLib("redlock", redlock.WithHandOff(0)), remote: redlockLib("redlock")},
+		{name: "redsync", local: redsyncLib(0), remote: remoteRedsync},
+	}
+	links, stopLinks, err := delayedLinks(e.addrs[:n], delay)
+	if err != nil {
+		return err
+	}
+	defer stopLinks()
+	rows := make([]*edgeRow, len(cases))
+	holds := make([][]int64, len(cases))
+	prompt := make([]int, len(cases))
+	for i, c := range cases {
+		rows[i] = t.row("churn", c.name, n)
+	}
+	for run := range t.runs {
+		for i, c := range cases {
+			if rows[i] == nil {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "\rhandoff run %d/%d %-18s", run+1, t.runs, c.name)
+			took, held, err := handoffRun(ctx, c, e.addrs[:n], links, locals, ttl, work, churn, bound)
+			rows[i].add(took, err)
+			holds[i] = append(holds[i], held)
+			if err == nil && took <= promptly {
+				prompt[i]++
+			}
+		}
+	}
+	fmt.Fprintln(os.Stderr)
+	for i, r := range rows {
+		if r == nil {
+			continue
+		}
+		slices.Sort(holds[i])
+		r.note = fmt.Sprintf("remote within %v: %d of %d; local holds while it waited: median %d, max %d",
+			promptly, prompt[i], r.runs, holds[i][(len(holds[i])-1)/2], holds[i][len(holds[i])-1])
+	}
+	return nil
+}
+
+// handoffRun is one run of the handoff probe: it returns how long the
+// remote client took to get the key, and how many times the local client
+// held it meanwhile.
+func handoffRun(ctx context.Context, c handoffCase, addrs, links []string, locals int, ttl, work, churn, bound time.Duration) (time.Duration, int64, error) {
+	key := newKey("probe-handoff:")
+	localCs, stopLocal := dial(addrs, false)
+	defer stopLocal()
+	remoteCs, stopRemote := dial(links, false)
+	defer stopRemote()
+	local, err := c.local.open(localCs)
+	if err != nil {
+		return 0, 0, err
+	}
+	remote, err := c.remote.open(remoteCs)
+	if err != nil {
+		return 0, 0, err
+	}
+	lctx, stopChurn := context.WithCancel(ctx)
+	var (
+		wg    sync.WaitGroup
+		holds atomic.Int64
+	)
+	for range locals {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for lctx.Err() == nil {
+				release, err := local.acquire(lctx, key, ttl)
+				if err != nil {
+					continue
+				}
+				holds.Add(1)
+				time.Sleep(work)
+				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = release(rctx)
+				cancel()
+			}
+		}()
+	}
+	defer func() {
+		stopChurn()
+		wg.Wait()
+	}()
+	time.Sleep(churn)
+	before := holds.Load()
+	actx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	start := time.Now()
+	release, err := remote.acquire(actx, key, ttl)
+	took := time.Since(start)
+	held := holds.Load() - before
+	if err != nil {
+		return took, held, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_ = release(rctx)
+	return took, held, nil
 }

@@ -6,7 +6,7 @@
 //	cd bench && go run . [-rounds 5] [-slice 1s] [-json results.json] [-svg chart.svg]
 //	cd bench && go run . -chart-from results.json -svg chart.svg   # redraws the chart only
 //	cd bench && go run . -probe wait|leftovers|renewal|handover [-size N] [-hold 1m]
-//	cd bench && go run . -probe slownet|starved|deadlines [-runs N] [-cases REGEXP]
+//	cd bench && go run . -probe slownet|starved|deadlines|handoff [-runs N] [-cases REGEXP]
 //
 // The first probes measure what a workload costs the nodes and the process
 // (probes.go); the others reproduce liveness defects at the edges, beside
@@ -72,9 +72,9 @@ func main() {
 	workloads := flag.String("workloads", "UKC", "which workloads to run")
 	only := flag.String("cases", "", "run only the cases (with an edge probe, the rows \"scenario library\") whose name matches this regular expression")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers, renewal or handover (see probes.go); slownet, starved or deadlines (see edges.go)")
+	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers, renewal or handover (see probes.go); slownet, starved, deadlines or handoff (see edges.go)")
 	size := flag.Int("size", 1000, "the probe's size: waiters (wait), distinct keys (leftovers), held locks (renewal) or clients (handover)")
-	runs := flag.Int("runs", 0, "the edge probes' runs per scenario and library, deadline-free calls for deadlines (0: slownet 5, starved 10, deadlines 200)")
+	runs := flag.Int("runs", 0, "the edge probes' runs per scenario and library, deadline-free calls for deadlines (0: slownet 5, starved 10, deadlines 200, handoff 10)")
 	hold := flag.Duration("hold", time.Minute, "how long the renewal probe holds its locks")
 	deadlines := flag.Bool("deadlines", false, "give every library's go-redis clients ContextTimeoutEnabled and PoolSize 64 rather than go-redis's defaults")
 	chartFrom := flag.String("chart-from", "", "draw the -svg chart from this -json file of an earlier run, and run nothing")

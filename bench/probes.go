@@ -44,7 +44,7 @@ import (
 //	                  (p50, p99, max), attempts and script calls per node
 //	                  per critical section.
 //
-// The edge probes (slownet, starved, deadlines) are in edges.go.
+// The edge probes (slownet, starved, deadlines, handoff) are in edges.go.
 
 func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, cfg probeConfig) error {
 	switch probe {
@@ -60,7 +60,7 @@ func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, cfg p
 	if _, ok := edgeProbes[probe]; ok {
 		return runEdgeProbe(ctx, w, e, probe, cfg)
 	}
-	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover; slownet, starved, deadlines)", probe)
+	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover; slownet, starved, deadlines, handoff)", probe)
 }
 
 // nodeStats reads INFO from every node: connected clients, and the script
