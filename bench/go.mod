@@ -4,12 +4,14 @@ go 1.26.0
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
+	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/quorumlock/redlock v0.1.0
 	github.com/quorumlock/redlock/chaos v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
+	github.com/rs/zerolog v1.33.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -18,7 +20,6 @@ require (
 	codeberg.org/go-latex/latex v0.2.0 // indirect
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
-	github.com/Shopify/toxiproxy/v2 v2.12.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
 	github.com/anishathalye/porcupine v1.3.1 // indirect
@@ -35,7 +36,6 @@ require (
 	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/rs/xid v1.5.0 // indirect
-	github.com/rs/zerolog v1.33.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect

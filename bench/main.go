@@ -5,7 +5,12 @@
 //
 //	cd bench && go run . [-rounds 5] [-slice 1s] [-json results.json] [-svg chart.svg]
 //	cd bench && go run . -chart-from results.json -svg chart.svg   # redraws the chart only
-//	cd bench && go run . -probe wait|leftovers|renewal [-size N] [-hold 1m]
+//	cd bench && go run . -probe wait|leftovers|renewal|handover [-size N] [-hold 1m]
+//	cd bench && go run . -probe slownet|starved|deadlines|handoff [-runs N] [-cases REGEXP]
+//
+// The first probes measure what a workload costs the nodes and the process
+// (probes.go); the others reproduce liveness defects at the edges, beside
+// redsync and bsm/redislock on the same schedule (edges.go).
 //
 // Workloads:
 //
@@ -57,15 +62,19 @@ const (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == starvedChildFlag {
+		os.Exit(starvedChild(os.Args[2:]))
+	}
 	rounds := flag.Int("rounds", 5, "interleaved rounds; every case runs once per round")
 	slice := flag.Duration("slice", time.Second, "how long each case runs in each round")
 	jsonPath := flag.String("json", "", "write the results as JSON to this file")
 	svgPath := flag.String("svg", "", "write a chart of throughput against N to this SVG file")
 	workloads := flag.String("workloads", "UKC", "which workloads to run")
-	only := flag.String("cases", "", "run only the cases whose name matches this regular expression")
+	only := flag.String("cases", "", "run only the cases (with an edge probe, the rows \"scenario library\") whose name matches this regular expression")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers or renewal (see probes.go)")
-	size := flag.Int("size", 1000, "the probe's size: waiters (wait), distinct keys (leftovers) or held locks (renewal)")
+	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers, renewal or handover (see probes.go); slownet, starved, deadlines or handoff (see edges.go)")
+	size := flag.Int("size", 1000, "the probe's size: waiters (wait), distinct keys (leftovers), held locks (renewal) or clients (handover)")
+	runs := flag.Int("runs", 0, "the edge probes' runs per scenario and library, deadline-free calls for deadlines (0: slownet 5, starved 10, deadlines 200, handoff 10)")
 	hold := flag.Duration("hold", time.Minute, "how long the renewal probe holds its locks")
 	deadlines := flag.Bool("deadlines", false, "give every library's go-redis clients ContextTimeoutEnabled and PoolSize 64 rather than go-redis's defaults")
 	chartFrom := flag.String("chart-from", "", "draw the -svg chart from this -json file of an earlier run, and run nothing")
@@ -80,8 +89,8 @@ func main() {
 	if err != nil {
 		log.Fatalf("bench: -cases: %v", err)
 	}
-	if *rounds < 1 || *slice <= 0 || *size < 1 || *hold <= 0 {
-		log.Fatal("bench: -rounds and -size must be at least 1, -slice and -hold positive")
+	if *rounds < 1 || *slice <= 0 || *size < 1 || *hold <= 0 || *runs < 0 {
+		log.Fatal("bench: -rounds and -size must be at least 1, -slice and -hold positive, -runs not negative")
 	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		log.Fatal("bench: needs redis-server (apt-get install redis-server)")
@@ -112,7 +121,8 @@ func main() {
 		env.addrs = append(env.addrs, n.Addr())
 	}
 	if *probe != "" {
-		if err := runProbe(context.Background(), os.Stdout, env, *probe, *size, *hold); err != nil {
+		cfg := probeConfig{size: *size, hold: *hold, runs: *runs, cases: match}
+		if err := runProbe(context.Background(), os.Stdout, env, *probe, cfg); err != nil {
 			log.Print(err)
 		}
 		return

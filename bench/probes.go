@@ -43,19 +43,24 @@ import (
 //	                  from one holder's release to the next holder's lock
 //	                  (p50, p99, max), attempts and script calls per node
 //	                  per critical section.
+//
+// The edge probes (slownet, starved, deadlines, handoff) are in edges.go.
 
-func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, size int, hold time.Duration) error {
+func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, cfg probeConfig) error {
 	switch probe {
 	case "wait":
-		return probeWait(ctx, w, e, size)
+		return probeWait(ctx, w, e, cfg.size)
 	case "leftovers":
-		return probeLeftovers(ctx, w, e, size)
+		return probeLeftovers(ctx, w, e, cfg.size)
 	case "renewal":
-		return probeRenewal(ctx, w, e, size, hold)
+		return probeRenewal(ctx, w, e, cfg.size, cfg.hold)
 	case "handover":
-		return probeHandover(ctx, w, e, size)
+		return probeHandover(ctx, w, e, cfg.size)
 	}
-	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover)", probe)
+	if _, ok := edgeProbes[probe]; ok {
+		return runEdgeProbe(ctx, w, e, probe, cfg)
+	}
+	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover; slownet, starved, deadlines, handoff)", probe)
 }
 
 // nodeStats reads INFO from every node: connected clients, and the script
