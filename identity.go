@@ -91,6 +91,12 @@ func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 	defer cancel()
 	ids, how, facts, err := serverIDs(ctx, c.nodes[i].rdb, c.nodes[i].addr)
 
+	var tell func() // the Observer is told once the lock is let go: it may call the Client
+	defer func() {
+		if tell != nil {
+			tell()
+		}
+	}()
 	c.idents.mu.Lock()
 	defer c.idents.mu.Unlock()
 	id := &c.idents.nodes[i]
@@ -101,7 +107,7 @@ func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 	}
 	first := !id.known
 	id.known, id.ids, id.how, id.facts, id.checked = true, ids, how, facts, time.Now()
-	c.judgeServer(i, facts, first)
+	tell = c.judgeServer(i, facts, first)
 	all := true
 	for j := range c.idents.nodes {
 		other := &c.idents.nodes[j]
@@ -265,8 +271,9 @@ func (f serverFacts) evicts() bool {
 // again from time to time, for a promotion: see refusedNode); an evicting
 // memory policy is reported once, to the logger and the Observer; a server
 // without the append-only file is noted at the Info level, once. Called
-// with c.idents.mu held.
-func (c *Client) judgeServer(i int, facts serverFacts, first bool) {
+// with c.idents.mu held; it returns what to tell the Observer, to be
+// called once that is let go (or nil).
+func (c *Client) judgeServer(i int, facts serverFacts, first bool) (tell func()) {
 	addr := c.nodes[i].addr
 	if err := facts.refusal(); err != nil {
 		if c.idents.refused[i].Swap(&err) == nil {
@@ -277,19 +284,22 @@ func (c *Client) judgeServer(i int, facts serverFacts, first bool) {
 		c.idents.refused[i].Store(nil)
 	}
 	if !first {
-		return
-	}
-	if facts.evicts() {
-		err := &misconfiguration{
-			err:  fmt.Errorf("maxmemory %d with maxmemory-policy %s: the node evicts keys with a time to live under memory pressure, lock keys among them", facts.maxmemory, facts.policy),
-			hint: "a configuration error: another client can take a lock the node evicted while it is held; set maxmemory-policy noeviction (or maxmemory 0)",
-		}
-		c.cfg.logger.Warn("redlock: a node may evict lock keys", "node", i, "addr", addr, "err", err)
-		c.observe(context.Background(), Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: addr})
+		return nil
 	}
 	if facts.aof == "0" {
 		c.cfg.logger.Info("redlock: a node keeps no append-only file; after a crash it must stay down longer than the largest ttl (docs/safety.md)",
 			"node", i, "addr", addr)
+	}
+	if !facts.evicts() {
+		return nil
+	}
+	err := &misconfiguration{
+		err:  fmt.Errorf("maxmemory %d with maxmemory-policy %s: the node evicts keys with a time to live under memory pressure, lock keys among them", facts.maxmemory, facts.policy),
+		hint: "a configuration error: another client can take a lock the node evicted while it is held; set maxmemory-policy noeviction (or maxmemory 0)",
+	}
+	c.cfg.logger.Warn("redlock: a node may evict lock keys", "node", i, "addr", addr, "err", err)
+	return func() {
+		c.observe(context.Background(), Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: addr})
 	}
 }
 

@@ -207,10 +207,16 @@ func WithDriftFactor(factor float64) Option {
 	})
 }
 
-// WithNodeTimeout sets how long an operation waits for each node's reply. It
-// must be positive. A node that does not answer in time counts as failed for
-// that operation. Default: a tenth of the operation's ttl, but at least 50ms
-// and at most 1s.
+// WithNodeTimeout sets how long an operation waits for each node's reply,
+// kept as given whatever the nodes' round trips. It must be positive. A node
+// that does not answer in time counts as failed for that operation; nodes
+// all farther away than d never give a lock. Default: derived from the
+// operation's ttl and the round trips the Client sees: a tenth of the ttl
+// (at least 50ms, at most 1s), lengthened to what the quorum-th fastest
+// node's replies show it needs, up to two thirds of the ttl less its drift
+// allowance and at most a minute (a node not heard from yet is given that
+// much); see docs/algorithm.md. A caller's own deadline, which cuts or
+// skips a call, never counts against a node.
 //
 // The timeout is enforced whether or not the go-redis client was created
 // with ContextTimeoutEnabled; with it, the late command's socket is also
