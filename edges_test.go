@@ -114,14 +114,21 @@ func TestClient_Acquire_forever(t *testing.T) {
 		if err := lock.Extend(ctx, forever); err != nil {
 			t.Fatalf("Extend(forever): %v", err)
 		}
-		redlock.WaitSettled(lock)
-		for _, s := range c.servers {
-			s.FastForward(time.Hour)
-		}
-		_, err = c.client(t).TryAcquire(ctx, "k", time.Second)
-		mustNotAcquire(t, err)
-		mustRelease(t, lock)
+		stillHeldAfter(t, c, lock, time.Hour)
 	})
+}
+
+// stillHeldAfter moves the nodes' clocks on by d and fails t unless
+// another Client is refused the lock's key; then it releases the lock.
+func stillHeldAfter(t *testing.T, c *cluster, lock *redlock.Lock, d time.Duration) {
+	t.Helper()
+	redlock.WaitSettled(lock)
+	for _, s := range c.servers {
+		s.FastForward(d)
+	}
+	_, err := c.client(t).TryAcquire(context.Background(), lock.Key(), time.Second)
+	mustNotAcquire(t, err)
+	mustRelease(t, lock)
 }
 
 // TestClient_Resume_forever: a lock resumed for the longest Duration is
@@ -134,13 +141,7 @@ func TestClient_Resume_forever(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Resume(forever): %v", err)
 	}
-	redlock.WaitSettled(resumed)
-	for _, s := range c.servers {
-		s.FastForward(time.Hour)
-	}
-	_, err = c.client(t).TryAcquire(ctx, "k", time.Second)
-	mustNotAcquire(t, err)
-	mustRelease(t, resumed)
+	stillHeldAfter(t, c, resumed, time.Hour)
 }
 
 // TestClient_WithPermits_huge: a semaphore of math.MaxInt permits still
