@@ -539,3 +539,67 @@ func TestClient_evictingNodeReported(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestClient_TryAcquire_hungFromTheStart: a node that hangs from a
+// Client's first contact costs that contact the base node timeout, not the
+// longer one a node nothing is known of gets while no node has answered
+// (two thirds of the validity: 19.8 s for a 30 s ttl).
+func TestClient_TryAcquire_hungFromTheStart(t *testing.T) {
+	libraryTimeouts(t)
+	c := newCluster(t, 2)
+	hung := newHungNode(t)
+	stuck := redis.NewClient(&redis.Options{Addr: hung.Addr(), ReadTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { _ = stuck.Close() })
+	rc := mustNew(t, []redis.UniversalClient{c.clients[0], c.clients[1], stuck})
+	ctx := context.Background()
+	start := time.Now()
+	lock := mustTryAcquire(t, rc, ctx, "k", 30*time.Second)
+	// The base timeout of a 30 s ttl is 1 s; a wide bound for a loaded
+	// machine, far below 19.8 s.
+	if took := time.Since(start); took > 8*time.Second {
+		t.Fatalf("first TryAcquire with a node hung from the start took %v", took)
+	}
+	if v := lock.Validity(); v < 20*time.Second {
+		t.Fatalf("validity %v left of a 30 s lock", v)
+	}
+	_ = lock.Release(ctx)
+
+	// Inspect waits for every node: a hung one costs its base timeout too.
+	start = time.Now()
+	if _, err := rc.Inspect(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 8*time.Second {
+		t.Fatalf("Inspect with a hung node took %v", took)
+	}
+}
+
+// TestLock_Extend_notPastUntil: an Extend whose nodes do not answer
+// returns by the lock's Until, not after the node timeout: confirmed later,
+// it could not give the lock back.
+func TestLock_Extend_notPastUntil(t *testing.T) {
+	c := newCluster(t, 3)
+	var nodes []redis.UniversalClient
+	var links []*lateLink
+	for _, addr := range c.addrs {
+		link := newLateLink(t, addr)
+		links = append(links, link)
+		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(20*time.Second))
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", 2*time.Second)
+	redlock.WaitSettled(lock)
+	links[1].setDelay(time.Minute)
+	links[2].setDelay(time.Minute)
+	start := time.Now()
+	err := lock.Extend(ctx, 2*time.Second)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("Extend took %v with a lock of 2 s", took)
+	}
+	if err == nil {
+		t.Fatal("Extend confirmed with a majority not answering")
+	}
+}

@@ -162,9 +162,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	if timeout <= 0 {
 		// No ttl to derive it from: the longest derived timeout, or what
 		// the nodes' round trips ask for (see nodeTimeout), up to a minute.
-		timeout = rtt.Timeout(c.rtts, c.quorum, maxDerivedNodeTimeout, time.Minute)
+		// Inspect does not wait for a node it knows nothing of any longer
+		// than the base: it waits for every node.
+		timeout = rtt.Timeout(c.rtts, c.quorum, maxDerivedNodeTimeout, maxAdaptedTimeout, maxDerivedNodeTimeout)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
 	defer cancel()
 	n := len(c.nodes)
 	in := &Inspection{Key: key, Quorum: quorumOf(n), Nodes: make([]NodeHold, n)}
@@ -174,7 +176,12 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	keys := []string{key, companion(key, "grants")}
 	for i, nd := range c.nodes {
 		go func() {
+			sent := time.Now()
 			raw, err := inspectScript.Run(ctx, nd.rdb, keys).Slice()
+			if err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
+				err = fmt.Errorf("%w: %w", errCutByCaller, err)
+			}
+			c.noteReply(i, err, time.Since(sent), timeout)
 			h := readHold(raw, err)
 			h.Node, h.Addr = i, nd.addr
 			if h.Err != nil {

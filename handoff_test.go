@@ -703,3 +703,52 @@ func TestClient_Acquire_remoteWaiterGetsItThroughHandOffs(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // the local goroutines run hand-offs again
 	}
 }
+
+// TestClient_Acquire_listenerThatNeverTries: a listener on the key's
+// release channel that never tries to take it (a frozen waiter, a
+// redis-cli SUBSCRIBE) does not keep a Client's goroutines waiting after
+// every run of hand-offs: once the wait for it would pass a second, it is
+// not waited for. With the wait doubling for it without end, four
+// goroutines took the key about 10 times a second instead of 700.
+func TestClient_Acquire_listenerThatNeverTries(t *testing.T) {
+	c := newCluster(t, 3)
+	local := c.client(t)
+	churn := func(d time.Duration) int64 {
+		ctx, stop := context.WithTimeout(context.Background(), d)
+		defer stop()
+		var wg sync.WaitGroup
+		var held atomic.Int64
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					lock, err := local.Acquire(ctx, "k", time.Second)
+					if err != nil {
+						continue
+					}
+					held.Add(1)
+					time.Sleep(time.Millisecond)
+					_ = lock.Release(context.Background())
+				}
+			}()
+		}
+		wg.Wait()
+		return held.Load()
+	}
+	alone := churn(2 * time.Second)
+	for _, s := range c.servers {
+		sub := redis.NewClient(&redis.Options{Addr: s.Addr()}).Subscribe(context.Background(), "{k}:released")
+		if _, err := sub.Receive(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Close() })
+	}
+	// The first second or so goes on the doubling waits; the rest at the
+	// pace of nobody waiting.
+	listened := churn(6 * time.Second)
+	t.Logf("alone %d, listened %d", alone, listened)
+	if listened < alone {
+		t.Fatalf("4 goroutines took the key %d times in 6 s beside a listener that never tries, %d times in 2 s alone", listened, alone)
+	}
+}

@@ -189,7 +189,9 @@ func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 		var re redis.Error
 		if errors.As(err, &re) && !transient(re) {
 			// The server answered but will not tell: name it by its
-			// address. Its own calls report a misconfiguration if any.
+			// address. Its own calls report a misconfiguration if any;
+			// its role and memory policy are not known.
+			facts.denied = err.Error()
 			return addrID(addr), "address " + addr, facts, nil
 		}
 		return nil, "", facts, err // no answer, or a passing state: tried again later
@@ -238,6 +240,7 @@ type serverFacts struct {
 	maxmemory int64  // bytes; 0: no limit
 	policy    string // maxmemory-policy
 	aof       string // "1" when the append-only file is on
+	denied    string // INFO's error reply, when the server would not tell
 }
 
 // refusal is why a node on this server can not count towards a lock: a
@@ -285,6 +288,10 @@ func (c *Client) judgeServer(i int, facts serverFacts, first bool) (tell func())
 	}
 	if !first {
 		return nil
+	}
+	if facts.denied != "" {
+		c.cfg.logger.Warn("redlock: a node does not answer INFO; whether it is a replica or evicts keys is not checked",
+			"node", i, "addr", addr, "err", facts.denied)
 	}
 	if facts.aof == "0" {
 		c.cfg.logger.Info("redlock: a node keeps no append-only file; after a crash it must stay down longer than the largest ttl (docs/safety.md)",

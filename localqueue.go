@@ -61,6 +61,9 @@ type localQueue struct {
 	// yieldFor is how long the turn after a cut run waits before it
 	// contends (see inTurn): 0 for yieldFirst
 	yieldFor time.Duration
+	// deaf: until then, the other processes the nodes show waiting do not
+	// cut runs of hand-offs (see yielded)
+	deaf time.Time
 }
 
 // How long a Client that cut a run of hand-offs for another process
@@ -75,9 +78,18 @@ type localQueue struct {
 // 0.1 ms from this one, the other got the lock in 13 of 18 runs of 10 s
 // when the wait was fixed at 1 ms; see docs/benchmarks.md (handoff probe)
 // for the figures with this rule.
+//
+// The nodes show a process waiting when one listens for the key's release;
+// a listener that never tries (a process frozen while it waited, a
+// redis-cli SUBSCRIBE) would have every run cut and waited out for ever. So
+// when the wait would pass yieldMax, the listeners are taken for such, and
+// for yieldDeaf hand-offs go on without limit, as with nobody waiting (a
+// process whose attempts need more than a second to land gets its chance
+// only between those spells).
 const (
 	yieldFirst = 2 * wakeSpread
 	yieldMax   = time.Second
+	yieldDeaf  = 10 * time.Second
 )
 
 type localQueues struct {
@@ -226,7 +238,7 @@ func (qs *localQueues) nextForHandOff(q *localQueue, l *Lock, limit int) *waiter
 // assumed until the run ends.
 func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock, contended bool) {
 	q.mu.Lock()
-	q.contended = q.contended || contended
+	q.contended = q.contended || contended && time.Now().After(q.deaf)
 	if q.contended {
 		q.chain++
 	}
@@ -286,10 +298,13 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 func (qs *localQueues) yielded(q *localQueue, attempts int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if attempts == 1 {
-		q.yieldFor = min(2*max(q.yieldFor, yieldFirst), yieldMax)
-	} else {
+	switch next := 2 * max(q.yieldFor, yieldFirst); {
+	case attempts > 1:
 		q.yieldFor = 0
+	case next > yieldMax:
+		q.yieldFor, q.deaf = 0, time.Now().Add(yieldDeaf)
+	default:
+		q.yieldFor = next
 	}
 }
 
@@ -308,8 +323,11 @@ func (qs *localQueues) yielded(q *localQueue, attempts int) {
 // process went on waiting, up to a second, and starts again at 1 ms once the
 // other process got the key. So a waiter of another process gets the key
 // after a few runs of limit hand-offs (well within a second when its round
-// trip to the nodes is a few milliseconds). The limit must be at least 0; 0
-// turns hand-offs off. Default: 12.
+// trip to the nodes is a few milliseconds). A listener that never takes the
+// key (a frozen process, a redis-cli SUBSCRIBE to the key's release
+// channel) is taken for one once the wait would pass a second, and is then
+// not waited for during 10 s. The limit must be at least 0; 0 turns
+// hand-offs off. Default: 12.
 func WithHandOff(limit int) Option {
 	return clientOption(func(c *config) error {
 		if limit < 0 {

@@ -102,7 +102,8 @@ func (c *Client) nodeTimeout(ttl, drift time.Duration) time.Duration {
 		return base
 	}
 	v := ttl - drift
-	return rtt.Timeout(c.rtts, c.quorum, base, max(base, min(2*(v/3), maxAdaptedTimeout)))
+	ceiling := max(base, min(2*(v/3), maxAdaptedTimeout))
+	return rtt.Timeout(c.rtts, c.quorum, base, ceiling, ceiling)
 }
 
 // renewMargin is renewMargin for a renewed lock on these terms: how long

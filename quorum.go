@@ -293,22 +293,37 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 		// First contact: the nodes' servers are identified alongside the
 		// calls (see identity.go), and every node not known to be failing
 		// is waited for, so that two nodes on one server are found before
-		// a lock is granted; for the base timeout at most, not for the
-		// longer one that a first contact gets (see rtt.Timeout): a node
-		// that hangs from the start costs no more than it did.
+		// a lock is granted.
 		c.startIdentifying(skip, deadline)
 		if inner := stop; inner != nil {
-			everyone := time.Now().Add(min(tm.base, timeout))
-			stop = func(t *tally) bool {
-				return inner(t) && (!c.awaits(t, settlement{}) || !time.Now().Before(everyone))
-			}
+			stop = func(t *tally) bool { return inner(t) && !c.awaits(t, settlement{}) }
 		}
+	}
+	// A node of which nothing is known yet is given the longest timeout
+	// (see nodeTimeout), for a first contact over a slow network; but only
+	// while no node has answered: once one has, such a node is waited for
+	// the base timeout, as any node was before the round trips counted, so
+	// that one that hangs from the start costs no more than that.
+	var unknownCut time.Time
+	if c.anyUnknown() {
+		unknownCut = time.Now().Add(min(tm.base, timeout))
 	}
 	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errNodeTimeout)
 	io, cancelIO := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	replies := make(chan nodeReply, len(c.nodes))
 	settled := c.send(ctx, io, func() { cancel(); cancelIO() }, timeout, deadline, skip, after, op, replies)
-	return c.collect(ctx, timeout, stop, replies), settled
+	return c.collect(ctx, timeout, stop, replies, unknownCut, tm.base), settled
+}
+
+// anyUnknown reports whether some node has neither answered nor timed out
+// yet.
+func (c *Client) anyUnknown() bool {
+	for i := range c.rtts {
+		if _, known := c.rtts[i].Wait(); !known {
+			return true
+		}
+	}
+	return false
 }
 
 // send runs op on every node not skipped, each after after's call there,
@@ -444,8 +459,9 @@ var (
 func notSent(cause error) error { return fmt.Errorf("%w: %w", errNotSent, cause) }
 
 // noteReply records what node i's call, which ended with err after took,
-// tells of the node: a reply is a sample of its round trip (see
-// nodeTimeout), and clears its failing mark; no reply within the node
+// tells of the node: a reply within the node timeout is a sample of its
+// round trip (see nodeTimeout), a reply after it lengthens its next
+// timeout, and either clears its failing mark; no reply within the node
 // timeout marks it failing (Client.failing) and lengthens its next
 // timeout. Only a node that does not answer is worth not waiting for; one
 // that fails at once (refused, reset) costs nothing, and is soon back after
@@ -458,7 +474,15 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 	case errors.Is(err, errNotSent) || errors.Is(err, errCutByCaller) || errors.Is(err, context.Canceled):
 		return
 	case err == nil || isReply(err):
-		c.rtts[i].Sample(took)
+		if took > timeout {
+			// An answer after the node timeout: the node is slower than
+			// it was given, and the next wait is longer (not this long:
+			// a node that was frozen for a while answers late once, and
+			// is not that far away).
+			c.rtts[i].TimedOut(timeout)
+		} else {
+			c.rtts[i].Sample(took)
+		}
 	case timedOut(err):
 		c.rtts[i].TimedOut(timeout)
 		last := err // allocated only here, not for every reply
@@ -502,10 +526,20 @@ func (c *Client) noteMisconfigured(ctx context.Context, i int, value int64, err 
 
 // collect counts the replies until stop says enough, every node has
 // answered, or ctx ends (the operation's deadline, after timeout).
-func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*tally) bool, replies <-chan nodeReply) tally {
+//
+// At unknownCut, when it is not zero and another node has answered by
+// then, the nodes of which nothing is known yet that have not answered are
+// counted as failed, as if their timeout were base (see fanOut).
+func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*tally) bool, replies <-chan nodeReply, unknownCut time.Time, base time.Duration) tally {
 	n := len(c.nodes)
 	t := newTally(n, c.cfg.observer != nil)
 	var grace <-chan time.Time // set once the outcome is known
+	var cut <-chan time.Time
+	if !unknownCut.IsZero() {
+		timer := time.NewTimer(time.Until(unknownCut))
+		defer timer.Stop()
+		cut = timer.C
+	}
 	for received := 0; received < n; {
 		if stop != nil && stop(&t) {
 			t.failFailing(c)
@@ -523,6 +557,11 @@ func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*
 		case <-grace:
 			t.failFailing(c)
 			return t
+		case <-cut:
+			cut = nil
+			if t.yes+t.no > 0 {
+				t.failUnknown(c, base)
+			}
 		case <-ctx.Done():
 			// Replies that came in together with the deadline still count.
 			for ; received < n; received++ {
@@ -549,8 +588,12 @@ func newTally(n int, timed bool) tally {
 	return t
 }
 
-// record counts one node's reply.
+// record counts one node's reply, unless the node was already counted as
+// failed without it (failUnknown).
 func (t *tally) record(c *Client, r nodeReply) {
+	if t.answers[r.node] != unanswered {
+		return
+	}
 	if t.took != nil {
 		t.took[r.node] = time.Since(t.begun)
 	}
@@ -614,6 +657,23 @@ func (t *tally) failFailing(c *Client) {
 			}
 			t.fail(c, i, fmt.Errorf("not waited for, failing since its last call: %w", *last))
 		}
+	}
+}
+
+// failUnknown counts the nodes yet to answer of which nothing is known as
+// failed, having had base to answer, and notes them as failing.
+func (t *tally) failUnknown(c *Client, base time.Duration) {
+	for i, a := range t.answers {
+		if _, known := c.rtts[i].Wait(); a != unanswered || known {
+			continue
+		}
+		err := noReply(base, context.DeadlineExceeded)
+		c.failing[i].Store(&err)
+		c.rtts[i].TimedOut(base)
+		if t.took != nil {
+			t.took[i] = base
+		}
+		t.fail(c, i, err)
 	}
 }
 

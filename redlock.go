@@ -715,7 +715,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	_, lost, err := l.extend(ctx, tm, tm.timeout)
+	// An extend confirmed after Until could not give the lock back: the
+	// nodes are not waited for past it (a majority that hangs would
+	// otherwise cost the whole node timeout, which grows while they do).
+	_, until := l.lease()
+	_, lost, err := l.extend(ctx, tm, min(tm.timeout, until.Sub(l.client.cfg.clock.Now())))
 	if lost {
 		l.lose(err)
 	}

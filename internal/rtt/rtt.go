@@ -76,15 +76,12 @@ func (e *Estimate) Wait() (d time.Duration, known bool) {
 
 // Timeout returns how long to wait for the q-th fastest of nodes, at least
 // floor and at most ceiling (when ceiling is below floor, floor): the
-// q-th smallest of their Waits. A call to a node slower than that counts as
-// failed, as any node that does not answer in time; so a minority that
-// hangs or is far away does not hold every operation up, while a majority
-// that is far away lengthens the wait to what it needs. A node of which
-// nothing is known yet is given the ceiling, as TCP starts from a
-// conservative timeout: its first contact (a new connection's handshake and
-// the call) may take several round trips, and only its reply tells how far
-// away it is.
-func Timeout(nodes []Estimate, q int, floor, ceiling time.Duration) time.Duration {
+// q-th smallest of their Waits, a node of which nothing is known yet
+// counting as unknown. A call to a node slower than that counts as failed,
+// as any node that does not answer in time; so a minority that hangs or is
+// far away does not hold every operation up, while a majority that is far
+// away lengthens the wait to what it needs.
+func Timeout(nodes []Estimate, q int, floor, ceiling, unknown time.Duration) time.Duration {
 	var buf [16]time.Duration
 	waits := buf[:0]
 	if len(nodes) > len(buf) {
@@ -93,7 +90,7 @@ func Timeout(nodes []Estimate, q int, floor, ceiling time.Duration) time.Duratio
 	for i := range nodes {
 		w, known := nodes[i].Wait()
 		if !known {
-			w = ceiling
+			w = unknown
 		}
 		waits = append(waits, w)
 	}

@@ -72,7 +72,7 @@ func TestTimeout(t *testing.T) {
 		floor, ceiling time.Duration
 		want           time.Duration
 	}{
-		{"nothing known: the ceiling", []func(*Estimate){unknown, unknown, unknown}, 2, 500 * ms, 2 * time.Second, 2 * time.Second},
+		{"nothing known: as unknown, here the ceiling", []func(*Estimate){unknown, unknown, unknown}, 2, 500 * ms, 2 * time.Second, 2 * time.Second},
 		{"one node known: the ceiling for the quorum", []func(*Estimate){far(ms), unknown, unknown}, 2, 500 * ms, 2 * time.Second, 2 * time.Second},
 		{"a quorum known", []func(*Estimate){far(ms), far(ms), unknown}, 2, 500 * ms, 2 * time.Second, 500 * ms},
 		{"nodes near: the floor", []func(*Estimate){far(ms), far(ms), far(ms)}, 2, 50 * ms, time.Second, 50 * ms},
@@ -91,7 +91,7 @@ func TestTimeout(t *testing.T) {
 				set(&nodes[i])
 			}
 		}
-		if got := Timeout(nodes, tt.q, tt.floor, tt.ceiling); absDiff(got, tt.want) > tt.want/100 {
+		if got := Timeout(nodes, tt.q, tt.floor, tt.ceiling, tt.ceiling); absDiff(got, tt.want) > tt.want/100 {
 			t.Errorf("%s: Timeout = %v, want %v", tt.name, got, tt.want)
 		}
 	}
