@@ -462,8 +462,8 @@ func (h *history) acquireLive(w *hold) (Violation, bool) {
 			if busy {
 				n *= 2
 			}
-			return Violation{checkLiveness, fmt.Sprintf("%s waited from %s; from %s a quorum of nodes answered it within %v with %s, for %v, more than the bound %v (1s + %d node timeouts of %v + %d round trips of %v + retry %v%s), and it %s",
-				h.name(w), h.at(w.called), h.at(s.from), ttl/4, rule.name, s.to.Sub(s.from).Round(time.Millisecond), bound.Round(time.Millisecond),
+			return Violation{checkLiveness, fmt.Sprintf("%s waited from %s; from %s a quorum of nodes answered it within %s with %s, for %v, more than the bound %v (1s + %d node timeouts of %v + %d round trips of %v + retry %v%s), and it %s",
+				h.name(w), h.at(w.called), h.at(s.from), quarterOf(ttl), rule.name, s.to.Sub(s.from).Round(time.Millisecond), bound.Round(time.Millisecond),
 				liveTimeouts, h.clientTimeout(w), n, rtt, h.retryMax(w), graceNote(rule.grace, bound-b), outcome)}, false
 		}
 	}
@@ -475,6 +475,14 @@ func (h *history) busy(w *hold, iv interval) bool {
 	return slices.ContainsFunc(h.holds, func(x *hold) bool {
 		return x != w && x.client == w.client && !x.called.IsZero() && x.called.Before(iv.to) && (x.finished.IsZero() || iv.from.Before(x.finished))
 	})
+}
+
+// quarterOf writes a quarter of ttl, or says so for an extreme ttl.
+func quarterOf(ttl time.Duration) string {
+	if ttl >= extremeFrom {
+		return "a quarter of its ttl"
+	}
+	return (ttl / 4).String()
 }
 
 func graceNote(grace, stalled time.Duration) string {

@@ -3,6 +3,7 @@ package chaos
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -302,9 +303,10 @@ func (c clientPlan) extreme() bool {
 //     exclusion);
 //   - ttl: an acquire with an extreme ttl on a free key must either be
 //     refused or get the lock (liveness);
-//   - permits: a semaphore of extreme permits asked by a client cut off
-//     from every node must not be granted, while another client takes
-//     the key (an exclusion);
+//   - permits: a semaphore of extreme permits (a permit needs
+//     ⌊K·N/(K+1)⌋+1 nodes: all of them, for such a K) asked by a client
+//     cut off from every node but one must not be granted, while another
+//     client takes the key (an exclusion);
 //   - node timeout: a renewed lock of a Client with an extreme node
 //     timeout, its client cut off from every node, must signal its loss
 //     before its Until (signal);
@@ -366,7 +368,9 @@ func genExtreme(rng *rand.Rand, persist bool) Schedule {
 		}
 		holder.Actors = [][]planStep{{st}}
 		s.Clients = []clientPlan{holder, rival("a", 150*time.Millisecond, time.Second, stepPlain)}
-		s.Faults = []planFault{{Kind: "partition", Nodes: s.allNodes(), Clients: []int{0}, Whole: true}}
+		cut := rng.Perm(s.Nodes)[1:]
+		slices.Sort(cut)
+		s.Faults = []planFault{{Kind: "partition", Nodes: cut, Clients: []int{0}, Whole: true}}
 	case "node timeout":
 		holder.NodeTimeout = jsonDur(x)
 		st := planStep{Call: pick(rng, []string{"acquire", "do"}, []int{1, 1}), Kind: stepPlain, Keys: []string{"a"}, Renew: true,
