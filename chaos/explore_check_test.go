@@ -318,13 +318,22 @@ func TestGenerate_shapes(t *testing.T) {
 		}
 		switch s.Shape {
 		case shapeSlow:
-			// every node slower than the derived timeout, well inside the ttl,
-			// and every step waits long enough to be judged
+			// every node slower than the derived timeout, well inside the ttl
+			// (a lone node: a round trip within the timeout, but not a
+			// handshake of three), and every step waits long enough to be
+			// judged
 			f := s.Faults[0]
 			rtt := 2 * time.Duration(f.Latency+f.Jitter)
 			for _, st := range steps {
 				ttl := time.Duration(st.TTL)
-				if f.Kind != "slow" || !f.Whole || len(f.Nodes) != s.Nodes || len(f.Clients) > 0 || 2*time.Duration(f.Latency) <= derivedTimeout(ttl) || rtt > ttl/4 ||
+				// a call slower than the node timeout, or a new connection's
+				// handshake (three round trips; a lone node's Clients end it
+				// at the deadline)
+				slower := 2*time.Duration(f.Latency) > derivedTimeout(ttl) || 6*time.Duration(f.Latency) > derivedTimeout(ttl) && rtt < derivedTimeout(ttl)*3/4
+				if s.Nodes == 1 {
+					slower = slower && s.Clients[0].ContextTimeout
+				}
+				if f.Kind != "slow" || !f.Whole || len(f.Nodes) != s.Nodes || len(f.Clients) > 0 || !slower || rtt > ttl/4 ||
 					time.Duration(st.Wait) <= liveBound(derivedTimeout(ttl), rtt, true, exploreRetryMax) {
 					t.Fatalf("seed %d: %s with %s", seed, st, f)
 				}

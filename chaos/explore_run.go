@@ -262,7 +262,7 @@ func (l *lane) run(ctx context.Context, s Schedule) (*history, error) {
 		for i := range s.Nodes {
 			c := redis.NewClient(&redis.Options{
 				Addr: l.links[ci][i].Addr(), MaxRetries: -1, DialerRetries: 1,
-				ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+				ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, ContextTimeoutEnabled: plan.ContextTimeout,
 			})
 			clients = append(clients, c)
 			nodes[i] = c

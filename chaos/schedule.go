@@ -36,6 +36,10 @@ type clientPlan struct {
 	FenceHorizon jsonDur    `json:"fence_horizon,omitempty"` // WithFenceHorizon
 	Retry        *planRetry `json:"retry,omitempty"`         // WithRetry; nil: ExponentialBackoff(2ms, 40ms)
 	MaxAttempts  int        `json:"max_attempts,omitempty"`  // WithMaxAttempts
+	// ContextTimeout has go-redis end each call at its context's deadline
+	// (ContextTimeoutEnabled), as docs/benchmarks.md suggests for a lone
+	// node.
+	ContextTimeout bool `json:"context_timeout,omitempty"`
 }
 
 // planRetry is a retry policy: ExponentialBackoff(Min, Max),
@@ -468,6 +472,9 @@ func (c clientPlan) options() string {
 	}
 	if c.MaxAttempts > 0 {
 		fmt.Fprintf(&b, ", at most %d attempts", c.MaxAttempts)
+	}
+	if c.ContextTimeout {
+		b.WriteString(", go-redis ends calls at their deadline")
 	}
 	return b.String()
 }

@@ -124,7 +124,8 @@ func genLiveStep(rng *rand.Rand, at, ttl, wait time.Duration) planStep {
 // 12 % to 23 % of the ttl, is more than the node timeout the library
 // derives from it (a tenth) and well inside the ttl (a quarter at most, as
 // liveness asks). Each step waits for the liveness bound of that round
-// trip (for a busy Client) and 1.5 s more.
+// trip (for a busy Client) and 1.5 s more. One slow network in four is
+// slowed less (withinTimeout), and one in four is a lone node (loneNode).
 func genSlow(rng *rand.Rand, persist bool) Schedule {
 	s := newShape(rng, persist)
 	ttl := pick(rng, []time.Duration{time.Second, 2 * time.Second, 5 * time.Second}, []int{3, 2, 1})
@@ -148,7 +149,55 @@ func genSlow(rng *rand.Rand, persist bool) Schedule {
 		s.Faults = append(s.Faults, planFault{Kind: "freeze", At: jsonDur(dur(rng, 0, 2*time.Second)),
 			For: jsonDur(dur(rng, 100*time.Millisecond, 500*time.Millisecond)), Nodes: rng.Perm(s.Nodes)[:1+rng.IntN(s.tolerated())]})
 	}
+	// drawn last, so that the other slow networks of a seed stay as they
+	// were drawn before these
+	switch rng.IntN(4) {
+	case 0:
+		loneNode(rng, &s, ttl)
+	case 1:
+		withinTimeout(rng, &s, ttl)
+	}
 	return s
+}
+
+// withinTimeout slows the network less: a round trip of two fifths to two
+// thirds of the derived node timeout, which every call fits well in, but
+// not a new connection's handshake (three round trips).
+func withinTimeout(rng *rand.Rand, s *Schedule, ttl time.Duration) {
+	timeout := derivedTimeout(ttl)
+	lat := dur(rng, timeout/5, timeout/3)
+	jitter := lat / 20
+	s.Faults[0].Latency, s.Faults[0].Jitter = jsonDur(lat), jsonDur(jitter)
+	setWaits(s, liveBound(timeout, 2*(lat+jitter), true, exploreRetryMax)+1500*time.Millisecond)
+}
+
+// setWaits has every step of s wait that long.
+func setWaits(s *Schedule, wait time.Duration) {
+	for i := range s.Clients {
+		for _, steps := range s.Clients[i].Actors {
+			for j := range steps {
+				steps[j].Wait = jsonDur(wait)
+			}
+		}
+	}
+}
+
+// loneNode turns a slow network into a lone node whose Clients have
+// go-redis end each call at its deadline (ContextTimeoutEnabled, which
+// docs/benchmarks.md suggests for a lone node), its round trip two fifths
+// to two thirds of the node timeout: a new connection's handshake (three
+// round trips) then outlasts the node timeout, while every call fits well
+// in it.
+func loneNode(rng *rand.Rand, s *Schedule, ttl time.Duration) {
+	timeout := derivedTimeout(ttl)
+	lat := dur(rng, timeout/5, timeout/3)
+	jitter := lat / 20
+	s.Nodes = 1
+	s.Faults = []planFault{{Kind: "slow", Nodes: []int{0}, Whole: true, Latency: jsonDur(lat), Jitter: jsonDur(jitter)}}
+	for i := range s.Clients {
+		s.Clients[i].ContextTimeout = true
+	}
+	setWaits(s, liveBound(timeout, 2*(lat+jitter), true, exploreRetryMax)+1500*time.Millisecond)
 }
 
 // starveRTT is what each spinning goroutine of a starved CPU adds to a
