@@ -19,7 +19,8 @@ import (
 //     K permits) is up (not frozen, killed or cut off from that client,
 //     nor just back: see recovery) and each of them answers that client
 //     within a round trip of at most a quarter of the ttl (the slow faults
-//     on its links, and a starved CPU, add to its round trip: see rtt);
+//     on its links, and a starved CPU, add to its round trip: see
+//     faultEffect);
 //   - the CPU is starved no more than the explorer starves it (one
 //     processor, at most two goroutines spinning: their cost is in the
 //     round trip), and the process's own stalls (see stallWatch) lengthen
