@@ -23,12 +23,17 @@ import (
 // while faults within the safety assumptions strike the nodes: slow nodes
 // and jitter (any number of them), a minority frozen, cut off or killed
 // (coming back with its data, or empty after the largest TTL), and script
-// caches flushed. Checkers then read each history (see history.check):
-// exclusion per kind, fencing tokens rising per key across kinds, no stale
-// write accepted by a fenced resource, a loss signalled before the
-// validity ends, nothing left on a node for good, and, at the end of a run,
-// no goroutine left behind. A schedule that fails is shrunk to a smaller
-// one that still fails, and printed with its seed; Replay runs it again.
+// caches flushed. One schedule in five is of a shape that tries progress
+// (see shapes): a network slower than the derived node timeout, a starved
+// CPU, callers with tiny deadlines, a remote waiter against hand-offs, or
+// extreme option values. Checkers then read each history (see
+// history.check): exclusion per kind, fencing tokens rising per key across
+// kinds, no stale write accepted by a fenced resource, a loss signalled
+// before the validity ends, waiting acquires getting their locks once the
+// nodes and the key allow (liveness), nothing left on a node for good,
+// and, at the end of a run, no goroutine left behind. A schedule that fails
+// is shrunk to a smaller one that still fails, and printed with its seed;
+// Replay runs it again.
 
 // ExploreConfig sets the size of an exploration.
 type ExploreConfig struct {
@@ -37,8 +42,12 @@ type ExploreConfig struct {
 	Schedules int           // stop after this many schedules (0: no limit)
 	Duration  time.Duration // stop starting schedules after this long (0: no limit)
 	Lanes     int           // schedules run at once, each on nodes of its own; default 4
-	dir       string        // where node data goes; a temporary directory when empty
-	NoShrink  bool          // report a failing schedule as drawn
+	// Shape, when set, runs only the schedules of that shape (ShapeNames):
+	// the seeds of the others are passed over, so that each seed run still
+	// draws its schedule again alone.
+	Shape    string
+	dir      string // where node data goes; a temporary directory when empty
+	NoShrink bool   // report a failing schedule as drawn
 	// Replay runs this schedule (read with ReadSchedule) instead of drawing
 	// any, up to Schedules times (default 1).
 	Replay *Schedule
@@ -49,10 +58,14 @@ type ExploreConfig struct {
 // ScheduleResult is the outcome of one schedule.
 type ScheduleResult struct {
 	Seed       uint64
-	Steps      int // locks asked for
-	Acquired   int // locks held
-	Operations int // acquires, extends, writes and releases
+	Shape      string // see Schedule.Shape
+	Steps      int    // locks asked for
+	Acquired   int    // locks held
+	Operations int    // acquires, extends, writes and releases
 	Faults     int
+	// Refused is how many extreme values the library refused with
+	// ErrInvalidArgument: refusals, not failures.
+	Refused int
 	// Stalled is how many late signals the process's own stalls explained
 	// (see the signal check in docs/chaos.md); they are not violations.
 	Stalled    int
@@ -66,6 +79,7 @@ type ExploreResult struct {
 	Acquired   int           `json:"acquired"`
 	Operations int           `json:"operations"`
 	Faults     int           `json:"faults"`
+	Refused    int           `json:"refused"` // extreme values refused with ErrInvalidArgument
 	Stalled    int           `json:"stalled"` // late signals explained by the process's stalls
 	Elapsed    time.Duration `json:"elapsed_ns"`
 	// Failure is the first schedule that showed a violation, if any.
@@ -108,6 +122,9 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 	if cfg.Schedules == 0 && cfg.Duration == 0 {
 		return ExploreResult{}, errors.New("chaos: explore needs a number of schedules or a duration")
 	}
+	if cfg.Shape != "" && !slices.Contains(ShapeNames(), cfg.Shape) {
+		return ExploreResult{}, fmt.Errorf("chaos: unknown shape %q (%s)", cfg.Shape, strings.Join(ShapeNames(), ", "))
+	}
 	if cfg.Server != Redis && cfg.Server != Embedded {
 		return ExploreResult{}, fmt.Errorf("chaos: unknown server kind %q (redis or embedded)", cfg.Server)
 	}
@@ -127,7 +144,8 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 
 	start := time.Now()
 	var (
-		next    atomic.Int64
+		next    atomic.Int64 // the next seed's offset from cfg.Seed
+		started atomic.Int64
 		mu      sync.Mutex
 		res     ExploreResult
 		failing *struct {
@@ -141,6 +159,9 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 	)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	// A schedule that starves the CPU runs alone (Schedule.exclusive): the
+	// others hold this for reading while they run.
+	var alone sync.RWMutex
 	lanes := make([]*lane, cfg.Lanes)
 	for i := range lanes {
 		l, err := newLane(cfg.Server, cfg.dir, i)
@@ -158,15 +179,28 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 		go func() {
 			defer wg.Done()
 			for runCtx.Err() == nil {
-				i := next.Add(1) - 1
-				if cfg.Schedules > 0 && i >= int64(cfg.Schedules) || cfg.Duration > 0 && time.Since(start) > cfg.Duration {
+				if cfg.Duration > 0 && time.Since(start) > cfg.Duration {
 					return
 				}
-				s := generate(cfg.Seed+uint64(i), l.persist)
+				var s Schedule
 				if cfg.Replay != nil {
 					s = *cfg.Replay
+				} else {
+					s = generate(cfg.Seed+uint64(next.Add(1)-1), l.persist)
+					if cfg.Shape != "" && shapeName(s.Shape) != cfg.Shape {
+						continue
+					}
 				}
+				if n := started.Add(1); cfg.Schedules > 0 && n > int64(cfg.Schedules) {
+					return
+				}
+				lock, unlock := alone.RLock, alone.RUnlock
+				if s.exclusive() {
+					lock, unlock = alone.Lock, alone.Unlock
+				}
+				lock()
 				sr, err := runOne(runCtx, l, s)
+				unlock()
 				if err != nil {
 					if runCtx.Err() == nil {
 						mu.Lock()
@@ -181,6 +215,7 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 				res.Acquired += sr.Acquired
 				res.Operations += sr.Operations
 				res.Faults += sr.Faults
+				res.Refused += sr.Refused
 				res.Stalled += sr.Stalled
 				if len(sr.Violations) > 0 && failing == nil {
 					failing = &struct {
@@ -222,6 +257,24 @@ func Explore(ctx context.Context, cfg ExploreConfig) (ExploreResult, error) {
 	return res, nil
 }
 
+// ShapeNames lists the shapes a schedule may be drawn in: "mix", the
+// general mix, and the shapes that try progress (see shapes).
+func ShapeNames() []string {
+	var out []string
+	for _, s := range shapeNames {
+		out = append(out, shapeName(s))
+	}
+	return out
+}
+
+// shapeName is what ExploreConfig.Shape calls a schedule's shape.
+func shapeName(shape string) string {
+	if shape == "" {
+		return "mix"
+	}
+	return shape
+}
+
 // leakIgnores are the goroutines that are not the library's: go-redis's
 // pool dialing again after a failed dial (it ends with its next attempt),
 // and toxiproxy's links of stopped proxies blocked on a channel.
@@ -252,7 +305,7 @@ func runOne(parent context.Context, l *lane, s Schedule) (ScheduleResult, error)
 	defer cancel()
 	start := time.Now()
 	h, err := l.run(ctx, s)
-	sr := ScheduleResult{Seed: s.Seed, Steps: s.steps(), Faults: len(s.Faults), Elapsed: time.Since(start)}
+	sr := ScheduleResult{Seed: s.Seed, Shape: s.Shape, Steps: s.steps(), Faults: len(s.Faults), Elapsed: time.Since(start)}
 	if err != nil {
 		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			sr.Violations = []Violation{{checkHarness, "the schedule did not end within a minute"}}
@@ -262,6 +315,7 @@ func runOne(parent context.Context, l *lane, s Schedule) (ScheduleResult, error)
 	}
 	for _, x := range h.holds {
 		sr.Operations += x.ops
+		sr.Refused += x.refusals
 		if !x.acquired.IsZero() {
 			sr.Acquired++
 		}
@@ -273,7 +327,11 @@ func runOne(parent context.Context, l *lane, s Schedule) (ScheduleResult, error)
 
 // shrinkRuns is how many times a smaller candidate runs before it is taken
 // not to fail: the runs are not deterministic, a timing may be needed.
-const shrinkRuns = 3
+// shrinkTime bounds the whole shrink.
+const (
+	shrinkRuns = 3
+	shrinkTime = 3 * time.Minute
+)
 
 // shrink looks for a smaller schedule that still shows a violation of one
 // of the checks that s showed: it drops faults, steps and actions one at a
@@ -305,10 +363,13 @@ func shrink(ctx context.Context, l *lane, s Schedule, vs []Violation) (*Schedule
 	}
 	best, bestVs := s, vs
 	budget := 60 // candidate runs
+	// and a time budget: the schedules that try progress take seconds each
+	deadline := time.Now().Add(shrinkTime)
 	for changed := true; changed && budget > 0; {
 		changed = false
 		for _, c := range candidates(best) {
-			if budget--; budget < 0 {
+			if budget--; budget < 0 || time.Now().After(deadline) {
+				budget = 0
 				break
 			}
 			if got := fails(c); got != nil {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -16,6 +17,7 @@ type history struct {
 	left     []keyLeft
 	losses   []dataLoss
 	errs     []error
+	spans    []faultSpan // when each fault was in force
 	// stalls is when the process did not run (nil: not watched), and
 	// stalled how many late signals they explained.
 	stalls  *stallWatch
@@ -24,7 +26,7 @@ type history struct {
 
 // Violation is one thing a history shows that must never happen.
 type Violation struct {
-	Check  string `json:"check"` // exclusion, fencing, stale write, signal, left behind, harness, goroutines
+	Check  string `json:"check"` // exclusion, fencing, stale write, signal, liveness, left behind, harness, goroutines
 	Detail string `json:"detail"`
 }
 
@@ -36,6 +38,7 @@ const (
 	checkFencing   = "fencing"     // a later holder of a key with a token not above an earlier one's
 	checkStale     = "stale write" // a write accepted after a later holder of the key had written
 	checkSignal    = "signal"      // a holder told it may count on its lock at or after its Until
+	checkLiveness  = "liveness"    // an acquire without the lock it had to get (see liveness)
 	checkLeft      = "left behind" // a key left on a node for good, or for longer than any lock's ttl
 	checkHarness   = "harness"     // the harness failed, or a call gave an error no caller should see
 	checkLeak      = "goroutines"  // goroutines left once every lock and client was gone
@@ -50,6 +53,7 @@ func (h *history) check() []Violation {
 	vs = append(vs, h.exclusion()...)
 	vs = append(vs, h.fencing()...)
 	vs = append(vs, h.signals()...)
+	vs = append(vs, h.liveness()...)
 	vs = append(vs, h.leftovers()...)
 	return vs
 }
@@ -59,8 +63,17 @@ func (h *history) at(t time.Time) string {
 	return t.Sub(h.start).Round(100 * time.Microsecond).String()
 }
 
+// who names x's actor, step and run.
+func (x *hold) who() string {
+	s := fmt.Sprintf("actor %d.%d step %d", x.client, x.actor, x.step)
+	if x.st.Repeat > 0 {
+		s += fmt.Sprintf(" run %d", x.run)
+	}
+	return s
+}
+
 func (h *history) describe(x *hold) string {
-	s := fmt.Sprintf("actor %d.%d step %d (%s %s %q", x.client, x.actor, x.step, x.st.Call, x.st.Kind, x.st.Keys)
+	s := fmt.Sprintf("%s (%s %s %q", x.who(), x.st.Call, x.st.Kind, x.st.Keys)
 	if x.st.Owner != "" {
 		s += " owner " + x.st.Owner
 	}
@@ -91,14 +104,16 @@ func containsKey(keys []string, key string) bool {
 }
 
 // mayShare tells whether two holds may hold one key at once: readers with
-// readers, a semaphore's permits with each other, and the holds of one
-// owner of a reentrant lock.
+// readers, permits of one semaphore (of one K) with each other, and the
+// holds of one owner of a reentrant lock.
 func mayShare(a, b *hold) bool {
 	switch {
 	case a.st.Kind != b.st.Kind:
 		return false
-	case a.st.Kind == stepRead, a.st.Kind == stepSemaphore:
+	case a.st.Kind == stepRead:
 		return true
+	case a.st.Kind == stepSemaphore:
+		return a.st.permits() == b.st.permits()
 	case a.st.Kind == stepReentrant:
 		return a.st.Owner == b.st.Owner
 	}
@@ -116,9 +131,16 @@ func overlap(a, b *hold) bool {
 func (h *history) exclusion() []Violation {
 	var vs []Violation
 	for _, key := range exploreKeys {
-		hs := h.holdsOn(key)
+		// by the time they were acquired, so that only the holds that begin
+		// before one ends are compared with it (a repeated step makes
+		// thousands)
+		hs := slices.Clone(h.holdsOn(key))
+		slices.SortStableFunc(hs, func(a, b *hold) int { return a.acquired.Compare(b.acquired) })
 		for i, a := range hs {
 			for _, b := range hs[i+1:] {
+				if !b.acquired.Before(a.end()) {
+					break
+				}
 				if overlap(a, b) && !mayShare(a, b) {
 					vs = append(vs, Violation{checkExclusion, fmt.Sprintf("%q held by %s and %s at once", key, h.describe(a), h.describe(b))})
 				}
@@ -128,12 +150,15 @@ func (h *history) exclusion() []Violation {
 			}
 			holding := 1
 			for _, b := range hs {
-				if b != a && b.st.Kind == stepSemaphore && !b.acquired.After(a.acquired) && a.acquired.Before(b.end()) {
+				if b.acquired.After(a.acquired) {
+					break
+				}
+				if b != a && b.st.Kind == stepSemaphore && a.acquired.Before(b.end()) {
 					holding++
 				}
 			}
-			if holding > explorePermits {
-				vs = append(vs, Violation{checkExclusion, fmt.Sprintf("%q: %d permits held at once, K = %d, when %s acquired", key, holding, explorePermits, h.describe(a))})
+			if k := a.st.permits(); holding > k {
+				vs = append(vs, Violation{checkExclusion, fmt.Sprintf("%q: %d permits held at once, K = %d, when %s acquired", key, holding, k, h.describe(a))})
 			}
 		}
 	}
@@ -241,17 +266,18 @@ func counter(key string) bool {
 func (h *history) leftovers() []Violation {
 	var vs []Violation
 	for _, k := range h.left {
-		bound := h.maxTTL + 100*time.Millisecond
+		bound := satAdd(h.maxTTL, 100*time.Millisecond)
 		if strings.HasSuffix(k.key, ":queue") || strings.HasSuffix(k.key, ":queue-deadlines") {
 			bound = 2*fairQueuePatience + 100*time.Millisecond
 		}
 		if counter(k.key) {
-			bound = h.maxTTL + 100*time.Millisecond
+			// kept for the horizon of the Client that raised it last
+			bound = satAdd(satAdd(h.maxTTL, h.schedule.maxHorizon()), 100*time.Millisecond)
 		}
 		if strings.HasSuffix(k.key, ":line") || strings.HasSuffix(k.key, ":line-woken") {
 			// a plain lock's waiters' line, and the waiters a release woke
 			// (it lasts as long as the line): the waiter's ttl, or 3 s at least
-			bound = max(h.maxTTL, lineLinger) + 100*time.Millisecond
+			bound = satAdd(max(h.maxTTL, lineLinger), 100*time.Millisecond)
 		}
 		switch {
 		case k.pttl < 0:

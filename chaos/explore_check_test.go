@@ -284,3 +284,106 @@ func TestStallWatch_overlapsCountOnce(t *testing.T) {
 		t.Fatalf("within = %v, want 10ms: 35 to 40 and 50 to 55", got)
 	}
 }
+
+// TestGenerate_shapes: the shapes that try progress are drawn about as
+// often as their weights say, read back from their JSON (extreme values
+// too), and set what the liveness check needs to judge them.
+func TestGenerate_shapes(t *testing.T) {
+	seen := map[string]int{}
+	const draws = 3000
+	for seed := range uint64(draws) {
+		s := generate(seed, true)
+		seen[s.Shape]++
+		if s.Shape == "" {
+			if !reflect.DeepEqual(s, genMix(seed, true)) {
+				t.Fatalf("seed %d: the general mix is not drawn as before the shapes", seed)
+			}
+			continue
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back, err := ReadSchedule(b); err != nil || !reflect.DeepEqual(back, s) {
+			t.Fatalf("seed %d: the JSON form reads back as %+v (%v)\n%s", seed, back, err, b)
+		}
+		if len(s.Clients) > maxExploreClients || s.Nodes > maxExploreNodes || s.exclusive() != (s.Shape == shapeStarve) {
+			t.Fatalf("seed %d: %d clients, %d nodes, alone %v:\n%s", seed, len(s.Clients), s.Nodes, s.exclusive(), s)
+		}
+		var steps []planStep
+		for _, c := range s.Clients {
+			for _, a := range c.Actors {
+				steps = append(steps, a...)
+			}
+		}
+		switch s.Shape {
+		case shapeSlow:
+			// every node slower than the derived timeout, well inside the ttl
+			// (a lone node: a round trip within the timeout, but not a
+			// handshake of three), and every step waits long enough to be
+			// judged
+			f := s.Faults[0]
+			rtt := 2 * time.Duration(f.Latency+f.Jitter)
+			for _, st := range steps {
+				ttl := time.Duration(st.TTL)
+				// a call slower than the node timeout, or a new connection's
+				// handshake (three round trips; a lone node's Clients end it
+				// at the deadline)
+				slower := 2*time.Duration(f.Latency) > derivedTimeout(ttl) || 6*time.Duration(f.Latency) > derivedTimeout(ttl) && rtt < derivedTimeout(ttl)*3/4
+				if s.Nodes == 1 {
+					slower = slower && s.Clients[0].ContextTimeout
+				}
+				if f.Kind != "slow" || !f.Whole || len(f.Nodes) != s.Nodes || len(f.Clients) > 0 || !slower || rtt > ttl/4 ||
+					time.Duration(st.Wait) <= liveBound(derivedTimeout(ttl), rtt, true, exploreRetryMax) {
+					t.Fatalf("seed %d: %s with %s", seed, st, f)
+				}
+			}
+		case shapeStarve:
+			f := s.Faults[0]
+			for _, st := range steps {
+				if ttl := time.Duration(st.TTL); time.Duration(f.Busy)*starveRTT > ttl/4 || time.Duration(st.Wait) <= liveBound(derivedTimeout(ttl), time.Duration(f.Busy)*starveRTT, false, exploreRetryMax) {
+					t.Fatalf("seed %d: %s with %s", seed, st, f)
+				}
+			}
+		case shapeTiny:
+			tiny, probes := 0, 0
+			for _, st := range steps {
+				switch {
+				case st.Wait >= jsonDur(100*time.Microsecond) && st.Wait <= jsonDur(2*time.Millisecond) && st.Keys[0] == "a":
+					tiny++
+				case st.Call == "try" && st.Wait == 0 && st.Keys[0] != "a" && derivedTimeout(time.Duration(st.TTL)) >= tryMinTimeout:
+					probes++
+				}
+			}
+			if tiny == 0 || probes == 0 || tiny+probes != len(steps) {
+				t.Fatalf("seed %d: %d tiny callers, %d probes:\n%s", seed, tiny, probes, s)
+			}
+		case shapeChurn:
+			remote := s.Clients[1].Actors[0][0]
+			if !s.Clients[0].HandOff || len(s.Clients[0].Actors) < 3 || s.Faults[0].Clients[0] != 1 ||
+				time.Duration(remote.At)+liveBound(derivedTimeout(time.Duration(remote.TTL)), 4*time.Millisecond, false, defaultRetryMax)+handOffGrace >= time.Duration(s.Clients[0].Actors[0][0].Repeat) {
+				t.Fatalf("seed %d: the churn does not outlast the remote waiter's bound:\n%s", seed, s)
+			}
+		case shapeExtreme:
+			extreme := false
+			for _, c := range s.Clients {
+				extreme = extreme || c.extreme()
+				for _, a := range c.Actors {
+					for _, st := range a {
+						extreme = extreme || st.extreme()
+					}
+				}
+			}
+			if !extreme && s.Clients[0].Retry == nil {
+				t.Fatalf("seed %d: no extreme value:\n%s", seed, s)
+			}
+		default:
+			t.Fatalf("seed %d: shape %q", seed, s.Shape)
+		}
+	}
+	for i, name := range shapeNames {
+		if got, want := seen[name], draws*shapeWeights[i]/100; got < want/2 || got > want*2 {
+			t.Errorf("shape %q drawn %d times in %d, want about %d", shapeName(name), got, draws, want)
+		}
+	}
+}

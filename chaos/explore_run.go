@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
@@ -185,15 +188,23 @@ func (l *lane) reset(ctx context.Context) error {
 	return nil
 }
 
-// hold is what one step did, as its actor saw it.
+// hold is what one step did (one run of it, for a step that repeats), as
+// its actor saw it.
 type hold struct {
 	client, actor, step int
+	run                 int // the run of a repeated step (see planStep.Repeat)
 	st                  planStep
 
 	called   time.Time // the acquire was called
+	returned time.Time // it returned (for Do: fn began, or Do returned without the lock)
 	acquired time.Time // it returned a lock; zero if it did not
+	failure  string    // the acquire's error, when it returned no lock
+	refused  bool      // the acquire was refused with ErrInvalidArgument (an extreme value)
+	refusals int       // values refused with ErrInvalidArgument: the acquire's, an extend's, a resume's, the Client's options
 	token    uint64
 	released time.Time // Release was called (or Do's fn returned); zero if kept
+	freed    time.Time // Release (or Do, fn having run) returned nil: the key is free on the nodes
+	finished time.Time // the step was over: its lock released or left, or its acquire failed
 	until    time.Time // Until when it was released, lost or left
 	lost     time.Time // Done closed before the release; zero if not
 	lostTill time.Time // Until when Done closed
@@ -234,10 +245,10 @@ func (l *lane) run(ctx context.Context, s Schedule) (*history, error) {
 	if err := l.reset(ctx); err != nil {
 		return nil, err
 	}
-	r := &runner{lane: l, s: s, maxTTL: s.maxTTL()}
+	r := &runner{lane: l, s: s, maxTTL: s.maxTTL(), actorsDone: make(chan struct{})}
 	var (
 		clients []*redis.Client
-		holds   [][]*hold
+		holds   []*[]*hold // each actor's, in the order of its steps and runs
 	)
 	defer func() {
 		for _, c := range clients {
@@ -251,50 +262,73 @@ func (l *lane) run(ctx context.Context, s Schedule) (*history, error) {
 		for i := range s.Nodes {
 			c := redis.NewClient(&redis.Options{
 				Addr: l.links[ci][i].Addr(), MaxRetries: -1, DialerRetries: 1,
-				ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+				ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, ContextTimeoutEnabled: plan.ContextTimeout,
 			})
 			clients = append(clients, c)
 			nodes[i] = c
 		}
-		opts := []redlock.Option{
-			redlock.WithRetry(redlock.ExponentialBackoff(2*time.Millisecond, 40*time.Millisecond)),
-			redlock.WithBatching(plan.Batching),
-		}
-		if !plan.HandOff {
-			opts = append(opts, redlock.WithHandOff(0))
-		}
-		rc, err := redlock.New(nodes, opts...)
+		rc, err := redlock.New(nodes, clientOptions(plan)...)
 		if err != nil {
-			return nil, err
+			if !errors.Is(err, redlock.ErrInvalidArgument) || !plan.extreme() {
+				return nil, err
+			}
+			// An extreme option refused: a refusal, not a failure. Its
+			// steps are noted as refused and not run.
+			now := time.Now()
+			for ai, steps := range plan.Actors {
+				hs := make([]*hold, len(steps))
+				for si := range steps {
+					hs[si] = &hold{client: ci, actor: ai, step: si, st: steps[si], called: now, returned: now, finished: now,
+						refused: true, refusals: 1, failure: err.Error()}
+				}
+				holds = append(holds, &hs)
+			}
+			continue
 		}
 		for ai, steps := range plan.Actors {
-			hs := make([]*hold, len(steps))
-			for si := range steps {
-				hs[si] = &hold{client: ci, actor: ai, step: si, st: steps[si]}
-			}
+			hs := new([]*hold)
 			holds = append(holds, hs)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for _, h := range hs {
-					if err := sleepUntil(ctx, start.Add(time.Duration(h.st.At))); err != nil {
+				// A panic in the library reaches the caller: it is the
+				// schedule's failure, not the explorer's end.
+				defer func() {
+					if p := recover(); p != nil {
+						r.fail(fmt.Errorf("actor %d.%d: panic: %v\n%s", ci, ai, p, debug.Stack()))
+					}
+				}()
+				for si, st := range steps {
+					first := start.Add(time.Duration(st.At))
+					if err := sleepUntil(ctx, first); err != nil {
 						return
 					}
-					r.step(ctx, rc, h)
+					for run := 0; ; run++ {
+						h := &hold{client: ci, actor: ai, step: si, run: run, st: st}
+						*hs = append(*hs, h)
+						r.step(ctx, rc, h)
+						if time.Since(first) >= time.Duration(st.Repeat) || sleep(ctx, time.Duration(st.Gap)) != nil {
+							break
+						}
+					}
 				}
 			}()
 		}
 	}
+	go func() {
+		wg.Wait()
+		close(r.actorsDone)
+	}()
 	faultErr := r.faults(ctx, start)
-	wg.Wait()
+	<-r.actorsDone
 	r.anchored.Wait()
 	// the keys that late calls may still set land once every node is back
 	if err := errors.Join(faultErr, l.settle(ctx, s.Nodes)); err != nil {
 		return nil, err
 	}
-	h := &history{schedule: s, start: start, maxTTL: r.maxTTL, errs: r.errs, losses: r.losses, stalls: l.stalls}
+	h := &history{schedule: s, start: start, maxTTL: r.maxTTL, errs: r.errs, losses: r.losses, stalls: l.stalls, spans: r.spans}
 	for _, hs := range holds {
-		h.holds = append(h.holds, hs...)
+		h.holds = append(h.holds, *hs...)
 	}
 	var err error
 	h.left, err = l.scan(ctx, s.Nodes)
@@ -353,7 +387,52 @@ type runner struct {
 	mu       sync.Mutex
 	errs     []error // the harness's own failures, and errors no step should see
 	losses   []dataLoss
+	spans    []faultSpan    // the faults as they were in force
 	anchored sync.WaitGroup // the faults struck by actors, until undone
+	// actorsDone is closed once every actor is done (the end of the faults
+	// that last the whole run)
+	actorsDone chan struct{}
+}
+
+// faultSpan is when the schedule's fault number fault was in force: from
+// the moment its injection began to the moment it was undone.
+type faultSpan struct {
+	fault    int
+	from, to time.Time
+}
+
+// clientOptions are the options of a Client of the plan: the explorer's
+// retry policy (short delays: schedules are short) unless the plan gives
+// one, and what else the plan gives.
+func clientOptions(plan clientPlan) []redlock.Option {
+	retry := redlock.ExponentialBackoff(2*time.Millisecond, exploreRetryMax)
+	if r := plan.Retry; r != nil {
+		switch r.Policy {
+		case "random":
+			retry = redlock.RandomDelay(time.Duration(r.Min), time.Duration(r.Max))
+		case "default":
+			retry = nil
+		default:
+			retry = redlock.ExponentialBackoff(time.Duration(r.Min), time.Duration(r.Max))
+		}
+	}
+	opts := []redlock.Option{redlock.WithBatching(plan.Batching)}
+	if retry != nil {
+		opts = append(opts, redlock.WithRetry(retry))
+	}
+	if !plan.HandOff {
+		opts = append(opts, redlock.WithHandOff(0))
+	}
+	if plan.NodeTimeout > 0 {
+		opts = append(opts, redlock.WithNodeTimeout(time.Duration(plan.NodeTimeout)))
+	}
+	if plan.FenceHorizon > 0 {
+		opts = append(opts, redlock.WithFenceHorizon(time.Duration(plan.FenceHorizon)))
+	}
+	if plan.MaxAttempts > 0 {
+		opts = append(opts, redlock.WithMaxAttempts(plan.MaxAttempts))
+	}
+	return opts
 }
 
 func (r *runner) fail(err error) {
@@ -373,7 +452,7 @@ func kindOptions(st planStep) []redlock.AcquireOption {
 	case stepWrite:
 		opts = append(opts, redlock.ForWrite())
 	case stepSemaphore:
-		opts = append(opts, redlock.WithPermits(explorePermits))
+		opts = append(opts, redlock.WithPermits(st.permits()))
 	case stepFair:
 		opts = append(opts, redlock.Fair())
 	}
@@ -386,14 +465,15 @@ func kindOptions(st planStep) []redlock.AcquireOption {
 	return opts
 }
 
-// step runs one step of an actor.
+// step runs one step of an actor (one run of it).
 func (r *runner) step(ctx context.Context, rc *redlock.Client, h *hold) {
+	defer func() { h.finished = time.Now() }()
 	st := h.st
 	ttl := time.Duration(st.TTL)
 	opts := kindOptions(st)
 	wait := time.Duration(st.Wait)
-	if st.Call == "try" {
-		wait = time.Second // one attempt; the bound only catches a hang
+	if st.Call == "try" && wait == 0 {
+		wait = time.Second // one attempt without a deadline; the bound only catches a hang
 	}
 	r.strike(ctx, h, -1)
 	h.called = time.Now()
@@ -420,10 +500,18 @@ func (r *runner) step(ctx context.Context, rc *redlock.Client, h *hold) {
 			mu.Lock()
 			running = true
 			mu.Unlock()
+			h.returned = time.Now()
 			lock = redlock.LockFrom(fnCtx)
-			r.held(fnCtx, lock, h, func() bool { return fnCtx.Err() == nil })
+			r.held(fnCtx, rc, lock, h, func(*redlock.Lock) bool { return fnCtx.Err() == nil })
 			return nil
 		}, opts...)
+		switch {
+		case lock == nil:
+			h.returned = time.Now()
+			r.failed(h, err)
+		case err == nil:
+			h.freed = time.Now()
+		}
 		r.expect(h, err)
 		if lock != nil {
 			r.ended(h, lock)
@@ -447,26 +535,48 @@ func (r *runner) step(ctx context.Context, rc *redlock.Client, h *hold) {
 	default:
 		lock, err = rc.Acquire(acqCtx, st.Keys[0], ttl, opts...)
 	}
+	h.returned = time.Now()
 	if err != nil {
+		r.failed(h, err)
 		r.expect(h, err)
 		return
 	}
-	believe := func() bool { return lock.Validity() > 0 }
+	believe := func(l *redlock.Lock) bool { return l.Validity() > 0 }
 	if st.Renew {
-		believe = func() bool { return isOpenChan(lock.Done()) }
+		believe = func(l *redlock.Lock) bool { return isOpenChan(l.Done()) }
 	}
-	r.held(ctx, lock, h, believe)
+	first := lock
+	lock = r.held(ctx, rc, lock, h, believe)
 	if !st.Keep {
-		r.expect(h, lock.Release(context.WithoutCancel(ctx)))
+		err := lock.Release(context.WithoutCancel(ctx))
+		if err == nil {
+			h.freed = time.Now()
+		}
+		r.expect(h, err)
 	}
-	r.ended(h, lock)
+	r.ended(h, first)
+}
+
+// failed notes why h's acquire returned no lock.
+func (r *runner) failed(h *hold, err error) {
+	if err == nil {
+		return
+	}
+	h.failure = err.Error()
+	h.refused = errors.Is(err, redlock.ErrInvalidArgument)
 }
 
 // expect records an error that no step should see: anything but a lock
-// not acquired, lost or not confirmed, a node's failure, or a call made
-// with a context that had ended (an Extend in Do's fn after a loss).
+// not acquired, lost or not confirmed, a node's failure, a call made with a
+// context that had ended (an Extend in Do's fn after a loss), or an
+// extreme value refused (ErrInvalidArgument, for a step or Client that
+// carries one: a refusal, counted as such).
 func (r *runner) expect(h *hold, err error) {
 	var ne *redlock.NodeError
+	if errors.Is(err, redlock.ErrInvalidArgument) && (h.st.extreme() || r.s.Clients[h.client].extreme()) {
+		h.refusals++
+		return
+	}
 	if err == nil || errors.Is(err, redlock.ErrNotAcquired) || errors.Is(err, redlock.ErrLockLost) || errors.Is(err, redlock.ErrNotConfirmed) || errors.As(err, &ne) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return
@@ -484,9 +594,10 @@ func isOpenChan(ch <-chan struct{}) bool {
 }
 
 // held does the step's actions with lock, up to its release (which the
-// caller makes). believe tells whether the holder may still count on the
-// lock, by the lock's own signal.
-func (r *runner) held(ctx context.Context, lock *redlock.Lock, h *hold, believe func() bool) {
+// caller makes), and returns the lock then held (a resume gives another).
+// believe tells whether the holder may still count on a lock, by the
+// lock's own signal.
+func (r *runner) held(ctx context.Context, rc *redlock.Client, lock *redlock.Lock, h *hold, believe func(*redlock.Lock) bool) *redlock.Lock {
 	st := h.st
 	h.acquired = time.Now()
 	h.token = lock.FencingToken()
@@ -502,7 +613,7 @@ func (r *runner) held(ctx context.Context, lock *redlock.Lock, h *hold, believe 
 	// violation when its signal says so at or past Until.
 	check := func() bool {
 		now := time.Now()
-		ok := believe()
+		ok := believe(lock)
 		if ok && !now.Before(lock.Until()) {
 			h.unsignalled = append(h.unsignalled, now)
 		}
@@ -527,6 +638,15 @@ func (r *runner) held(ctx context.Context, lock *redlock.Lock, h *hold, believe 
 		case "pause":
 			time.Sleep(time.Until(lock.Until()) + 30*time.Millisecond)
 			r.write(ctx, h, lock, true)
+		case "resume":
+			// the holder takes its own lock over by its token, as another
+			// process would, and goes on with the lock Resume returns
+			if next, err := rc.Resume(ctx, st.Keys[0], lock.Token(), time.Duration(a.D)); err != nil {
+				r.expect(h, err)
+			} else {
+				lock = next
+			}
+			check()
 		}
 	}
 	check()
@@ -535,6 +655,7 @@ func (r *runner) held(ctx context.Context, lock *redlock.Lock, h *hold, believe 
 		h.released = time.Now()
 		h.ops++
 	}
+	return lock
 }
 
 // ended settles what a step's lock did once it was released (or left):
@@ -621,7 +742,7 @@ func (r *runner) faults(ctx context.Context, start time.Time) error {
 func (r *runner) strike(ctx context.Context, h *hold, action int) {
 	for i, f := range r.s.Faults {
 		a := f.Anchor
-		if a == nil || a.Client != h.client || a.Actor != h.actor || a.Step != h.step || a.Action != action {
+		if a == nil || a.Client != h.client || a.Actor != h.actor || a.Step != h.step || a.Action != action || h.run > 0 {
 			continue
 		}
 		applied := make(chan struct{})
@@ -645,6 +766,12 @@ func (r *runner) strike(ctx context.Context, h *hold, action int) {
 func (r *runner) inject(ctx context.Context, i int, f planFault, applied chan<- struct{}) error {
 	l := r.lane
 	ctx = context.WithoutCancel(ctx) // a fault is always undone
+	from := time.Now()
+	defer func() {
+		r.mu.Lock()
+		r.spans = append(r.spans, faultSpan{fault: i, from: from, to: time.Now()})
+		r.mu.Unlock()
+	}()
 	inPlace := func() {
 		if applied != nil {
 			close(applied)
@@ -662,6 +789,10 @@ func (r *runner) inject(ctx context.Context, i int, f planFault, applied chan<- 
 	name := fmt.Sprintf("fault-%d", i)
 	span := func() {
 		inPlace()
+		if f.Whole {
+			<-r.actorsDone
+			return
+		}
 		_ = sleep(ctx, time.Duration(f.For))
 	}
 	clients := f.Clients
@@ -712,6 +843,27 @@ func (r *runner) inject(ctx context.Context, i int, f planFault, applied chan<- 
 		}
 		span()
 		return each(func(n int) error { return l.nodes[n].start() })
+	case "starve":
+		// The process, every lane's locks and links with it, runs on one
+		// processor while goroutines spin: the schedule runs alone (see
+		// Schedule.exclusive), so the starved locks are its own.
+		prev := runtime.GOMAXPROCS(1)
+		var (
+			stop atomic.Bool
+			wg   sync.WaitGroup
+		)
+		for range f.Busy {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				spin(&stop)
+			}()
+		}
+		span()
+		stop.Store(true)
+		wg.Wait()
+		runtime.GOMAXPROCS(prev)
+		return nil
 	case "script-flush":
 		// A node that is down or frozen meanwhile (another fault) is left
 		// alone; a frozen one flushes when it resumes.
@@ -726,6 +878,13 @@ func (r *runner) inject(ctx context.Context, i int, f planFault, applied chan<- 
 		return nil
 	}
 	return fmt.Errorf("unknown fault %q", f.Kind)
+}
+
+// spin keeps a processor busy until stop is set; the Go scheduler
+// preempts it every 10 ms, as it would a busy goroutine of an application.
+func spin(stop *atomic.Bool) {
+	for !stop.Load() {
+	}
 }
 
 // fenceName is the name of a key's fencing counter on the nodes, as

@@ -14,7 +14,10 @@ import (
 // meanwhile. Generate draws one from a seed; its JSON form runs again with
 // Replay.
 type Schedule struct {
-	Seed    uint64       `json:"seed"`
+	Seed uint64 `json:"seed"`
+	// Shape is what the schedule was drawn to try (see generate): empty for
+	// the general mix, else one of the shapes that put progress under test.
+	Shape   string       `json:"shape,omitempty"`
 	Nodes   int          `json:"nodes"`   // N
 	Persist bool         `json:"persist"` // a killed node comes back at once with its data (appendfsync always); else it stays down longer than the largest TTL and comes back empty
 	Clients []clientPlan `json:"clients"`
@@ -27,6 +30,24 @@ type clientPlan struct {
 	Batching bool         `json:"batching"`
 	HandOff  bool         `json:"hand_off"` // WithHandOff's default; false: WithHandOff(0)
 	Actors   [][]planStep `json:"actors"`
+	// Options other than the explorer's defaults, most of them extreme
+	// values (see genExtreme); zero: not given.
+	NodeTimeout  jsonDur    `json:"node_timeout,omitempty"`  // WithNodeTimeout
+	FenceHorizon jsonDur    `json:"fence_horizon,omitempty"` // WithFenceHorizon
+	Retry        *planRetry `json:"retry,omitempty"`         // WithRetry; nil: ExponentialBackoff(2ms, 40ms)
+	MaxAttempts  int        `json:"max_attempts,omitempty"`  // WithMaxAttempts
+	// ContextTimeout has go-redis end each call at its context's deadline
+	// (ContextTimeoutEnabled), as docs/benchmarks.md suggests for a lone
+	// node.
+	ContextTimeout bool `json:"context_timeout,omitempty"`
+}
+
+// planRetry is a retry policy: ExponentialBackoff(Min, Max),
+// RandomDelay(Min, Max), or the library's default (no WithRetry).
+type planRetry struct {
+	Policy string  `json:"policy"` // exponential, random or default
+	Min    jsonDur `json:"min,omitempty"`
+	Max    jsonDur `json:"max,omitempty"`
 }
 
 // planStep is one lock taken, used and given up by an actor.
@@ -42,11 +63,18 @@ type planStep struct {
 	Wait    jsonDur      `json:"wait,omitempty"` // how long an acquire may wait (acquire, do)
 	Actions []planAction `json:"actions,omitempty"`
 	Keep    bool         `json:"keep,omitempty"` // not released: left to expire
+	// Permits is a semaphore's K (0: explorePermits).
+	Permits int `json:"permits,omitempty"`
+	// Repeat runs the step again and again (acquire, actions, release), Gap
+	// apart, until Repeat has passed since its first run began; each run
+	// is a hold of its own in the history. Zero: once.
+	Repeat jsonDur `json:"repeat,omitempty"`
+	Gap    jsonDur `json:"gap,omitempty"`
 }
 
 // planAction is what a holder does with its lock.
 type planAction struct {
-	Op string  `json:"op"`          // work (sleeps D), extend (to D), write (reads the key's register and writes it one higher), pause (sleeps past the validity, then writes: a fenced holder's stale write)
+	Op string  `json:"op"`          // work (sleeps D), extend (to D), write (reads the key's register and writes it one higher), pause (sleeps past the validity, then writes: a fenced holder's stale write), resume (Client.Resume of the lock's own token with ttl D; the holder goes on with the resumed lock)
 	D  jsonDur `json:"d,omitempty"` // work and extend
 }
 
@@ -54,8 +82,8 @@ type planAction struct {
 type planFault struct {
 	At    jsonDur `json:"at"`
 	For   jsonDur `json:"for"`
-	Kind  string  `json:"kind"` // slow, freeze, partition, kill, script-flush
-	Nodes []int   `json:"nodes"`
+	Kind  string  `json:"kind"` // slow, freeze, partition, kill, script-flush, starve
+	Nodes []int   `json:"nodes,omitempty"`
 	// Clients are the clients whose links to the nodes a slow or partition
 	// fault strikes (their own network); none: every client's (the nodes').
 	Clients []int `json:"clients,omitempty"`
@@ -65,6 +93,13 @@ type planFault struct {
 	Anchor  *faultAnchor `json:"anchor,omitempty"`
 	Latency jsonDur      `json:"latency,omitempty"` // slow: each way
 	Jitter  jsonDur      `json:"jitter,omitempty"`
+	// Whole, instead of For, keeps the fault in place until every actor is
+	// done (a network slow for the whole run).
+	Whole bool `json:"whole,omitempty"`
+	// Busy is, for starve, how many goroutines spin while the explorer's
+	// process runs on one processor (GOMAXPROCS 1); Nodes is empty: the
+	// process's CPU is starved, not a node's.
+	Busy int `json:"busy,omitempty"`
 }
 
 // faultAnchor is a point in an actor's steps: before the Action-th action of
@@ -115,8 +150,17 @@ const (
 	stepFair      = "fair"
 )
 
-// explorePermits is the K of every semaphore the explorer takes.
+// explorePermits is the K of the semaphores the explorer takes, but for
+// the extreme values (planStep.Permits).
 const explorePermits = 2
+
+// permits is the K of st's semaphore.
+func (st planStep) permits() int {
+	if st.Permits > 0 {
+		return st.Permits
+	}
+	return explorePermits
+}
 
 // pick draws from choices with weights.
 func pick[T any](rng *rand.Rand, choices []T, weights []int) T {
@@ -136,7 +180,24 @@ func pick[T any](rng *rand.Rand, choices []T, weights []int) T {
 
 // generate draws the schedule of seed. persist says whether the nodes can
 // persist every write (redis-server can; the embedded server cannot).
+// Most schedules are of the general mix (genMix); the others are of a
+// shape that puts progress to the test (see shapes). The shape is drawn
+// from a stream of its own, so that a seed whose schedule is of the
+// general mix draws the same schedule as before the shapes were added.
 func generate(seed uint64, persist bool) Schedule {
+	shape := pick(rand.New(rand.NewPCG(seed, 0x5a9e)), shapeNames, shapeWeights)
+	if shape == "" {
+		return genMix(seed, persist)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x5a9f))
+	s := shapes[shape](rng, persist)
+	s.Seed, s.Shape = seed, shape
+	return s
+}
+
+// genMix draws a schedule of the general mix: locks of every kind, and the
+// faults within the safety assumptions.
+func genMix(seed uint64, persist bool) Schedule {
 	rng := rand.New(rand.NewPCG(seed, 0xe4b1))
 	s := Schedule{Seed: seed, Nodes: pick(rng, []int{3, 5}, []int{3, 1})}
 	s.Persist = persist && rng.IntN(2) == 0
@@ -242,16 +303,38 @@ func (s Schedule) maxTTL() time.Duration {
 	for _, c := range s.Clients {
 		for _, steps := range c.Actors {
 			for _, st := range steps {
-				m = max(m, time.Duration(st.TTL))
-				for _, a := range st.Actions {
-					if a.Op == "extend" {
-						m = max(m, time.Duration(a.D))
-					}
-				}
+				m = max(m, st.maxTTL())
 			}
 		}
 	}
 	return m
+}
+
+// maxTTL is the longest time to live st may set: its ttl, or that of an
+// extend or a resume.
+func (st planStep) maxTTL() time.Duration {
+	m := time.Duration(st.TTL)
+	for _, a := range st.Actions {
+		if a.Op == "extend" || a.Op == "resume" {
+			m = max(m, time.Duration(a.D))
+		}
+	}
+	return m
+}
+
+// maxHorizon is the longest fence horizon a Client of s is given.
+func (s Schedule) maxHorizon() time.Duration {
+	var m time.Duration
+	for _, c := range s.Clients {
+		m = max(m, time.Duration(c.FenceHorizon))
+	}
+	return m
+}
+
+// exclusive tells whether s must run alone: a starved CPU starves the
+// whole explorer process, every lane's locks and links with it.
+func (s Schedule) exclusive() bool {
+	return slices.ContainsFunc(s.Faults, func(f planFault) bool { return f.Kind == "starve" })
 }
 
 // tolerated is how many nodes may be down at once within the safety
@@ -333,7 +416,7 @@ func fitsMinority(s Schedule, faults []planFault, f planFault) bool {
 	}
 	for _, g := range faults {
 		// an anchored fault may strike at any time
-		if g.down() && (f.Anchor != nil || g.Anchor != nil || g.At < f.At+f.For && f.At < g.At+g.For) {
+		if g.down() && (f.Anchor != nil || g.Anchor != nil || f.Whole || g.Whole || g.At < f.At+f.For && f.At < g.At+g.For) {
 			for _, n := range g.Nodes {
 				if down[n] && slices.Contains(f.Nodes, n) {
 					return false // one fault at a time on a node
@@ -353,9 +436,13 @@ func (s Schedule) String() string {
 	if s.Persist {
 		persist = "nodes persist every write"
 	}
-	fmt.Fprintf(&b, "schedule %d: %d nodes, %s\n", s.Seed, s.Nodes, persist)
+	shape := ""
+	if s.Shape != "" {
+		shape = " (" + s.Shape + ")"
+	}
+	fmt.Fprintf(&b, "schedule %d%s: %d nodes, %s\n", s.Seed, shape, s.Nodes, persist)
 	for i, c := range s.Clients {
-		fmt.Fprintf(&b, "  client %d (batching %v, hand-offs %v)\n", i, c.Batching, c.HandOff)
+		fmt.Fprintf(&b, "  client %d (batching %v, hand-offs %v%s)\n", i, c.Batching, c.HandOff, c.options())
 		for j, steps := range c.Actors {
 			for k, st := range steps {
 				fmt.Fprintf(&b, "    actor %d.%d step %d: %s\n", i, j, k, st)
@@ -368,11 +455,38 @@ func (s Schedule) String() string {
 	return b.String()
 }
 
+// options writes the options c is given beside the explorer's defaults.
+func (c clientPlan) options() string {
+	var b strings.Builder
+	if c.NodeTimeout > 0 {
+		fmt.Fprintf(&b, ", node timeout %v", c.NodeTimeout)
+	}
+	if c.FenceHorizon > 0 {
+		fmt.Fprintf(&b, ", fence horizon %v", c.FenceHorizon)
+	}
+	switch r := c.Retry; {
+	case r != nil && r.Policy == "default":
+		b.WriteString(", the default retry policy")
+	case r != nil:
+		fmt.Fprintf(&b, ", retry %s %v to %v", r.Policy, r.Min, r.Max)
+	}
+	if c.MaxAttempts > 0 {
+		fmt.Fprintf(&b, ", at most %d attempts", c.MaxAttempts)
+	}
+	if c.ContextTimeout {
+		b.WriteString(", go-redis ends calls at their deadline")
+	}
+	return b.String()
+}
+
 func (st planStep) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "at %v %s %s %q ttl %v", st.At, st.Call, st.Kind, st.Keys, st.TTL)
 	if st.Owner != "" {
 		fmt.Fprintf(&b, " owner %s", st.Owner)
+	}
+	if st.Permits > 0 {
+		fmt.Fprintf(&b, " permits %d", st.Permits)
 	}
 	if st.Fenced {
 		b.WriteString(" fenced")
@@ -383,13 +497,16 @@ func (st planStep) String() string {
 	if st.Wait > 0 {
 		fmt.Fprintf(&b, " wait %v", st.Wait)
 	}
+	if st.Repeat > 0 {
+		fmt.Fprintf(&b, " again and again for %v, %v apart", st.Repeat, st.Gap)
+	}
 	b.WriteString(":")
 	for _, a := range st.Actions {
 		switch a.Op {
 		case "work":
 			fmt.Fprintf(&b, " work %v,", a.D)
-		case "extend":
-			fmt.Fprintf(&b, " extend %v,", a.D)
+		case "extend", "resume":
+			fmt.Fprintf(&b, " %s %v,", a.Op, a.D)
 		default:
 			fmt.Fprintf(&b, " %s,", a.Op)
 		}
@@ -415,13 +532,19 @@ func (f planFault) String() string {
 		}
 		when = fmt.Sprintf("before %s of actor %d.%d step %d", what, a.Client, a.Actor, a.Step)
 	}
+	span := fmt.Sprintf("for %v", f.For)
+	if f.Whole {
+		span = "until every actor is done,"
+	}
 	switch f.Kind {
 	case "slow":
-		return fmt.Sprintf("%s for %v slow %v%s: %v ± %v each way", when, f.For, f.Nodes, whose, f.Latency, f.Jitter)
+		return fmt.Sprintf("%s %s slow %v%s: %v ± %v each way", when, span, f.Nodes, whose, f.Latency, f.Jitter)
 	case "script-flush":
 		return fmt.Sprintf("%s SCRIPT FLUSH %v", when, f.Nodes)
+	case "starve":
+		return fmt.Sprintf("%s %s starve the CPU: GOMAXPROCS 1, %d goroutines spinning", when, span, f.Busy)
 	}
-	return fmt.Sprintf("%s for %v %s %v%s", when, f.For, f.Kind, f.Nodes, whose)
+	return fmt.Sprintf("%s %s %s %v%s", when, span, f.Kind, f.Nodes, whose)
 }
 
 // steps counts the steps of s.

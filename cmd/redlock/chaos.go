@@ -27,9 +27,11 @@ The exit status is 0 when every scenario showed what it must.
 With --explore, runs the randomized explorer instead: schedules drawn from
 the seed, each several lock clients mixing every kind of lock, fencing,
 renewal, Do, extends, hand-offs and cancellations over a few keys, while
-faults within the safety assumptions strike the nodes; every history is
-checked (exclusion, fencing tokens, stale writes, loss signals, keys left
-behind, goroutines). It stops at the first failing schedule, shrinks it,
+faults within the safety assumptions strike the nodes, and one schedule in
+five of a shape that tries progress (a slow network, a starved CPU, tiny
+deadlines, a remote waiter against hand-offs, extreme option values);
+every history is checked (exclusion, fencing tokens, stale writes, loss
+signals, liveness, keys left behind, goroutines). It stops at the first failing schedule, shrinks it,
 prints it with its seed and a JSON form for --replay, and exits 1; else 0.
 
 Scenarios: %s
@@ -56,6 +58,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		lanes     = fs.Int("lanes", 4, "explore: schedules run at once, each on nodes of its own")
 		replay    = fs.String("replay", "", "explore: run the schedule in this JSON file (as a failure prints it)")
 		noShrink  = fs.Bool("no-shrink", false, "explore: report a failing schedule as drawn")
+		shape     = fs.String("shape", "", "explore: run only the schedules of this shape ("+strings.Join(chaos.ShapeNames(), ", ")+")")
 	)
 	if exit, ok := fs.parse(args, noArgs); !ok {
 		return exit
@@ -69,17 +72,20 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err == nil {
 		err = checkChaosFlags(*server, *only, cfg.Size)
 	}
+	if err == nil && *shape != "" && !slices.Contains(chaos.ShapeNames(), *shape) {
+		err = fmt.Errorf("--shape: no shape named %q (%s)", *shape, strings.Join(chaos.ShapeNames(), ", "))
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
 		return 2
 	}
 	if *explore {
 		ec := chaos.ExploreConfig{Server: chaos.ServerKind(*server), Seed: cfg.Seed, Schedules: *schedules,
-			Duration: *duration, Lanes: *lanes, NoShrink: *noShrink}
+			Duration: *duration, Lanes: *lanes, NoShrink: *noShrink, Shape: *shape}
 		return runExplore(ctx, ec, *replay, *jsonPath, stdout, stderr)
 	}
-	if *replay != "" || *schedules != 0 || *duration != 0 {
-		fmt.Fprintln(stderr, "redlock chaos: --replay, --schedules and --duration go with --explore")
+	if *replay != "" || *schedules != 0 || *duration != 0 || *shape != "" {
+		fmt.Fprintln(stderr, "redlock chaos: --replay, --schedules, --duration and --shape go with --explore")
 		return 2
 	}
 	cfg.Server = chaos.ServerKind(*server)
@@ -178,8 +184,12 @@ func runExplore(ctx context.Context, cfg chaos.ExploreConfig, replay, jsonPath s
 		done++
 		if time.Since(lastNote) >= 10*time.Second || len(r.Violations) > 0 {
 			lastNote = time.Now()
-			fmt.Fprintf(stderr, "  %d schedules; schedule %d: %d steps, %d held, %d faults, %d violations\n",
-				done, r.Seed, r.Steps, r.Acquired, r.Faults, len(r.Violations))
+			shape := ""
+			if r.Shape != "" {
+				shape = " (" + r.Shape + ")"
+			}
+			fmt.Fprintf(stderr, "  %d schedules; schedule %d%s: %d steps, %d held, %d faults, %d violations\n",
+				done, r.Seed, shape, r.Steps, r.Acquired, r.Faults, len(r.Violations))
 		}
 	}
 	res, err := chaos.Explore(ctx, cfg)
@@ -187,6 +197,9 @@ func runExplore(ctx context.Context, cfg chaos.ExploreConfig, replay, jsonPath s
 		res.Schedules, res.Acquired, res.Operations, res.Faults, res.Elapsed.Round(time.Second))
 	if res.Stalled > 0 {
 		fmt.Fprintf(stdout, "late signals explained by this process's own stalls (not violations): %d\n", res.Stalled)
+	}
+	if res.Refused > 0 {
+		fmt.Fprintf(stdout, "extreme values refused with ErrInvalidArgument (not violations): %d\n", res.Refused)
 	}
 	if jsonPath != "" {
 		if err := writeJSON(jsonPath, stdout, res); err != nil {

@@ -110,6 +110,8 @@ func TestRun_usage(t *testing.T) {
 		{[]string{"chaos", "--timeout", "0s"}, 2, "--timeout 0s: must be above zero"},
 		{[]string{"chaos", "--explore", "--lanes", "0"}, 2, "--lanes 0: must be above zero"},
 		{[]string{"chaos", "--explore", "--schedules", "0"}, 2, "--schedules 0: must be above zero"},
+		{[]string{"chaos", "--explore", "--shape", "sunny"}, 2, `--shape: no shape named "sunny"`},
+		{[]string{"chaos", "--shape", "mix"}, 2, "--shape go with --explore"},
 		{[]string{"chaos", "--explore", "--duration", "0s"}, 2, "--duration 0s: must be above zero"},
 		{[]string{"lab", "--only", "nope"}, 2, `no experiment "nope" (client-pause, `},
 		{[]string{"lab", "--trials", "-1"}, 2, "--trials -1: cannot be negative"},
