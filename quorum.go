@@ -316,13 +316,17 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 }
 
 // anyUnknown reports whether some node has neither answered nor timed out
-// yet.
+// yet. A node once known stays known.
 func (c *Client) anyUnknown() bool {
+	if c.allKnown.Load() {
+		return false
+	}
 	for i := range c.rtts {
 		if _, known := c.rtts[i].Wait(); !known {
 			return true
 		}
 	}
+	c.allKnown.Store(true)
 	return false
 }
 

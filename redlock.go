@@ -70,8 +70,10 @@ type Client struct {
 	// retrying cannot cure (warned once until it answers properly)
 	misconfigured []atomic.Bool
 	// rtts: by node, what its replies tell of its round trip, for the
-	// node timeout (see nodeTimeout)
+	// node timeout (see nodeTimeout); allKnown once every one has told
+	// something (see anyUnknown)
 	rtts        []rtt.Estimate
+	allKnown    atomic.Bool
 	idents      identities    // see identity.go
 	subscribers []*subscriber // by node: the waiters' release subscriptions (see wakeup.go)
 	calls       inflight      // node calls sent and not yet returned (see Drain)
