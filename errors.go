@@ -98,6 +98,8 @@ type quorumError struct {
 	// misconfigured: so many nodes failed with errors that retrying cannot
 	// cure (ErrMisconfigured) that the quorum is out of reach
 	misconfigured bool
+	// silent: no node answered within the node timeout
+	silent bool
 }
 
 func (e *quorumError) Error() string {

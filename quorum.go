@@ -222,6 +222,26 @@ func (s settlement) waitNode(i int) {
 	}
 }
 
+// wait blocks until every node's call has returned or passed its
+// deadline, or ctx ends; it reports whether ctx is still going.
+func (s settlement) wait(ctx context.Context) bool {
+	for i := range s.done {
+		if !s.out(i) {
+			continue
+		}
+		t := time.NewTimer(time.Until(s.deadlines[i]))
+		select {
+		case <-s.done[i]:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+		t.Stop()
+	}
+	return ctx.Err() == nil
+}
+
 // Stop conditions for fanOut: when it may return before every node replied.
 
 // decidedAt stops once q of n nodes hold, or so many do not that q can no

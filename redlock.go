@@ -432,7 +432,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	heldOn := listenNode(k.channels(), t.answers, c.deaf)
 	holder, taken := takenByOne(t, q)
 	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
-		taken: taken, holder: holder, misconfigured: t.outOfReach(q)}
+		taken: taken, holder: holder, misconfigured: t.outOfReach(q), silent: t.yes+t.no == 0 && allTimedOut(t.errs)}
 }
 
 // allTimedOut reports whether every error of errs is a node's that gave
@@ -627,6 +627,16 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		}
 		if inLine {
 			delay = line.nextWait(delay, first)
+		}
+		if qe.silent && !a.settled.wait(ctx) {
+			// No node answered in time, and the calls sent are still on
+			// their way (a network slower than the node timeout): the next
+			// attempt's calls would queue behind them and this attempt's
+			// cleanup, and spend its node timeout waiting there. So they are
+			// waited for first (up to their own deadlines).
+			qe.cause = ctx.Err()
+			c.leave(ctx, &a)
+			return nil, qe
 		}
 		var ok bool
 		if ok, first, woken = c.waitRetry(ctx, k, watch, delay, failed); !ok {
