@@ -237,19 +237,14 @@ func (p *pipe) drain(id uint64) {
 			p.mu.Unlock()
 			return
 		}
-		batch := p.queue
-		if len(batch) == 0 {
+		if len(p.queue) == 0 {
 			p.busy = false
 			p.mu.Unlock()
 			return
 		}
-		if n := disjointPrefix(batch); n < len(batch) {
-			// The rest waits for the next send: see disjointPrefix.
-			p.queue = append(p.spare[:0], batch[n:]...)
-			batch = batch[:n]
-		} else {
-			p.queue = p.spare[:0]
-		}
+		// What is not sent now waits for the next send: see nextBatch.
+		batch, rest := nextBatch(p.queue, p.spare[:0])
+		p.queue = rest
 		p.spare = nil
 		p.deadline = sendDeadline(batch)
 		p.mu.Unlock()
@@ -263,29 +258,45 @@ func (p *pipe) drain(id uint64) {
 	}
 }
 
-// disjointPrefix returns how many calls from the start of batch touch no
-// key in common: a pipeline holds no two calls on one key. Within a
-// pipeline, a call the node does not know the script of (NOSCRIPT) is sent
-// again after the others have run (see send); were a later call on the same
-// key among them, they would run out of order there (a failed attempt's
-// delete before its SET, which would then stay until its ttl). Calls on
-// distinct keys may run in any order.
-func disjointPrefix(batch []call) int {
-	if len(batch) < 2 {
-		return len(batch)
+// nextBatch splits queue into the calls sent next, as one pipeline, and
+// the rest, which keep their order (rest is appended to spare). A pipeline
+// holds no two calls on one key: within a pipeline, a call the node does
+// not know the script of (NOSCRIPT) is sent again after the others have
+// run (see send); were a later call on the same key among them, they would
+// run out of order there (a failed attempt's delete before its SET, which
+// would then stay until its ttl). So a call goes now only when no call
+// before it on any of its keys is still queued; calls on other keys go
+// past it, in any order, so that a key many calls wait for (one call per
+// round trip) does not hold up the others. A write of a hold whose
+// operation has ended goes now: it is answered without being sent, and
+// holds no key up.
+func nextBatch(queue, spare []call) (batch, rest []call) {
+	if len(queue) < 2 {
+		return queue, spare
 	}
-	seen := make(map[string]struct{}, 2*len(batch))
-	for i, c := range batch {
+	taken := make(map[string]struct{}, 2*len(queue))
+	batch = queue[:0] // filtered in place: each call is read before its slot is reused
+	rest = spare
+	for _, c := range queue {
+		if c.op.holds && c.ctx.Err() != nil {
+			batch = append(batch, c)
+			continue
+		}
+		free := true
 		for _, k := range c.op.keys {
-			if _, dup := seen[k]; dup {
-				return i
+			if _, seen := taken[k]; seen {
+				free = false
 			}
+			taken[k] = struct{}{}
 		}
-		for _, k := range c.op.keys {
-			seen[k] = struct{}{}
+		if free {
+			batch = append(batch, c)
+		} else {
+			rest = append(rest, c)
 		}
 	}
-	return len(batch)
+	clear(queue[len(batch):]) // moved to rest
+	return batch, rest
 }
 
 // send sends batch, alone or as a pipeline, and replies to every call.
@@ -338,7 +349,7 @@ func (p *pipe) send(batch []call) {
 	// was flushed): send those again with the script's text. They ran nowhere
 	// the first time, so nothing runs twice; they do run after the calls of
 	// the batch that followed them, which are on other keys (see
-	// disjointPrefix).
+	// nextBatch).
 	var again, dropped []int
 	for i, cmd := range cmds {
 		if noScript(cmd.Err()) {

@@ -163,6 +163,7 @@ type tally struct {
 	begun   time.Time       // when the fan-out began waiting for replies
 	lastAt  time.Duration   // from begun to the last reply without an error
 	many    [][]int64       // by node, for an op that is many: what it answered for each lock
+	unsent  []bool          // by node, when a call was never sent (see notSent); nil when none was
 	// graceEnd, once set by a stop condition (see withGrace), is when
 	// fanOut returns, decided, without waiting for the nodes yet to answer
 	graceEnd time.Time
@@ -655,6 +656,12 @@ func (t *tally) record(c *Client, r nodeReply) {
 func (t *tally) fail(c *Client, i int, err error) {
 	t.answers[i] = failed
 	t.notYes++
+	if errors.Is(err, errNotSent) {
+		if t.unsent == nil {
+			t.unsent = make([]bool, len(t.answers))
+		}
+		t.unsent[i] = true
+	}
 	err = misconfigured(err)
 	if errors.Is(err, ErrMisconfigured) {
 		t.broken++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -464,5 +465,47 @@ func TestAttemptDone_eagerGivesFailingNodesAGrace(t *testing.T) {
 	time.Sleep(2 * graceFloor)
 	if !stop(&tl) {
 		t.Fatal("an eager attempt waits on for nodes known to be failing after the grace")
+	}
+}
+
+// TestNextBatch: a pipeline takes at most one call per key, in each key's
+// order, and calls on other keys go past a key many calls wait for; a
+// write of a hold whose operation ended goes at once (it is not sent).
+// The batch used to be the queue's prefix up to the first repeated key:
+// a call on another key behind a hundred calls on one key waited a hundred
+// round trips.
+func TestNextBatch(t *testing.T) {
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	mk := func(ctx context.Context, holds bool, keys ...string) call {
+		return call{ctx: ctx, op: nodeOp{keys: keys, holds: holds}}
+	}
+	names := func(cs []call) string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, strings.Join(c.op.keys, "+"))
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tt := range []struct {
+		name        string
+		queue       []call
+		batch, rest string
+	}{
+		{"one", []call{mk(live, true, "a")}, "a", ""},
+		{"distinct keys", []call{mk(live, true, "a"), mk(live, false, "b"), mk(live, true, "c")}, "a b c", ""},
+		{"a hot key does not hold the others up", []call{mk(live, true, "a"), mk(live, false, "a"), mk(live, true, "a"), mk(live, true, "b")}, "a b", "a a"},
+		{"a multi-key call waits for each of its keys", []call{mk(live, true, "a"), mk(live, true, "b", "a"), mk(live, true, "b")}, "a", "b+a b"},
+		{"an ended hold goes now and holds nothing up", []call{mk(ended, true, "a"), mk(live, true, "a"), mk(ended, true, "a"), mk(live, false, "b")}, "a a a b", ""},
+		{"an ended delete keeps its place", []call{mk(live, true, "a"), mk(ended, false, "a")}, "a", "a"},
+	} {
+		batch, rest := nextBatch(slices.Clone(tt.queue), nil)
+		if got := names(batch); got != tt.batch {
+			t.Errorf("%s: batch %q, want %q", tt.name, got, tt.batch)
+		}
+		if got := names(rest); got != tt.rest {
+			t.Errorf("%s: rest %q, want %q", tt.name, got, tt.rest)
+		}
 	}
 }

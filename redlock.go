@@ -377,7 +377,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	if err := c.refused(); err != nil {
 		// Two nodes were found on one server (during this attempt, or
 		// since a hand-off began): no lock is granted.
-		c.cleanup(ctx, a, t.answers)
+		c.cleanup(ctx, a, t)
 		return nil, c.refusal(a, err)
 	}
 	k, ttl, drift := a.kind, a.cfg.ttl, a.cfg.drift
@@ -411,7 +411,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	// Step 4: a node that failed or did not answer may still have taken the
 	// lock, so everything but a definite "held by another" is released, each
 	// node's delete sent once its SET has landed or timed out.
-	c.cleanup(ctx, a, t.answers)
+	c.cleanup(ctx, a, t)
 
 	var detail string
 	switch {
@@ -455,16 +455,19 @@ func (c *Client) timeoutHint(timeout time.Duration) string {
 	return fmt.Sprintf("; no node answered within the node timeout %v, which grows with the round trips seen up to two thirds of the ttl's validity: if the nodes are farther away than that, give a longer ttl, or WithNodeTimeout", timeout)
 }
 
-// cleanup releases key after a failed attempt whose answers it is given,
+// cleanup releases key after a failed attempt whose tally it is given,
 // with a context that the caller's cancellation does not reach: the caller
 // may have given up, but the keys must still go. It waits for the nodes that
 // took the key or were not waited for; on those that failed, the delete goes
 // on in the background, so that a dead node does not hold up the next
 // attempt.
-func (c *Client) cleanup(ctx context.Context, a *acquisition, answers []answer) {
+func (c *Client) cleanup(ctx context.Context, a *acquisition, t tally) {
+	answers := t.answers
 	skip := make([]bool, len(answers))
 	for i, a := range answers {
-		skip[i] = a == holdsNot
+		// A node that refused holds nothing of ours, nor one whose call
+		// was never sent (its operation ended first: see notSent).
+		skip[i] = a == holdsNot || t.unsent != nil && t.unsent[i]
 	}
 	// Wait for the nodes that took the key (they answer quickly); the
 	// deletes on nodes that failed or were not waited for go on in the
@@ -479,10 +482,10 @@ func (c *Client) cleanup(ctx context.Context, a *acquisition, answers []answer) 
 		}
 		return true
 	}
-	t := a.fanOut(context.WithoutCancel(ctx), c, answered, skip, a.kind.drop(a.token))
-	if len(t.errs) > 0 {
+	r := a.fanOut(context.WithoutCancel(ctx), c, answered, skip, a.kind.drop(a.token))
+	if len(r.errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
-			"lock", a.kind.describe(), "ttl", a.cfg.ttl, "err", errors.Join(t.errs...))
+			"lock", a.kind.describe(), "ttl", a.cfg.ttl, "err", errors.Join(r.errs...))
 	}
 }
 
