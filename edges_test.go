@@ -627,3 +627,30 @@ func TestClient_Acquire_silentAttemptWaitsForItsCalls(t *testing.T) {
 		t.Fatalf("acquires %+v: want one, in at most 2 attempts", got)
 	}
 }
+
+// TestClient_Fair_firstContactPatience: a fair waiter's place is kept for
+// its patience, 4 s (or 8 base node timeouts), also on a Client's first
+// contact, whose node timeout is two thirds of the validity until the
+// nodes answer: the queue outlived its waiter by seconds (the explorer's
+// leftover check).
+func TestClient_Fair_firstContactPatience(t *testing.T) {
+	libraryTimeouts(t)
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	waiting, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.client(t).Acquire(waiting, "k", time.Second, redlock.Fair())
+		done <- err
+	}()
+	waitFor(t, "the waiter in the queue", func() bool { return c.servers[0].Exists("{k}:queue") })
+	for i, s := range c.servers {
+		if ttl := s.TTL("{k}:queue"); ttl > 8*time.Second+100*time.Millisecond {
+			t.Errorf("node %d: the queue lives %v, more than twice the patience of 4 s", i, ttl)
+		}
+	}
+	stop()
+	mustNotAcquire(t, <-done)
+	mustRelease(t, holder)
+}

@@ -355,9 +355,14 @@ const fairPatience = 4 * time.Second
 const fairPatienceTimeouts = 8
 
 // patience is how long a fair waiter of a lock on these terms keeps its
-// place: at most maxPatience.
+// place: at most maxPatience. It counts the base node timeout (WithNodeTimeout,
+// or the one derived from the ttl), not the one the round trips lengthen:
+// a first contact's is two thirds of the validity, and a queue would then
+// outlive its waiters by seconds. A waiter on a network slower than that
+// may lose its place between two attempts; it takes it back, by its
+// ticket, at the next.
 func (t terms) patience() time.Duration {
-	return min(max(fairPatience, mulSat(fairPatienceTimeouts, t.timeout)), maxPatience)
+	return min(max(fairPatience, mulSat(fairPatienceTimeouts, t.base)), maxPatience)
 }
 
 // maxPatience is the longest patience: the queue's keys live twice that
@@ -608,8 +613,9 @@ func WithPermits(permits int) AcquireOption {
 // Acquire draws a ticket from a quorum of the nodes, queues with it on
 // every node, and the lock goes to the waiter with the lowest ticket. A
 // waiter that stops trying (its process died) loses its place on a node
-// after its patience, 4s or 8 node timeouts if that is longer, from its
-// last attempt there, so it holds the queue up for no longer. A fair
+// after its patience, 4s or 8 node timeouts (WithNodeTimeout's, or a tenth
+// of the ttl: not lengthened by the round trips) if that is longer, from
+// its last attempt there, so it holds the queue up for no longer. A fair
 // Acquire tries at least every quarter of its patience (every second with
 // the default node timeouts), whatever its retry policy, to keep its
 // place. An attempt that took the key on some nodes and failed keeps the
