@@ -476,7 +476,13 @@ func latestDeadline(batch []call) time.Time {
 //
 // Turn it off for nodes whose client can not pipeline, or to let a node's
 // calls use all of its connection pool at once: a hung connection then
-// holds up only the calls on it. Default: on.
+// holds up only the calls on it. Without it, though, a call whose caller
+// gave up still runs to its answer on a connection of the pool (a call
+// once sent is not cut: it could land after the attempt's cleanup), and
+// a stream of callers that give up at once (deadlines of a millisecond)
+// can hold every connection, so that another caller's call waits for one
+// past its node timeout; with batching, a write that can no longer count
+// is never sent. Default: on.
 func WithBatching(on bool) Option {
 	return clientOption(func(c *config) error {
 		c.unbatched = !on

@@ -57,7 +57,8 @@ import (
 // healthy node on a loaded machine answers well within it) from the call
 // to its return, and the process not stalled for a quarter of the node
 // timeout meanwhile, must get the lock, once the Client has had a lock
-// (its connections and its identification of the nodes are in place).
+// (its connections and its identification of the nodes are in place),
+// unless the Client does not batch (see tryLive).
 // Another caller's deadline or cancellation must not make it fail.
 //
 // A value refused with ErrInvalidArgument is a refusal, never a liveness
@@ -511,6 +512,15 @@ func (h *history) tryLive(w *hold) (Violation, bool) {
 		return Violation{}, true
 	}
 	if h.stalls.within(w.called, w.returned) > timeout/4 {
+		return Violation{}, true
+	}
+	if !h.schedule.Clients[w.client].Batching {
+		// Without batching, a Client's calls share its go-redis pool with
+		// the calls its other callers gave up on, which run on to their
+		// answers (a call once sent is not cut: it could land after the
+		// cleanup's delete); a stream of callers that give up at once can
+		// hold every connection past a node timeout. The nodes answer; the
+		// Client's own pool does not (WithBatching's documentation).
 		return Violation{}, true
 	}
 	return Violation{checkLiveness, fmt.Sprintf("%s, a TryAcquire without a deadline on a free key, from %s to %s, with a quorum of nodes answering within %v (a quarter of the node timeout %v), got no lock: %s",
