@@ -155,8 +155,8 @@ func (s scripted) op(name, token string, ttl, fence time.Duration, announce bool
 		channel = s.chans[0]
 	}
 	args := append([]any{name, token, pxMillis(ttl), channel, keep}, s.extra...)
-	holds := name == "acquire" || name == "extend" || name == "handoff"
-	return nodeOp{script: s.script, keys: keys, args: args, holds: holds}
+	takes := name == "acquire" || name == "handoff"
+	return nodeOp{script: s.script, keys: keys, args: args, holds: takes || name == "extend", takes: takes}
 }
 
 // The operations of a scripted kind; the kinds embed scripted and override

@@ -26,9 +26,15 @@ import (
 //
 // A send whose reply has not come by its deadline (a hung connection, in a
 // go-redis client that ignores context deadlines) stops holding up the
-// queue: the next call starts a new sender. Only then may a later call land
-// before an earlier one, as without batching when a call outlives its
-// deadline; the worst it does is leave a key of ours until its TTL.
+// queue: the next call starts a new sender. A call that takes away what
+// was ours (a release, a failed attempt's delete) still waits for an
+// acquire or hand-off on its keys in the overdue send, so that it is not
+// sent over another connection while that one is out: landing first, it
+// would leave the acquire's key behind until its ttl. Every other call
+// goes on (an extend landing late is harmless: it extends nothing that
+// was released). (A send the client gives up on at its deadline may still be in
+// transit when the next one goes; landing late, its write holds the key
+// until its ttl, as in any Redis client.)
 
 // nodeOp is one node's share of an operation: a script and its arguments.
 // The script's result is positive when the node holds the token once it has
@@ -46,6 +52,10 @@ type nodeOp struct {
 	// or fencing raise), which, with WithReplicaAck, counts only once the
 	// node's replicas confirm it (see replicaAck)
 	holds bool
+	// takes: the op may take a key that was not ours (an acquire, a
+	// hand-off); a later call that takes away what was ours is not sent
+	// while it is out (see nextBatch)
+	takes bool
 }
 
 // run sends op alone: EVALSHA when the node is known to hold the script,
@@ -204,10 +214,11 @@ type pipe struct {
 	ack      replicaAck
 	mu       sync.Mutex
 	queue    []call
-	spare    []call    // a finished batch's slice, reused for the next queue
-	busy     bool      // a sender goroutine is running
-	sender   uint64    // which sender is the current one
-	deadline time.Time // of the batch in flight; zero when it has none
+	spare    []call         // a finished batch's slice, reused for the next queue
+	busy     bool           // a sender goroutine is running
+	out      map[string]int // the keys of the acquires and hand-offs being sent, by every sender: see nextBatch
+	sender   uint64         // which sender is the current one
+	deadline time.Time      // of the batch in flight; zero when it has none
 }
 
 // submit queues c. It never blocks: the first call on an idle node starts a
@@ -237,25 +248,67 @@ func (p *pipe) drain(id uint64) {
 			p.mu.Unlock()
 			return
 		}
-		if len(p.queue) == 0 {
+		// What is not sent now waits for the next send: see nextBatch.
+		batch, rest := nextBatch(p.queue, p.spare[:0], p.out)
+		p.queue, p.spare = rest, nil
+		if len(batch) == 0 {
+			// Nothing to send now: the queue is empty, or every call in it
+			// waits for a key whose call is still out in an overdue send;
+			// that send's end drains the queue again.
+			p.spare = batch
 			p.busy = false
 			p.mu.Unlock()
 			return
 		}
-		// What is not sent now waits for the next send: see nextBatch.
-		batch, rest := nextBatch(p.queue, p.spare[:0])
-		p.queue = rest
-		p.spare = nil
+		p.keysOut(batch)
 		p.deadline = sendDeadline(batch)
 		p.mu.Unlock()
 
-		p.send(batch)
+		p.send(batch) // gives their keys back as it answers the calls
 
 		clear(batch) // drop the references to finished calls
 		p.mu.Lock()
 		p.spare = batch
+		if p.sender != id && !p.busy && len(p.queue) > 0 {
+			// Overtaken while this send was out, and the sender since has
+			// stopped for calls that waited on its keys: drain on.
+			p.busy = true
+			p.sender++
+			id = p.sender
+		}
 		p.mu.Unlock()
 	}
+}
+
+// keysOut counts the keys of the calls of batch that take a key as out:
+// they are being sent. Called with p.mu held.
+func (p *pipe) keysOut(batch []call) {
+	for _, c := range batch {
+		if !c.op.takes {
+			continue
+		}
+		if p.out == nil {
+			p.out = map[string]int{}
+		}
+		for _, k := range c.op.keys {
+			p.out[k]++
+		}
+	}
+}
+
+// answer replies to c, a call of a batch being sent, once its keys are
+// back (see keysOut).
+func (p *pipe) answer(c call, v int64, vs []int64, err error) {
+	if c.op.takes {
+		p.mu.Lock()
+		for _, k := range c.op.keys {
+			if p.out[k]--; p.out[k] == 0 {
+				delete(p.out, k)
+			}
+		}
+		p.mu.Unlock()
+	}
+	c.reply(v, vs, err)
 }
 
 // nextBatch splits queue into the calls sent next, as one pipeline, and
@@ -265,13 +318,15 @@ func (p *pipe) drain(id uint64) {
 // run (see send); were a later call on the same key among them, they would
 // run out of order there (a failed attempt's delete before its SET, which
 // would then stay until its ttl). So a call goes now only when no call
-// before it on any of its keys is still queued; calls on other keys go
+// before it on any of its keys is still queued, nor, for a call that takes
+// away what was ours, an acquire or hand-off out (in an overdue send, which
+// the queue no longer waits for: see submit); calls on other keys go
 // past it, in any order, so that a key many calls wait for (one call per
 // round trip) does not hold up the others. A write of a hold whose
 // operation has ended goes now: it is answered without being sent, and
 // holds no key up.
-func nextBatch(queue, spare []call) (batch, rest []call) {
-	if len(queue) < 2 {
+func nextBatch(queue, spare []call, out map[string]int) (batch, rest []call) {
+	if len(queue) < 2 && len(out) == 0 {
 		return queue, spare
 	}
 	taken := make(map[string]struct{}, 2*len(queue))
@@ -284,7 +339,7 @@ func nextBatch(queue, spare []call) (batch, rest []call) {
 		}
 		free := true
 		for _, k := range c.op.keys {
-			if _, seen := taken[k]; seen {
+			if _, seen := taken[k]; seen || !c.op.holds && out[k] > 0 {
 				free = false
 			}
 			taken[k] = struct{}{}
@@ -306,7 +361,7 @@ func (p *pipe) send(batch []call) {
 		if err := c.ctx.Err(); err != nil {
 			io, cancel, send := lateIO(c.op, c.io, c.timeout)
 			if !send {
-				c.reply(0, nil, notSent(err))
+				p.answer(c, 0, nil, notSent(err))
 				continue
 			}
 			defer cancel()
@@ -319,7 +374,8 @@ func (p *pipe) send(batch []call) {
 		return
 	case 1:
 		c := live[0]
-		c.reply(c.op.run(c.io, p.rdb, p.known, p.ack, c.timeout))
+		v, vs, err := c.op.run(c.io, p.rdb, p.known, p.ack, c.timeout)
+		p.answer(c, v, vs, err)
 		return
 	}
 
@@ -388,7 +444,7 @@ func (p *pipe) send(batch []call) {
 	}
 	for i, c := range live {
 		if slices.Contains(dropped, i) {
-			c.reply(0, nil, notResent(context.DeadlineExceeded))
+			p.answer(c, 0, nil, notResent(context.DeadlineExceeded))
 			continue
 		}
 		p.known.note(c.op.script, cmds[i].Err())
@@ -400,7 +456,7 @@ func (p *pipe) send(batch []call) {
 			}
 			err = p.ack.check(w)
 		}
-		c.reply(v, vs, err)
+		p.answer(c, v, vs, err)
 	}
 }
 

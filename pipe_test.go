@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,12 +29,13 @@ type roundTrips struct {
 	afterGate func()   // if set, run once the gated round trip has its replies
 }
 
-// trip is one round trip: its first command's name, how many it had, and
-// the keys of the acquire scripts in it.
+// trip is one round trip: its first command's name, how many it had, the
+// keys of the acquire scripts in it, and the first key of every script.
 type trip struct {
 	name     string
 	n        int
 	acquires []string
+	keys     []string
 }
 
 // acquireSHA is the SHA1 of the plain acquire script.
@@ -81,8 +83,12 @@ func (h *roundTrips) record(cmds []redis.Cmder, send func() error) error {
 	}
 	tr := trip{name: name, n: len(cmds)}
 	for _, cmd := range cmds {
-		if args := cmd.Args(); len(args) > 3 && scriptOf(cmd) == acquireSHA {
+		args := cmd.Args()
+		if len(args) > 3 && scriptOf(cmd) == acquireSHA {
 			tr.acquires = append(tr.acquires, args[3].(string))
+		}
+		if nkeys, ok := args[2].(int); ok && nkeys > 0 && len(args) > 3+nkeys {
+			tr.keys = append(tr.keys, fmt.Sprint(args[3]))
 		}
 	}
 	h.mu.Lock()
@@ -561,6 +567,55 @@ func TestBatching_lateDeleteInFlightIsNotOvertaken(t *testing.T) {
 	case <-done:
 		t.Fatal("a call overtook the late release in flight to the node")
 	default:
+	}
+}
+
+// TestBatching_callOnAKeyOfAnOverdueSendWaitsForIt: a send that outlives
+// its deadline (a hung connection, here a reply held at the gate) no longer
+// holds the queue up, but a call on one of its keys (the failed attempt's
+// delete) waits for it to end. It used to go at once, on another
+// connection, and land before the write it was to undo, which then held
+// the key until its ttl (the explorer's soak, with a jittering network).
+// Calls on other keys still go meanwhile.
+func TestBatching_callOnAKeyOfAnOverdueSendWaitsForIt(t *testing.T) {
+	c, h := hookedNode(t)
+	rc := c.client(t, redlock.WithNodeTimeout(50*time.Millisecond))
+	h.warmUp(t, rc)
+	gate := sync.OnceFunc(func() { close(h.gate) })
+	defer gate()
+	ctx := context.Background()
+
+	_, err := rc.TryAcquire(ctx, "stuck", 10*time.Second)
+	mustNotAcquire(t, err)
+	sentAfterTheGate := func(key string) bool {
+		for _, tr := range h.recorded()[1:] {
+			if slices.Contains(tr.keys, key) {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, "the delete of the failed attempt to queue or go out", func() bool {
+		return redlock.QueuedCalls(rc, 0) == 1 || sentAfterTheGate("stuck")
+	})
+
+	// Another key goes on meanwhile.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lock, err := rc.Acquire(wctx, "next", 10*time.Second)
+	if err != nil {
+		t.Fatalf("Acquire(next) with a send hung at the node: %v", err)
+	}
+	defer func() { _ = lock.Release(ctx) }()
+	if sentAfterTheGate("stuck") {
+		t.Fatal("the delete went out while the write it undoes was still out")
+	}
+
+	gate()
+	waitFor(t, "the delete to be sent after the write", func() bool { return sentAfterTheGate("stuck") })
+	waitIdle(t, rc)
+	if got := c.holdersAny("stuck"); len(got) != 0 {
+		t.Fatalf("the failed attempt's key is left on nodes %v", got)
 	}
 }
 

@@ -471,9 +471,10 @@ func TestAttemptDone_eagerGivesFailingNodesAGrace(t *testing.T) {
 // TestNextBatch: a pipeline takes at most one call per key, in each key's
 // order, and calls on other keys go past a key many calls wait for; a
 // write of a hold whose operation ended goes at once (it is not sent).
-// The batch used to be the queue's prefix up to the first repeated key:
-// a call on another key behind a hundred calls on one key waited a hundred
-// round trips.
+// A call that takes away what was ours also waits for an acquire on its
+// keys that is out (in an overdue send that another sender went past). The batch used to be the queue's prefix up to the first
+// repeated key: a call on another key behind a hundred calls on one key
+// waited a hundred round trips.
 func TestNextBatch(t *testing.T) {
 	live := context.Background()
 	ended, cancel := context.WithCancel(context.Background())
@@ -491,16 +492,25 @@ func TestNextBatch(t *testing.T) {
 	for _, tt := range []struct {
 		name        string
 		queue       []call
+		out         []string
 		batch, rest string
 	}{
-		{"one", []call{mk(live, true, "a")}, "a", ""},
-		{"distinct keys", []call{mk(live, true, "a"), mk(live, false, "b"), mk(live, true, "c")}, "a b c", ""},
-		{"a hot key does not hold the others up", []call{mk(live, true, "a"), mk(live, false, "a"), mk(live, true, "a"), mk(live, true, "b")}, "a b", "a a"},
-		{"a multi-key call waits for each of its keys", []call{mk(live, true, "a"), mk(live, true, "b", "a"), mk(live, true, "b")}, "a", "b+a b"},
-		{"an ended hold goes now and holds nothing up", []call{mk(ended, true, "a"), mk(live, true, "a"), mk(ended, true, "a"), mk(live, false, "b")}, "a a a b", ""},
-		{"an ended delete keeps its place", []call{mk(live, true, "a"), mk(ended, false, "a")}, "a", "a"},
+		{"one", []call{mk(live, true, "a")}, nil, "a", ""},
+		{"distinct keys", []call{mk(live, true, "a"), mk(live, false, "b"), mk(live, true, "c")}, nil, "a b c", ""},
+		{"a hot key does not hold the others up", []call{mk(live, true, "a"), mk(live, false, "a"), mk(live, true, "a"), mk(live, true, "b")}, nil, "a b", "a a"},
+		{"a multi-key call waits for each of its keys", []call{mk(live, true, "a"), mk(live, true, "b", "a"), mk(live, true, "b")}, nil, "a", "b+a b"},
+		{"an ended hold goes now and holds nothing up", []call{mk(ended, true, "a"), mk(live, true, "a"), mk(ended, true, "a"), mk(live, false, "b")}, nil, "a a a b", ""},
+		{"an ended delete keeps its place", []call{mk(live, true, "a"), mk(ended, false, "a")}, nil, "a", "a"},
+		{"a delete waits for an acquire out on its key", []call{mk(live, false, "a")}, []string{"a"}, "", "a"},
+		{"a write does not", []call{mk(live, true, "a")}, []string{"a"}, "a", ""},
+		{"calls on keys out wait, the others go", []call{mk(live, false, "a"), mk(live, true, "b"), mk(live, true, "c", "a")}, []string{"a"}, "b", "a c+a"},
+		{"an ended hold goes even on a key out", []call{mk(ended, true, "a")}, []string{"a"}, "a", ""},
 	} {
-		batch, rest := nextBatch(slices.Clone(tt.queue), nil)
+		out := map[string]int{}
+		for _, k := range tt.out {
+			out[k]++
+		}
+		batch, rest := nextBatch(slices.Clone(tt.queue), nil, out)
 		if got := names(batch); got != tt.batch {
 			t.Errorf("%s: batch %q, want %q", tt.name, got, tt.batch)
 		}

@@ -80,9 +80,9 @@ func fenceKey(key string) string { return companion(key, "fence") }
 func acquireOn(key, token string, ttl, fence time.Duration) nodeOp {
 	px := pxMillis(ttl)
 	if fence > 0 {
-		return nodeOp{script: acquireScript, keys: []string{key, fenceKey(key)}, args: []any{token, px, pxMillis(fence)}, holds: true}
+		return nodeOp{script: acquireScript, keys: []string{key, fenceKey(key)}, args: []any{token, px, pxMillis(fence)}, holds: true, takes: true}
 	}
-	return nodeOp{script: acquireScript, keys: []string{key}, args: []any{token, px}, holds: true}
+	return nodeOp{script: acquireScript, keys: []string{key}, args: []any{token, px}, holds: true, takes: true}
 }
 
 // handOffOn takes key for token where it holds from's token or is free;
@@ -94,7 +94,7 @@ func handOffOn(key, token, from string, ttl, fence time.Duration) nodeOp {
 		keys = append(keys, fenceKey(key))
 		args = append(args, pxMillis(fence))
 	}
-	return nodeOp{script: handOffScript, keys: keys, args: args, holds: true}
+	return nodeOp{script: handOffScript, keys: keys, args: args, holds: true, takes: true}
 }
 
 // raiseFenceOn sets the node's fencing (or ticket) counters to at least
