@@ -101,10 +101,10 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // It returns once the next lock is won and what l's Release reports is
 // known too (see handedOver): a quorum of answers can win the next lock
 // and still leave open whether l held until then.
-func (c *Client) handOff(ctx context.Context, l *Lock, from handsOver, w *waiter) handOffResult {
+func (c *Client) handOff(ctx context.Context, l *Lock, next handsOver, w *waiter) handOffResult {
 	a := c.newAcquisition(w.kind, w.ac, l.settled)
 	a.start = c.cfg.clock.Now()
-	t := a.fanOut(ctx, c, c.handedOver(l), nil, from.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenceKeep()))
+	t := a.fanOut(ctx, c, c.handedOver(l), nil, next.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenceKeep()))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, ans := range t.answers {
 		h.had[i] = handOffHad(ans, t.values[i])
@@ -158,15 +158,16 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	if c.refused() != nil {
 		return false, nil // no lock is granted on a Client that reaches one server twice
 	}
-	from, ok := l.kind.(handsOver)
-	if !ok {
+	if _, ok := l.kind.(handsOver); !ok {
 		return false, nil // this kind is not handed over: its release passes the turn on
 	}
 	w := t.qs.nextForHandOff(t.q, l, c.cfg.handOffs)
 	if w == nil {
 		return false, nil
 	}
-	h := c.handOff(ctx, l, from, w)
+	// The next waiter's own kind takes the lock: a writer's mark left where
+	// it is refused is the next writer's, which its release removes.
+	h := c.handOff(ctx, l, w.kind.(handsOver), w)
 	yes, no, unknown := h.count()
 	if h.next != nil {
 		t.qs.handOver(t.q, w, h.next, h.contended)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -426,6 +427,53 @@ func TestLock_Release_writerHandOffKeepsReadersOut(t *testing.T) {
 	mustRelease(t, second)
 	r := mustGet(t, reader)
 	mustRelease(t, r)
+}
+
+// TestLock_Release_writerHandOffLeavesNoMark: a writer that won the lock
+// on two of three nodes, refused on the third by a reader that holds there
+// only, leaves no mark there once it holds: after it hands the lock to the
+// next writer of its Client, and that writer releases, nothing else would
+// remove the mark before its ttl, and it would keep every reader out of
+// that node (with one more node down, out of the lock).
+func TestLock_Release_writerHandOffLeavesNoMark(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	// A reader of another process, on node 2 only.
+	ends := float64(time.Now().Add(time.Minute).UnixMilli())
+	if _, err := c.servers[2].ZAdd("k", math.Inf(1), "readers"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.servers[2].ZAdd("k", ends, "a-reader"); err != nil {
+		t.Fatal(err)
+	}
+	c.servers[2].SetTTL("k", time.Minute)
+	first, err := rc.Acquire(ctx, "k", time.Minute, redlock.ForWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan acquired, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "k", time.Minute, redlock.ForWrite())
+		next <- acquired{l, err}
+	}()
+	waitFor(t, "the second writer to queue", func() bool { return redlock.LocalWriters(rc, "k") == 1 })
+	mustRelease(t, first)
+	second := mustGet(t, next)
+	c.servers[2].Del("k") // the reader leaves
+	mustRelease(t, second)
+	for i, s := range c.servers {
+		if s.Exists("{k}:writer-waiting") {
+			t.Fatalf("node %d keeps a writer's mark after every writer released", i)
+		}
+	}
+	// A reader of another Client gets the lock with node 0 down.
+	c.servers[0].Close()
+	r, err := c.client(t).TryAcquire(ctx, "k", time.Minute, redlock.ForRead())
+	if err != nil {
+		t.Fatalf("a reader is kept out by a mark no writer holds: %v", err)
+	}
+	_ = r.Release(ctx)
 }
 
 // gatedScript holds a node's calls of one script until open is closed.

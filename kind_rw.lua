@@ -8,7 +8,8 @@
 -- KEYS[2]: {key}:writer-waiting, a string holding a waiting writer's ID
 -- KEYS[3]: the key's fencing counter, when ARGV[5] is not 0
 -- ARGV[1]: acquire, extend, release, drop (after a failed attempt: keeps the
---          writer's mark), leave (a writer gives up: removes it) or handoff
+--          writer's mark), leave (a writer gives up: removes it), unmark (a
+--          writer that won elsewhere: removes its mark only) or handoff
 --          (a writer takes the lock from the writer whose token is ARGV[8],
 --          the next of its process in line; see handoff.lua)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
@@ -150,6 +151,12 @@ elseif op == 'handoff' then
 elseif op == 'extend' then
   if ours then
     lengthen()
+    return 1
+  end
+  return 0
+elseif op == 'unmark' then
+  if redis.call('GET', ww) == waiter then
+    redis.call('DEL', ww)
     return 1
   end
   return 0

@@ -96,8 +96,6 @@ type waitsInLine interface {
 	nextWait(delay time.Duration, first bool) time.Duration
 	// named tells whom a release message names first in line.
 	named(payload string) naming
-	// dequeue leaves the queue on the nodes where a won lock was not taken.
-	dequeue() nodeOp
 }
 
 // naming is whom a queue's release message names first in line.
@@ -333,6 +331,15 @@ func (k readWrite) leave(token string) *nodeOp {
 	return &op
 }
 
+// unmark takes a writer's mark back (kind_rw.lua); a reader leaves none.
+func (k readWrite) unmark() *nodeOp {
+	if !k.writer {
+		return nil
+	}
+	op := k.op("unmark", "", time.Millisecond, 0, false)
+	return &op
+}
+
 // handOff takes a write lock from the writer holding from (kind_rw.lua).
 // Only writers take local turns, so only a writer is handed over.
 func (k readWrite) handOff(token, from string, ttl, fence time.Duration) nodeOp {
@@ -415,8 +422,9 @@ func (k *fair) extend(token string, ttl time.Duration) nodeOp {
 }
 func (k *fair) release(token string) nodeOp { return k.withArgs(k.scripted.release(token)) }
 func (k *fair) drop(token string) nodeOp    { return k.withArgs(k.scripted.drop(token)) }
-func (k *fair) dequeue() nodeOp {
-	return k.withArgs(k.op("dequeue", "", time.Millisecond, 0, false))
+func (k *fair) unmark() *nodeOp {
+	op := k.withArgs(k.op("dequeue", "", time.Millisecond, 0, false))
+	return &op
 }
 func (k *fair) leave(token string) *nodeOp {
 	op := k.withArgs(k.op("leave", token, time.Millisecond, 0, true))
@@ -465,13 +473,29 @@ func (k *fair) named(payload string) naming {
 	return namedAnother
 }
 
-// leaveTheLine is the end of a won attempt of a kind that waits in line:
-// it leaves the queue on the nodes where the key was not taken, so as not
-// to stand first in line there; in the background, in order before the
-// lock's later calls. For the other kinds it does nothing.
+// marker is a kind whose waiter leaves a mark on the nodes that refuse it
+// between attempts: a fair lock's place in the queue, a writer's mark that
+// keeps new readers out.
+type marker interface {
+	kind
+	// unmark takes the waiter's mark back from a node where its won lock
+	// was not taken, the key left alone; nil when there is none to take.
+	unmark() *nodeOp
+}
+
+// leaveTheLine is the end of a won attempt of a kind that marks the nodes:
+// it takes the mark back from the nodes where the key was not taken, so
+// that it does not outlive the wait there (a fair waiter first in line; a
+// writer's mark that would keep readers out of that node until its ttl:
+// after a hand-off, nothing else removes it); in the background, in order
+// before the lock's later calls. For the other kinds it does nothing.
 func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
-	line, ok := a.kind.(waitsInLine)
+	m, ok := a.kind.(marker)
 	if !ok || t.yes == len(c.nodes) {
+		return
+	}
+	op := m.unmark()
+	if op == nil {
 		return
 	}
 	skip := make([]bool, len(t.answers))
@@ -479,7 +503,7 @@ func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
 		skip[i] = ans == holds
 	}
 	now := func(*tally) bool { return true }
-	a.fanOut(context.WithoutCancel(ctx), c, now, skip, line.dequeue())
+	a.fanOut(context.WithoutCancel(ctx), c, now, skip, *op)
 }
 
 // drawTicket draws a fair waiter's ticket: the highest of the ticket
