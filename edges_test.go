@@ -654,3 +654,33 @@ func TestClient_Fair_firstContactPatience(t *testing.T) {
 	mustNotAcquire(t, <-done)
 	mustRelease(t, holder)
 }
+
+// TestClient_Acquire_firstContactWithEveryNodeHungEndsAtTheDeadline: a
+// fresh Client whose nodes all hang (frozen) gives up at its caller's
+// deadline. The cleanup of its failed attempt used to wait for the hung
+// nodes as a first contact's acquire does (to identify their servers), up
+// to two thirds of the ttl's validity: 20 s past a 300 ms deadline with a
+// 30 s ttl.
+func TestClient_Acquire_firstContactWithEveryNodeHungEndsAtTheDeadline(t *testing.T) {
+	c := newCluster(t, 3)
+	var nodes []redis.UniversalClient
+	for _, addr := range c.addrs {
+		link := newLateLink(t, addr)
+		link.setDelay(time.Minute)
+		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+		t.Cleanup(func() { _ = rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	rc := mustNew(t, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := rc.Acquire(ctx, "k", 30*time.Second)
+	took := time.Since(start)
+	if !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want ErrNotAcquired and the deadline", err)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("Acquire returned %v after its 300 ms deadline", took-300*time.Millisecond)
+	}
+}

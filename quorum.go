@@ -312,11 +312,13 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 	deadline := time.Now().Add(timeout)
 	if !c.idents.all.Load() {
 		// First contact: the nodes' servers are identified alongside the
-		// calls (see identity.go), and every node not known to be failing
-		// is waited for, so that two nodes on one server are found before
-		// a lock is granted.
+		// calls (see identity.go), and, for a call that grants or keeps a
+		// lock, every node not known to be failing is waited for, so that
+		// two nodes on one server are found before a lock is granted. (A
+		// failed attempt's cleanup waited so for hung nodes, up to two
+		// thirds of the ttl's validity, after its caller's deadline.)
 		c.startIdentifying(skip, deadline)
-		if inner := stop; inner != nil {
+		if inner := stop; inner != nil && op.holds {
 			stop = func(t *tally) bool { return inner(t) && !c.awaits(t, settlement{}) }
 		}
 	}
