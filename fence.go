@@ -88,5 +88,31 @@ func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int6
 		return n >= q
 	}
 	r := a.fanOut(ctx, c, stored, skip, raiseFenceOn(a.kind.fenceKeys(), fence, a.cfg.fenceKeep()))
-	return fence, stored(&r)
+	if stored(&r) {
+		return fence, true
+	}
+	// A holder failed before its raise (frozen between the two calls). A
+	// node whose acquire was not waited for, or not answered in time, may
+	// hold the lock as well, and it took the raise: it counts once it shows
+	// that it still holds (an extend, after the raise, so the key was there
+	// when the raise landed). Without it, a fenced TryAcquire failed with a
+	// quorum of healthy nodes (the explorer: 1 in 20 replays of a node
+	// frozen right after it answered).
+	others := make([]bool, len(t.answers))
+	ask := false
+	for i, ans := range t.answers {
+		others[i] = ans == holds || ans == holdsNot || r.answers[i] != holds
+		ask = ask || !others[i]
+	}
+	if !ask {
+		return fence, false
+	}
+	e := a.fanOut(ctx, c, nil, others, a.kind.extend(a.token, a.cfg.ttl))
+	n := atFence
+	for i := range t.answers {
+		if r.answers[i] == holds && (t.answers[i] == holds || e.answers[i] == holds) {
+			n++
+		}
+	}
+	return fence, n >= q
 }

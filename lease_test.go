@@ -1052,3 +1052,87 @@ func TestLock_Release_observerExtendsOnTheRelease(t *testing.T) {
 		t.Fatalf("Extend from the Observer of the release: %v, want ErrLockLost", err)
 	}
 }
+
+// nodeScripts holds or fails one node's calls of chosen scripts.
+type nodeScripts struct {
+	delay map[string]time.Duration // by script SHA: held this long before it is sent
+	fail  map[string]bool          // by script SHA: refused with an error, not sent
+	on    atomic.Bool
+}
+
+func (h *nodeScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *nodeScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.before([]redis.Cmder{cmd}); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *nodeScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.before(cmds); err != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *nodeScripts) before(cmds []redis.Cmder) error {
+	if !h.on.Load() {
+		return nil
+	}
+	for _, cmd := range cmds {
+		sha := scriptOf(cmd)
+		if h.fail[sha] {
+			return errors.New("frozen")
+		}
+		if d := h.delay[sha]; d > 0 {
+			time.Sleep(d)
+		}
+	}
+	return nil
+}
+
+// TestLock_FencingToken_aHolderFailsBeforeItsRaise: of five nodes, node 3
+// is down; the acquire is won on nodes 1, 2 and 4 before node 0 answers;
+// node 4 answers the highest counter, and node 2 fails before it can be
+// raised to it. Node 0 took the key too, and is raised: it counts for the
+// token's quorum once it shows that it holds the lock. The TryAcquire
+// used to fail ("the fencing token could not be stored on a quorum") with
+// four healthy nodes of five.
+func TestLock_FencingToken_aHolderFailsBeforeItsRaise(t *testing.T) {
+	c := newCluster(t, 5)
+	acquire := redis.NewScript(redlock.ScriptSource("acquire.lua")).Hash()
+	raise := redis.NewScript(redlock.ScriptSource("raise_fence.lua")).Hash()
+	slow := &nodeScripts{delay: map[string]time.Duration{acquire: 200 * time.Millisecond}}
+	frozen := &nodeScripts{fail: map[string]bool{raise: true}}
+	c.clients[0].AddHook(slow)
+	c.clients[2].AddHook(frozen)
+	rc := c.client(t, redlock.WithNodeTimeout(2*time.Second))
+	ctx := context.Background()
+	// Past the first contact, which waits for every node.
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "warm-up", time.Minute, redlock.WithFencing()))
+	c.servers[3].Close()
+	_, _ = rc.TryAcquire(ctx, "other", time.Minute) // node 3 is known to fail
+	ahead := time.Now().UnixMicro() + int64(time.Hour/time.Microsecond)
+	_ = c.servers[4].Set("{k}:fence", strconv.FormatInt(ahead, 10))
+	slow.on.Store(true)
+	frozen.on.Store(true)
+	lock, err := rc.TryAcquire(ctx, "k", time.Minute, redlock.WithFencing())
+	if err != nil {
+		t.Fatalf("TryAcquire with 4 of 5 nodes healthy: %v", err)
+	}
+	if got := lock.FencingToken(); got <= uint64(ahead) {
+		t.Fatalf("token %d, want above the highest counter %d", got, ahead)
+	}
+	slow.on.Store(false)
+	frozen.on.Store(false)
+	mustRelease(t, lock)
+}
