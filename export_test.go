@@ -99,6 +99,7 @@ func ScriptSource(file string) string {
 		"line.lua":           lineLua,
 		"inspect.lua":        inspectLua,
 		"fenced_set.lua":     fencedSetLua,
+		"fenced_get.lua":     fencedGetLua,
 		"kind_reentrant.lua": withCounters(reentrantLua),
 		"kind_multi.lua":     withCounters(multiLua),
 		"kind_semaphore.lua": withCounters(semaphoreLua),

@@ -18,14 +18,23 @@ var (
 	//go:embed fenced_set.lua
 	fencedSetLua    string
 	fencedSetScript = redis.NewScript(fencedSetLua)
+
+	//go:embed fenced_get.lua
+	fencedGetLua    string
+	fencedGetScript = redis.NewScript(fencedGetLua)
 )
 
 // FencedSet sets key to value on rdb (the resource the lock protects, not a
 // lock node) only if token is not lower than the highest token it has
-// applied to key, and records token as the highest. The check and the write
-// are one Lua script, so no write with a lower token can land after a
-// higher one. The highest token is kept under "{key}:fenced-by" (for a key
-// with a Redis Cluster hash tag, "key::fenced-by", in the key's slot).
+// seen for key (written, or read with FencedGet), and records token as the
+// highest. The check and the write are one Lua script, so no write with a
+// lower token can land after a higher one. The highest token is kept under
+// "{key}:fenced-by" (for a key with a Redis Cluster hash tag,
+// "key::fenced-by", in the key's slot).
+//
+// On its own it orders writes: a value computed from an earlier read can
+// still be stale (two holders that read the same value both write). For a
+// read-modify-write, read with FencedGet under the same token first.
 //
 // It returns an error matching ErrStaleToken, naming both tokens, when the
 // write was refused, and rdb's error when the script could not run. Pass
@@ -45,6 +54,45 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token
 		return fmt.Errorf("%w: token %d for %q is below %d, already applied", ErrStaleToken, token, key, res[1])
 	}
 	return nil
+}
+
+// FencedGet reads key on rdb (the resource the lock protects, not a lock
+// node) for the holder of fencing token token, and records token as the
+// highest seen for key, unless a higher one was seen already. From then on
+// FencedSet and FencedGet refuse every lower token. So a read-modify-write
+// made of FencedGet, then FencedSet of the new value, under one token, is
+// never interleaved with another holder's: once a newer holder has read
+// the key, an older holder's write is refused, and a newer holder's read
+// comes after an older holder's write that was taken. Two holders of a
+// lock that overlap (the first paused past its validity) can then not both
+// update the value they both read; the older one's write fails with
+// ErrStaleToken and must be dropped. The check, the record and the read
+// are one Lua script.
+//
+// It returns the value; an error matching redis.Nil when key does not
+// exist (the token is recorded all the same); an error matching
+// ErrStaleToken, naming both tokens, when a higher token was seen; and
+// rdb's error when the script could not run. Pass lock.FencingToken() of a
+// lock acquired WithFencing.
+func FencedGet(ctx context.Context, rdb redis.Scripter, key string, token uint64) (string, error) {
+	if key == "" {
+		return "", invalid("empty key")
+	}
+	if token == 0 {
+		return "", invalid("fencing token 0: acquire the lock WithFencing")
+	}
+	res, err := fencedGetScript.Run(ctx, rdb, []string{key, companion(key, "fenced-by")}, token).Slice()
+	if err != nil {
+		return "", fmt.Errorf("redlock: fenced get %q: %w", key, err)
+	}
+	if ok, _ := res[0].(int64); ok == 0 {
+		return "", fmt.Errorf("%w: token %d for %q is below %d, already seen", ErrStaleToken, token, key, res[1])
+	}
+	value, found := res[1].(string)
+	if !found {
+		return "", fmt.Errorf("redlock: fenced get %q: %w", key, redis.Nil)
+	}
+	return value, nil
 }
 
 // settleFence picks the fencing token of a fenced acquire that won its

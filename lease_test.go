@@ -342,6 +342,92 @@ func TestFencedSet(t *testing.T) {
 	}
 }
 
+// TestFencedGet_readModifyWrite plays the read-modify-write that write-only
+// fencing lets through: holder A reads a stock of 8 and pauses past its
+// validity; B acquires and reads 8; A's write of 7 lands first. With
+// FencedSet alone, A's write is taken (no higher token was written yet)
+// and so is B's: two sales, the stock down by one. With FencedGet before
+// the write, B's read records B's token, and A's write is refused.
+func TestFencedGet_readModifyWrite(t *testing.T) {
+	for _, fencedRead := range []bool{false, true} {
+		c := newCluster(t, 3)
+		rc := c.client(t)
+		store := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: store.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		ctx := context.Background()
+		_ = store.Set("stock", "8")
+		read := func(token uint64) (string, error) {
+			if fencedRead {
+				return redlock.FencedGet(ctx, rdb, "stock", token)
+			}
+			return rdb.Get(ctx, "stock").Result()
+		}
+
+		a := mustTryAcquire(t, rc, ctx, "lock:stock", time.Second, redlock.WithFencing())
+		seenByA, err := read(a.FencingToken())
+		if err != nil || seenByA != "8" {
+			t.Fatalf("A read %q, %v", seenByA, err)
+		}
+		// A pauses past its validity: its keys expire, B takes the lock.
+		redlock.WaitSettled(a)
+		for _, s := range c.servers {
+			s.FastForward(2 * time.Second)
+		}
+		b := mustTryAcquire(t, rc, ctx, "lock:stock", time.Second, redlock.WithFencing())
+		seenByB, err := read(b.FencingToken())
+		if err != nil || seenByB != "8" {
+			t.Fatalf("B read %q, %v", seenByB, err)
+		}
+		errA := redlock.FencedSet(ctx, rdb, "stock", "7", a.FencingToken()) // A wakes up and writes
+		errB := redlock.FencedSet(ctx, rdb, "stock", "7", b.FencingToken())
+		if errB != nil {
+			t.Fatalf("B's write: %v", errB)
+		}
+		switch {
+		case fencedRead && !errors.Is(errA, redlock.ErrStaleToken):
+			t.Fatalf("with FencedGet, A's stale write: err = %v, want ErrStaleToken", errA)
+		case !fencedRead && errA != nil:
+			// The interleaving this test is about: write-only fencing takes
+			// A's write, and one item is sold twice.
+			t.Fatalf("with FencedSet alone, A's write: err = %v, want it taken (the lost update FencedGet prevents)", errA)
+		}
+		mustRelease(t, b)
+	}
+}
+
+// TestFencedGet: a read records its token; lower tokens are refused
+// afterwards, for reads and for writes; a missing key reads as redis.Nil.
+func TestFencedGet(t *testing.T) {
+	s := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	if _, err := redlock.FencedGet(ctx, rdb, "k", 5); !errors.Is(err, redis.Nil) {
+		t.Fatalf("FencedGet of a missing key: err = %v, want redis.Nil", err)
+	}
+	if err := redlock.FencedSet(ctx, rdb, "k", "v", 4); !errors.Is(err, redlock.ErrStaleToken) {
+		t.Fatalf("FencedSet below a read's token: err = %v, want ErrStaleToken", err)
+	}
+	if err := redlock.FencedSet(ctx, rdb, "k", "v", 5); err != nil {
+		t.Fatalf("FencedSet with the read's token: %v", err)
+	}
+	if v, err := redlock.FencedGet(ctx, rdb, "k", 5); err != nil || v != "v" {
+		t.Fatalf("FencedGet = %q, %v", v, err)
+	}
+	if _, err := redlock.FencedGet(ctx, rdb, "k", 3); !errors.Is(err, redlock.ErrStaleToken) || !strings.Contains(err.Error(), "below 5") {
+		t.Fatalf("FencedGet below the highest token: err = %v, want ErrStaleToken naming 5", err)
+	}
+	for _, bad := range []struct {
+		key   string
+		token uint64
+	}{{"", 1}, {"k", 0}} {
+		if _, err := redlock.FencedGet(ctx, rdb, bad.key, bad.token); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("FencedGet(%q, token %d): err = %v, want ErrInvalidArgument", bad.key, bad.token, err)
+		}
+	}
+}
+
 func TestLock_Done_closedByRelease(t *testing.T) {
 	c := newCluster(t, 3)
 	lock := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Minute)
