@@ -577,3 +577,43 @@ func TestNew_duplicateFoundLaterRefusesEverything(t *testing.T) {
 		t.Fatalf("waiter: err = %v, want ErrMisconfigured (no hand-off)", err)
 	}
 }
+
+// TestAcquire_errorReadsWell: the error of an acquire that misconfigured
+// nodes refused lists the nodes in the order given to New, whatever order
+// they answered in, and gives each hint once, naming its nodes. It listed
+// them in reply order (1, 0, 2) and repeated the hint for every node.
+func TestAcquire_errorReadsWell(t *testing.T) {
+	c := newCluster(t, 3)
+	for _, s := range c.servers {
+		s.RequireAuth("secret")
+	}
+	_, err := c.client(t).TryAcquire(context.Background(), "k", time.Second)
+	if !errors.Is(err, redlock.ErrMisconfigured) {
+		t.Fatalf("err = %v, want ErrMisconfigured", err)
+	}
+	msg := err.Error()
+	at := func(s string) int { return strings.Index(msg, s) }
+	if a, b, c := at("node 0 ("), at("node 1 ("), at("node 2 ("); a < 0 || !(a < b && b < c) {
+		t.Errorf("nodes out of order in %q", msg)
+	}
+	if n := strings.Count(msg, "set the node's password"); n != 1 {
+		t.Errorf("the hint appears %d times in %q, want once", n, msg)
+	}
+	if !strings.Contains(msg, "nodes 0, 1, 2)") {
+		t.Errorf("the hint does not name its nodes in %q", msg)
+	}
+}
+
+// TestNodeError_noScriptNoise: an error raised inside a script reads
+// without the script's SHA1 and line, which Redis adds.
+func TestNodeError_noScriptNoise(t *testing.T) {
+	for _, raw := range []string{
+		"WRONGTYPE Operation against a key holding the wrong kind of value script: e9785560d6c2b4d2f8f51ea9a9f4f2c7d83bd6f9, on @user_script:69.",
+		"ERR Error running script (call to f_e9785560d6c2b4d2f8f51ea9a9f4f2c7d83bd6f9): @user_script:69: WRONGTYPE Operation against a key holding the wrong kind of value",
+	} {
+		err := &redlock.NodeError{Node: 1, Addr: "a:6379", Err: errors.New(raw)}
+		if msg := err.Error(); strings.Contains(msg, "script") || strings.Contains(msg, "e9785560") || !strings.Contains(msg, "WRONGTYPE Operation against a key") {
+			t.Errorf("%q reads %q", raw, msg)
+		}
+	}
+}

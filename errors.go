@@ -1,8 +1,12 @@
 package redlock
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -71,12 +75,21 @@ type NodeError struct {
 }
 
 // Error names the node, by index and address, and what went wrong.
-func (e *NodeError) Error() string {
+func (e *NodeError) Error() string { return e.describe(tidy(e.Err.Error())) }
+
+func (e *NodeError) describe(what string) string {
 	if e.Addr == "" {
-		return fmt.Sprintf("redlock: node %d: %v", e.Node, e.Err)
+		return fmt.Sprintf("redlock: node %d: %s", e.Node, what)
 	}
-	return fmt.Sprintf("redlock: node %d (%s): %v", e.Node, e.Addr, e.Err)
+	return fmt.Sprintf("redlock: node %d (%s): %s", e.Node, e.Addr, what)
 }
+
+// luaNoise is what Redis adds to an error raised inside a script: the
+// script's SHA1 and the line, which say nothing to a lock's user.
+var luaNoise = regexp.MustCompile(`\s*script: [0-9a-f]{40}, on @user_script:\d+\.?|Error running script \(call to f_[0-9a-f]{40}\): @user_script:\d+: |@user_script:\d+: `)
+
+// tidy removes the script's noise from a node's error message.
+func tidy(msg string) string { return luaNoise.ReplaceAllString(msg, "") }
 
 // Unwrap returns the node's error, so that errors.Is sees through it.
 func (e *NodeError) Unwrap() error { return e.Err }
@@ -102,6 +115,9 @@ type quorumError struct {
 	silent bool
 }
 
+// Error says what the operation found, then each failed node in the
+// order of the nodes given to New, and each hint once, naming the nodes it
+// applies to.
 func (e *quorumError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.sentinel.Error())
@@ -111,11 +127,45 @@ func (e *quorumError) Error() string {
 		b.WriteString(": ")
 		b.WriteString(e.cause.Error())
 	}
-	for _, n := range e.nodes {
+	nodes := slices.Clone(e.nodes)
+	slices.SortStableFunc(nodes, func(x, y error) int { return cmp.Compare(nodeIndex(x), nodeIndex(y)) })
+	var hints []string             // in the order first met
+	whose := map[string][]string{} // by hint: the nodes it applies to
+	for _, n := range nodes {
 		b.WriteString("; ")
-		b.WriteString(n.Error())
+		var ne *NodeError
+		var mc *misconfiguration
+		if !errors.As(n, &ne) || !errors.As(ne.Err, &mc) {
+			b.WriteString(n.Error())
+			continue
+		}
+		b.WriteString(ne.describe(tidy(mc.err.Error())))
+		if _, seen := whose[mc.hint]; !seen {
+			hints = append(hints, mc.hint)
+		}
+		whose[mc.hint] = append(whose[mc.hint], strconv.Itoa(ne.Node))
+	}
+	for _, h := range hints {
+		fmt.Fprintf(&b, " (%s, node%s %s)", h, plural(len(whose[h])), strings.Join(whose[h], ", "))
 	}
 	return b.String()
+}
+
+// nodeIndex is the node an error of a quorumError is about (its
+// *NodeError), or -1.
+func nodeIndex(err error) int {
+	var ne *NodeError
+	if errors.As(err, &ne) {
+		return ne.Node
+	}
+	return -1
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 func (e *quorumError) Unwrap() []error {
@@ -134,7 +184,7 @@ type misconfiguration struct {
 	hint string
 }
 
-func (e *misconfiguration) Error() string        { return e.err.Error() + " (" + e.hint + ")" }
+func (e *misconfiguration) Error() string        { return tidy(e.err.Error()) + " (" + e.hint + ")" }
 func (e *misconfiguration) Unwrap() error        { return e.err }
 func (e *misconfiguration) Is(target error) bool { return target == ErrMisconfigured }
 
