@@ -187,6 +187,10 @@ func (l *Lock) lose(why error) {
 		return
 	}
 	l.lost = true
+	if !errors.Is(why, ErrLockLost) {
+		why = fmt.Errorf("%w: %q %w", ErrLockLost, l.key, why)
+	}
+	l.lostWhy = why
 	l.mu.Unlock()
 	l.client.sched.drop(l)
 	// The holder first: Done closes before the logger and the Observer
@@ -239,7 +243,8 @@ func isOpen(ch <-chan struct{}) bool {
 // and releases it when fn returns or panics. fn's context is cancelled as
 // soon as the lock is lost, at the latest the renewal margin before its
 // validity ends (see WithAutoRenew), so that fn can stop while it is still
-// protected.
+// protected; context.Cause of it then says why, with an error matching
+// ErrLockLost.
 //
 // fn may get the lock itself from its context with LockFrom, for its
 // fencing token or its validity.
@@ -257,16 +262,16 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancel(context.WithValue(ctx, lockKey{}, lock))
-	lock.Done()           // its end is watched,
-	lock.afterEnd(cancel) // and cancels fn's context
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, lock))
+	lock.Done() // its end is watched, and cancels fn's context with why
+	lock.afterEnd(func() { cancel(lock.lossCause()) })
 	defer func() {
 		p := recover()
-		cancel()
+		cancel(nil)
 		var lost error
 		select {
 		case <-lock.Done(): // ended before the release: lost while fn ran
-			lost = fmt.Errorf("%w: %q was lost while fn ran", ErrLockLost, key)
+			lost = lock.lossCause()
 		default:
 		}
 		rerr := lock.Release(context.WithoutCancel(ctx))
@@ -279,6 +284,14 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		err = errors.Join(err, lost, rerr)
 	}()
 	return fn(fnCtx)
+}
+
+// lossCause is why the lock was lost (matching ErrLockLost), or nil when
+// it was not.
+func (l *Lock) lossCause() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lostWhy
 }
 
 // Key returns the locked key, or "" for a nil Lock.

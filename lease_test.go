@@ -1222,3 +1222,29 @@ func TestLock_FencingToken_aHolderFailsBeforeItsRaise(t *testing.T) {
 	frozen.on.Store(false)
 	mustRelease(t, lock)
 }
+
+// TestClient_Do_causeIsTheLoss: when the lock is lost while fn runs, the
+// cause of fn's context says so: context.Cause matches ErrLockLost, not
+// merely context.Canceled.
+func TestClient_Do_causeIsTheLoss(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	var cause error
+	err := rc.Do(context.Background(), "k", 500*time.Millisecond, func(ctx context.Context) error {
+		c.servers[1].Close() // renewals find no quorum: the lock is lost by its margin
+		c.servers[2].Close()
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+			t.Error("fn's context still open 10 s into a lock of 500 ms")
+		}
+		return nil
+	})
+	if !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Do: %v, want ErrLockLost", err)
+	}
+	if !errors.Is(cause, redlock.ErrLockLost) {
+		t.Fatalf("context.Cause in fn = %v, want an error matching ErrLockLost", cause)
+	}
+}

@@ -270,7 +270,8 @@ type Lock struct {
 	terms    terms // of the last acquire or extend
 	until    time.Time
 	released bool
-	lost     bool // the lock ended otherwise: see lose
+	lost     bool  // the lock ended otherwise: see lose
+	lostWhy  error // why, matching ErrLockLost
 	// lostShown: an Extend or a renewal found a majority of the nodes
 	// without its token (set by judgeExtend, with op held)
 	lostShown bool
