@@ -56,16 +56,31 @@ type Event struct {
 	Granted bool // the node holds the lock after the call
 }
 
-// WithObserver sets where the Client reports its operations, for metrics
-// and tracing. It must not be nil. Default: none.
+// WithObserver adds o to where the Client reports its operations, for
+// metrics and tracing. It may be given several times (otelredlock's and
+// one's own, say): each Observer is told every event, in the order the
+// options were given. It must not be nil. Default: none.
 func WithObserver(o Observer) Option {
 	return clientOption(func(c *config) error {
 		if isNil(o) {
 			return invalid("observer is nil")
 		}
-		c.observer = o
+		if c.observer == nil {
+			c.observer = o
+		} else {
+			c.observer = observers{c.observer, o}
+		}
 		return nil
 	})
+}
+
+// observers tells each of its Observers in turn.
+type observers []Observer
+
+func (os observers) Observe(ctx context.Context, e Event) {
+	for _, o := range os {
+		o.Observe(ctx, e)
+	}
 }
 
 // observe reports e, if anyone listens.

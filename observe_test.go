@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -141,5 +142,29 @@ func TestWithObserver_nil(t *testing.T) {
 	c := newCluster(t, 1)
 	if _, err := redlock.New(c.clients, redlock.WithObserver(nil)); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestWithObserver_several: every Observer given is told every event, in
+// the order given.
+func TestWithObserver_several(t *testing.T) {
+	c := newCluster(t, 3)
+	var mu sync.Mutex
+	var order []string
+	tell := func(name string) redlock.Observer {
+		return redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+			if e.Op == redlock.OpAcquire {
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+			}
+		})
+	}
+	rc := c.client(t, redlock.WithObserver(tell("a")), redlock.WithObserver(tell("b")), redlock.WithObserver(tell("c")))
+	mustRelease(t, mustTryAcquire(t, rc, context.Background(), "k", time.Second))
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(order, "") != "abc" {
+		t.Fatalf("OpAcquire told to %v, want a, b and c in order", order)
 	}
 }
