@@ -359,7 +359,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	}
 
 	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
-		done: make(chan struct{}), renewed: ac.autoRenew}
+		done: make(chan struct{}), renewed: ac.autoRenew, acquired: time.Now()}
 	start, wall := c.cfg.clock.Now(), time.Now()
 	t, settled := c.fanOut(ctx, ac.terms, decidedAt(n, q), nil, settlement{}, k.extend(value, ttl))
 	l.settled = settled

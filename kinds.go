@@ -670,7 +670,7 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.inTurn(ctx, k, ac, attempts) })
+	return c.observed(ctx, k, func(ctx context.Context, attempts *int) (*Lock, error) { return c.inTurn(ctx, k, ac, attempts) })
 }
 
 // TryAcquireAll is AcquireAll with exactly one attempt; see TryAcquire.
@@ -679,7 +679,7 @@ func (c *Client) TryAcquireAll(ctx context.Context, keys []string, ttl time.Dura
 	if err != nil {
 		return nil, err
 	}
-	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.tryOnce(ctx, k, ac, attempts) })
+	return c.observed(ctx, k, func(ctx context.Context, attempts *int) (*Lock, error) { return c.tryOnce(ctx, k, ac, attempts) })
 }
 
 func (c *Client) multiConfig(keys []string, ttl time.Duration, opts []AcquireOption) (kind, acquireConfig, error) {

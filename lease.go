@@ -198,7 +198,8 @@ func (l *Lock) lose(why error) {
 	// frozen nodes) does not keep it open.
 	l.end()
 	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
-	l.client.observe(context.Background(), Event{Op: OpLost, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: why})
+	now := time.Now()
+	l.client.observe(context.Background(), Event{Op: OpLost, Kind: l.kind.name(), Key: l.key, Start: now, Err: why, Held: now.Sub(l.acquired)})
 	l.finish()
 }
 

@@ -48,6 +48,11 @@ type Event struct {
 	Attempts int           // OpAcquire: attempts made on the nodes; 0 for a lock handed over by another goroutine of the Client (see WithHandOff)
 	Err      error         // nil on success; for OpNode, the node's error
 
+	// OpRelease and OpLost: how long the lock was held, from the return
+	// of its acquire (or its hand-over) to the start of its release, or
+	// to its loss.
+	Held time.Duration
+
 	// OpNode only: which node, for which operation (OpAcquire, OpExtend or
 	// OpRelease), and what it answered.
 	Node    int
@@ -112,23 +117,71 @@ func (c *Client) observeNodes(ctx context.Context, op Op, k kind, start time.Tim
 
 // observed runs an acquire of k and reports it to the Observer, if any;
 // acquire counts its attempts on the nodes (none for a lock handed over
-// by the local queue).
-func (c *Client) observed(ctx context.Context, k kind, acquire func(attempts *int) (*Lock, error)) (*Lock, error) {
+// by the local queue), and runs under the context the Observer's Start
+// returned.
+func (c *Client) observed(ctx context.Context, k kind, acquire func(ctx context.Context, attempts *int) (*Lock, error)) (*Lock, error) {
 	attempts := 0
 	if c.cfg.observer == nil {
-		return acquire(&attempts)
+		return acquire(ctx, &attempts)
 	}
-	start := time.Now()
-	lock, err := acquire(&attempts)
-	c.observe(ctx, Event{Op: OpAcquire, Kind: k.name(), Key: k.keys()[0], Start: start, Duration: time.Since(start),
-		Attempts: attempts, Err: err})
+	e := Event{Op: OpAcquire, Kind: k.name(), Key: k.keys()[0], Start: time.Now()}
+	ctx = c.start(ctx, e)
+	lock, err := acquire(ctx, &attempts)
+	e.Duration, e.Attempts, e.Err = time.Since(e.Start), attempts, err
+	c.observe(ctx, e)
 	return lock, err
 }
 
-// observeOp reports an extend or release of l that started at start.
+// startOp tells the Observer that op of l starts, and returns the context
+// the op runs under (see Starter).
+func (l *Lock) startOp(ctx context.Context, op Op) context.Context {
+	if l.client.cfg.observer == nil {
+		return ctx
+	}
+	return l.client.start(ctx, Event{Op: op, Kind: l.kind.name(), Key: l.key, Start: time.Now()})
+}
+
+// observeOp reports an extend or release of l that started at start; for
+// a release, how long the lock was held.
 func (l *Lock) observeOp(ctx context.Context, op Op, start time.Time, err error) {
 	if l.client.cfg.observer == nil {
 		return
 	}
-	l.client.observe(ctx, Event{Op: op, Kind: l.kind.name(), Key: l.key, Start: start, Duration: time.Since(start), Err: err})
+	e := Event{Op: op, Kind: l.kind.name(), Key: l.key, Start: start, Duration: time.Since(start), Err: err}
+	if op == OpRelease {
+		e.Held = start.Sub(l.acquired)
+	}
+	l.client.observe(ctx, e)
+}
+
+// A Starter is an Observer that is also told when an acquire (Acquire,
+// TryAcquire, AcquireAll, Do), an Extend or a Release starts, with an
+// Event that has its Op, Kind, Key and Start. The context it returns is
+// the one the operation runs under, its calls to the nodes included, and
+// the one its outcome is then given to Observe with: a tracer's span
+// started there is the parent of the Redis client's own spans
+// (otelredlock does this). A renewal is not started this way.
+type Starter interface {
+	Observer
+	Start(ctx context.Context, e Event) context.Context
+}
+
+// start tells the Observer that an operation starts, when it wants to
+// know, and returns the context the operation runs under.
+func (c *Client) start(ctx context.Context, e Event) context.Context {
+	if s, ok := c.cfg.observer.(Starter); ok {
+		return s.Start(ctx, e)
+	}
+	return ctx
+}
+
+// Start tells each Observer that is a Starter, in turn, each given the
+// context the one before returned.
+func (os observers) Start(ctx context.Context, e Event) context.Context {
+	for _, o := range os {
+		if s, ok := o.(Starter); ok {
+			ctx = s.Start(ctx, e)
+		}
+	}
+	return ctx
 }

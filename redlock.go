@@ -263,8 +263,9 @@ type Lock struct {
 	op      sync.Mutex
 	settled settlement
 
-	fence   int64 // 0 unless acquired WithFencing
-	renewed bool  // acquired WithAutoRenew: it ends the renewal margin before Until
+	fence    int64     // 0 unless acquired WithFencing
+	renewed  bool      // acquired WithAutoRenew: it ends the renewal margin before Until
+	acquired time.Time // on the wall clock, when it was acquired (for Event.Held)
 
 	mu       sync.Mutex
 	terms    terms // of the last acquire or extend
@@ -402,7 +403,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 		}
 		c.leaveTheLine(ctx, a, t)
 		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms.now(c), until: a.start.Add(ttl - drift),
-			settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew}
+			settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew, acquired: time.Now()}
 		if a.cfg.autoRenew {
 			c.sched.renew(l)
 		}
@@ -514,7 +515,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, err
 	}
 	k := ac.kindFor(key)
-	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.inTurn(ctx, k, ac, attempts) })
+	return c.observed(ctx, k, func(ctx context.Context, attempts *int) (*Lock, error) { return c.inTurn(ctx, k, ac, attempts) })
 }
 
 // inTurn is Acquire's attempts for a lock of kind k, made in the turn of
@@ -673,7 +674,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, 
 		return nil, err
 	}
 	k := ac.kindFor(key)
-	return c.observed(ctx, k, func(attempts *int) (*Lock, error) { return c.tryOnce(ctx, k, ac, attempts) })
+	return c.observed(ctx, k, func(ctx context.Context, attempts *int) (*Lock, error) { return c.tryOnce(ctx, k, ac, attempts) })
 }
 
 // tryOnce is one attempt of a TryAcquire: for a fair lock, with the ticket
@@ -735,6 +736,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	// nodes are not waited for past it (a majority that hangs would
 	// otherwise cost the whole node timeout, which grows while they do).
 	_, until := l.lease()
+	ctx = l.startOp(ctx, OpExtend)
 	_, lost, err := l.extend(ctx, tm, min(tm.timeout, until.Sub(l.client.cfg.clock.Now())))
 	if lost {
 		l.lose(err)
@@ -899,8 +901,15 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrNotAcquired
 	}
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return nil // nothing to do, nor to tell
+	}
+	ctx = l.startOp(context.WithoutCancel(ctx), OpRelease)
 	l.op.Lock()
-	tell, err := l.releaseHeld(context.WithoutCancel(ctx))
+	tell, err := l.releaseHeld(ctx)
 	l.op.Unlock()
 	// The Observer is told once the op is let go: it may Extend or Release
 	// the lock (and be answered that it is over).
@@ -911,20 +920,20 @@ func (l *Lock) Release(ctx context.Context) error {
 // releaseHeld is Release, called with the lock's op held; tell reports it
 // to the Observer.
 func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
+	wall := time.Now()
+	tell = func(err error) { l.observeOp(ctx, OpRelease, wall, err) }
 	l.mu.Lock()
 	tm, until, released, lost := l.terms, l.until, l.released, l.lostShown
 	l.released = true
 	l.mu.Unlock()
 	if released {
-		return func(error) {}, nil
+		return tell, nil // released meanwhile by another goroutine
 	}
 	tm = tm.now(l.client)
 	l.client.sched.drop(l)
 	l.end()
 
 	c := l.client
-	wall := time.Now()
-	tell = func(err error) { l.observeOp(ctx, OpRelease, wall, err) }
 	expired := !c.cfg.clock.Now().Before(until)
 	l.mu.Lock()
 	next := l.next

@@ -1,8 +1,10 @@
 // Package otelredlock reports what a redlock.Client does to OpenTelemetry:
 // metrics for acquire latency and attempts, quorum failures, each node's
-// latency and errors, renewals and locks lost, and a span for each acquire,
-// extend and release. It is a module of its own, so that the redlock
-// package does not depend on OpenTelemetry.
+// latency and errors, renewals, locks lost and how long locks were held,
+// and a span for each acquire, extend and release, started when the
+// operation starts, so that the spans of its Redis calls nest under it. It
+// is a module of its own, so that the redlock package does not depend on
+// OpenTelemetry.
 //
 //	obs, err := otelredlock.New() // the global meter and tracer providers
 //	locker, err := redlock.New(nodes, redlock.WithObserver(obs))
@@ -34,6 +36,7 @@ const (
 	MetricNodeErrors      = "redlock.node.errors"        // counter; node, op
 	MetricRenewals        = "redlock.renewals"           // counter; kind, outcome
 	MetricLocksLost       = "redlock.locks.lost"         // counter; kind
+	MetricLockHeld        = "redlock.lock.held"          // histogram, s: from the acquire's return to the release (or the loss); kind, outcome (released, lost)
 )
 
 // Observer is a redlock.Observer that records to OpenTelemetry.
@@ -48,6 +51,7 @@ type Observer struct {
 	nodeErrors      metric.Int64Counter
 	renewals        metric.Int64Counter
 	locksLost       metric.Int64Counter
+	lockHeld        metric.Float64Histogram
 }
 
 // Option configures New.
@@ -90,6 +94,9 @@ func New(opts ...Option) (*Observer, error) {
 	err = errors.Join(err, e)
 	obs.locksLost, e = m.Int64Counter(MetricLocksLost, metric.WithDescription("Locks that ended before their release."))
 	err = errors.Join(err, e)
+	obs.lockHeld, e = m.Float64Histogram(MetricLockHeld, metric.WithUnit("s"),
+		metric.WithDescription("How long a lock was held: from its acquire's return to its release, or its loss."))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, err
 	}
@@ -125,11 +132,15 @@ func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
 	case redlock.OpExtend, redlock.OpRelease:
 		o.opDuration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(kind,
 			attribute.String("redlock.op", string(e.Op)), attribute.String("outcome", outcome(e.Err))))
+		if e.Op == redlock.OpRelease {
+			o.lockHeld.Record(ctx, e.Held.Seconds(), metric.WithAttributes(kind, attribute.String("outcome", "released")))
+		}
 		o.span(ctx, e)
 	case redlock.OpRenew:
 		o.renewals.Add(ctx, 1, metric.WithAttributes(kind, attribute.String("outcome", outcome(e.Err))))
 	case redlock.OpLost:
 		o.locksLost.Add(ctx, 1, metric.WithAttributes(kind))
+		o.lockHeld.Record(ctx, e.Held.Seconds(), metric.WithAttributes(kind, attribute.String("outcome", "lost")))
 	case redlock.OpNode:
 		answer := "refused"
 		switch {
@@ -147,12 +158,30 @@ func (o *Observer) Observe(ctx context.Context, e redlock.Event) {
 	}
 }
 
-// span records an operation that already ended as a span with its own
-// start and end.
-func (o *Observer) span(ctx context.Context, e redlock.Event) {
-	_, span := o.tracer.Start(ctx, "redlock."+string(e.Op), trace.WithTimestamp(e.Start),
+// opSpan is the context key under which Start keeps the span of the
+// operation it started, for Observe to end.
+type opSpan struct{}
+
+// Start starts the span of an acquire, extend or release: the operation
+// runs under the context it returns, so that the Redis client's spans of
+// its node calls (with go-redis's own OpenTelemetry instrumentation) are
+// its children. Observe ends it.
+func (o *Observer) Start(ctx context.Context, e redlock.Event) context.Context {
+	ctx, span := o.tracer.Start(ctx, "redlock."+string(e.Op), trace.WithTimestamp(e.Start),
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("redlock.kind", e.Kind), attribute.String("redlock.key", e.Key)))
+	return context.WithValue(ctx, opSpan{}, span)
+}
+
+// span ends the span Start began for e's operation; for an operation that
+// was not started so, it records one with e's own start and end.
+func (o *Observer) span(ctx context.Context, e redlock.Event) {
+	span, started := ctx.Value(opSpan{}).(trace.Span)
+	if !started {
+		_, span = o.tracer.Start(ctx, "redlock."+string(e.Op), trace.WithTimestamp(e.Start),
+			trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("redlock.kind", e.Kind), attribute.String("redlock.key", e.Key)))
+	}
 	if e.Op == redlock.OpAcquire {
 		span.SetAttributes(attribute.Int("redlock.attempts", e.Attempts))
 	}
@@ -163,4 +192,4 @@ func (o *Observer) span(ctx context.Context, e redlock.Event) {
 	span.End(trace.WithTimestamp(e.Start.Add(e.Duration)))
 }
 
-var _ redlock.Observer = (*Observer)(nil)
+var _ redlock.Starter = (*Observer)(nil)

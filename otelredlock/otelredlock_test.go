@@ -2,6 +2,7 @@ package otelredlock_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quorumlock/redlock"
 	"github.com/quorumlock/redlock/otelredlock"
@@ -70,7 +72,8 @@ func TestObserver(t *testing.T) {
 		}
 	}
 	for _, name := range []string{otelredlock.MetricAcquireDuration, otelredlock.MetricAcquireAttempts,
-		otelredlock.MetricQuorumFailures, otelredlock.MetricOpDuration, otelredlock.MetricNodeDuration, otelredlock.MetricNodeErrors} {
+		otelredlock.MetricQuorumFailures, otelredlock.MetricOpDuration, otelredlock.MetricNodeDuration, otelredlock.MetricNodeErrors,
+		otelredlock.MetricLockHeld} {
 		if !got[name] {
 			t.Errorf("no %s recorded", name)
 		}
@@ -88,5 +91,77 @@ func TestObserver(t *testing.T) {
 	}
 	if st := spans.Ended()[2].Status(); st.Code.String() != "Error" {
 		t.Errorf("the failed acquire's span status %v, want Error", st)
+	}
+}
+
+// spanOfCalls records, for each command a node's client sends, the span
+// current in its context.
+type spanOfCalls struct {
+	mu    sync.Mutex
+	spans map[trace.SpanID]int
+}
+
+func (h *spanOfCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *spanOfCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.note(ctx)
+		return next(ctx, cmd)
+	}
+}
+func (h *spanOfCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.note(ctx)
+		return next(ctx, cmds)
+	}
+}
+func (h *spanOfCalls) note(ctx context.Context) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.spans[trace.SpanFromContext(ctx).SpanContext().SpanID()]++
+}
+
+// TestObserver_spansStartWithTheOperation: an acquire's and a release's
+// spans start when the operation starts, and the node calls run under them
+// (a Redis client's own spans nest there). They used to be made once the
+// operation had ended, outside every call.
+func TestObserver_spansStartWithTheOperation(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tracers := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	obs, err := otelredlock.New(otelredlock.WithTracerProvider(tracers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := &spanOfCalls{spans: map[trace.SpanID]int{}}
+	var nodes []redis.UniversalClient
+	for range 3 {
+		s := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		c.AddHook(calls)
+		t.Cleanup(func() { _ = c.Close() })
+		nodes = append(nodes, c)
+	}
+	locker, err := redlock.New(nodes, redlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lock, err := locker.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = locker.Drain(ctx)
+	ended := spans.Ended()
+	if len(ended) != 2 {
+		t.Fatalf("%d spans, want an acquire's and a release's", len(ended))
+	}
+	calls.mu.Lock()
+	defer calls.mu.Unlock()
+	for _, s := range ended {
+		if calls.spans[s.SpanContext().SpanID()] == 0 {
+			t.Errorf("no node call ran under the %s span (calls by span: %v)", s.Name(), calls.spans)
+		}
 	}
 }
