@@ -197,7 +197,7 @@ func (l *Lock) lose(why error) {
 	// are told, so that a slow Observer (one that Releases locks against
 	// frozen nodes) does not keep it open.
 	l.end()
-	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "why", why)
+	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "kind", l.kind.name(), "err", why)
 	now := time.Now()
 	l.client.observe(context.Background(), Event{Op: OpLost, Kind: l.kind.name(), Key: l.key, Start: now, Err: why, Held: now.Sub(l.acquired)})
 	l.finish()

@@ -1,8 +1,11 @@
 package redlock_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -166,5 +169,52 @@ func TestWithObserver_several(t *testing.T) {
 	defer mu.Unlock()
 	if strings.Join(order, "") != "abc" {
 		t.Fatalf("OpAcquire told to %v, want a, b and c in order", order)
+	}
+}
+
+// TestLogger_consistentAttributes: every line the Client logs about a lock
+// names it the same way: "key" (the key as given) and "kind"; a node by
+// "node" and "addr"; what went wrong by "err". Some lines said
+// lock="\"k\"", others key=k.
+func TestLogger_consistentAttributes(t *testing.T) {
+	c := newCluster(t, 3)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rc := c.client(t, redlock.WithLogger(logger))
+	ctx := context.Background()
+	c.servers[2].Close()
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Second) // acquired despite a node failure
+	_ = c.servers[1].Set("other", "held")
+	_ = c.servers[0].Set("other", "held")
+	_, _ = rc.TryAcquire(ctx, "other", time.Second) // refused
+	_ = lock.Release(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	lines := 0
+	for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var rec map[string]any
+		if err := json.Unmarshal(line, &rec); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if _, old := rec["lock"]; old {
+			t.Errorf("a line names the lock by \"lock\": %s", line)
+		}
+		if key, ok := rec["key"]; ok {
+			lines++
+			if key != "k" && key != "other" {
+				t.Errorf("key = %v, want the key as given: %s", key, line)
+			}
+			if _, ok := rec["kind"]; !ok {
+				t.Errorf("a line with a key has no kind: %s", line)
+			}
+		}
+	}
+	if lines < 2 {
+		t.Fatalf("%d lines about a lock, want at least 2:\n%s", lines, buf.String())
 	}
 }

@@ -399,7 +399,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	}
 	if t.yes >= q && fenceStored && v > need {
 		if len(t.errs) > 0 {
-			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "lock", k.describe(), "err", errors.Join(t.errs...))
+			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "key", k.keys()[0], "kind", k.name(), "err", errors.Join(t.errs...))
 		}
 		c.leaveTheLine(ctx, a, t)
 		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms.now(c), until: a.start.Add(ttl - drift),
@@ -487,7 +487,7 @@ func (c *Client) cleanup(ctx context.Context, a *acquisition, t tally) {
 	r := a.fanOut(context.WithoutCancel(ctx), c, answered, skip, a.kind.drop(a.token))
 	if len(r.errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
-			"lock", a.kind.describe(), "ttl", a.cfg.ttl, "err", errors.Join(r.errs...))
+			"key", a.kind.keys()[0], "kind", a.kind.name(), "ttl", a.cfg.ttl, "err", errors.Join(r.errs...))
 	}
 }
 
@@ -588,7 +588,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			c.leave(ctx, &a)
 			return nil, qe
 		}
-		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "lock", k.describe(), "attempt", failed, "err", qe)
+		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "key", k.keys()[0], "kind", k.name(), "attempt", failed, "err", qe)
 		// Listen on a node that named a holder, and move to another when
 		// the one listened to is failing (frozen or cut off) or its
 		// subscriptions' connection no longer receives: its releases would
@@ -983,7 +983,7 @@ func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, n
 	}
 	if len(errs) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: released, but some nodes failed; their keys expire with the ttl",
-			"lock", l.kind.describe(), "ttl", ttl, "err", errors.Join(errs...))
+			"key", l.key, "kind", l.kind.name(), "ttl", ttl, "err", errors.Join(errs...))
 	}
 	return nil
 }

@@ -346,7 +346,7 @@ func (l *Lock) renewalOver(tm terms, lost bool, err error, retryAt *time.Time) {
 		// A majority that no longer holds the token will not hold it again.
 		l.lose(err)
 	default:
-		c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "err", err)
+		c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "kind", l.kind.name(), "err", err)
 		*retryAt = c.cfg.clock.Now().Add(tm.ttl / 10)
 	}
 }
