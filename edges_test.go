@@ -519,7 +519,7 @@ func TestClient_evictingNodeReported(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return logged.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rc := c.client(t, redlock.WithObserver(rec), redlock.WithLogger(logger))
 	ctx := context.Background()
 	for range 3 {

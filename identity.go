@@ -273,7 +273,7 @@ func (f serverFacts) evicts() bool {
 // was read when first: a replica's replies are refused (and it is checked
 // again from time to time, for a promotion: see refusedNode); an evicting
 // memory policy is reported once, to the logger and the Observer; a server
-// without the append-only file is noted at the Info level, once. Called
+// without the append-only file is noted at the Debug level, once. Called
 // with c.idents.mu held; it returns what to tell the Observer, to be
 // called once that is let go (or nil).
 func (c *Client) judgeServer(i int, facts serverFacts, first bool) (tell func()) {
@@ -289,12 +289,14 @@ func (c *Client) judgeServer(i int, facts serverFacts, first bool) (tell func())
 	if !first {
 		return nil
 	}
-	if facts.denied != "" {
+	if strings.HasPrefix(facts.denied, "NOPERM") || strings.HasPrefix(facts.denied, "ERR unknown command") {
+		// An ACL user without INFO (a password missing is told by the
+		// node's own calls).
 		c.cfg.logger.Warn("redlock: a node does not answer INFO; whether it is a replica or evicts keys is not checked",
 			"node", i, "addr", addr, "err", facts.denied)
 	}
 	if facts.aof == "0" {
-		c.cfg.logger.Info("redlock: a node keeps no append-only file; after a crash it must stay down longer than the largest ttl (docs/safety.md)",
+		c.cfg.logger.Debug("redlock: a node keeps no append-only file; after a crash it must stay down longer than the largest ttl (docs/safety.md)",
 			"node", i, "addr", addr)
 	}
 	if !facts.evicts() {

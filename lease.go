@@ -188,7 +188,7 @@ func (l *Lock) lose(why error) {
 	}
 	l.lost = true
 	if !errors.Is(why, ErrLockLost) {
-		why = fmt.Errorf("%w: %q %w", ErrLockLost, l.key, why)
+		why = fmt.Errorf("%w: %q: %w", ErrLockLost, l.key, why)
 	}
 	l.lostWhy = why
 	l.mu.Unlock()
@@ -293,6 +293,20 @@ func (l *Lock) lossCause() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lostWhy
+}
+
+// Confirmed returns how many nodes confirmed the lock at its last acquire,
+// extend or renewal: at least its quorum. Fewer than the Client's nodes
+// means the lock is degraded: held without nodes that failed (each
+// reported once, as an OpDegraded event and a warning), it survives fewer
+// failures. It returns 0 for a nil Lock.
+func (l *Lock) Confirmed() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.confirmed
 }
 
 // Key returns the locked key, or "" for a nil Lock.

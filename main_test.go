@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,9 @@ import (
 func TestMain(m *testing.M) {
 	// go-redis logs every failed dial; the tests close nodes on purpose.
 	redis.SetLogger(quietLogger{})
+	// The Client logs to slog.Default() unless given WithLogger; the tests
+	// make nodes fail on purpose.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	// Healthy nodes answer in well under a millisecond, but with two
 	// copies of the suite at once under the race detector on two cores a
 	// reply can wait 100 ms and more for its goroutine. A test about

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -36,6 +37,12 @@ const (
 	// Addr name it). Reported once, at the first operation that meets it,
 	// until the node takes a lock again.
 	OpMisconfigured Op = "misconfigured"
+
+	// OpDegraded: a lock was granted, extended or renewed without a node
+	// that failed (Err says how; Node and Addr name it): it is held on
+	// fewer nodes than it could be, and survives fewer failures. Reported
+	// once per node until the node answers again, not once a call.
+	OpDegraded Op = "degraded"
 )
 
 // Event is one thing a Client did.
@@ -184,4 +191,44 @@ func (os observers) Start(ctx context.Context, e Event) context.Context {
 		}
 	}
 	return ctx
+}
+
+// news returns the errors of errs (each a node's *NodeError, or not) that
+// are news: of a node whose failure has not been told since it last
+// answered; and marks those told. A node that fails call after call is
+// told of once, not once a call.
+func (c *Client) news(errs []error) []error {
+	var out []error
+	for _, err := range errs {
+		var ne *NodeError
+		if errors.As(err, &ne) && ne.Node < len(c.told) && c.told[ne.Node].Swap(true) {
+			continue
+		}
+		out = append(out, err)
+	}
+	return out
+}
+
+// degraded tells, once per node until it answers again, that a lock of
+// kind k was granted or kept (t) without nodes that failed: the logger at
+// Warn, and the Observer as OpDegraded. It logs at once and returns the
+// telling of the Observer, to be called once no lock's op is held.
+func (c *Client) degraded(ctx context.Context, k kind, t tally) (tell func()) {
+	news := c.news(t.errs)
+	if len(news) == 0 {
+		return func() {}
+	}
+	c.cfg.logger.WarnContext(ctx, "redlock: a lock is held without some nodes; it survives fewer failures until they answer again",
+		"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(news...))
+	return func() {
+		now := time.Now()
+		for _, err := range news {
+			e := Event{Op: OpDegraded, Kind: k.name(), Key: k.keys()[0], Start: now, Err: err}
+			var ne *NodeError
+			if errors.As(err, &ne) {
+				e.Node, e.Addr = ne.Node, ne.Addr
+			}
+			c.observe(ctx, e)
+		}
+	}
 }

@@ -191,7 +191,9 @@ func TestLogger_consistentAttributes(t *testing.T) {
 	lock := mustTryAcquire(t, rc, ctx, "k", time.Second) // acquired despite a node failure
 	_ = c.servers[1].Set("other", "held")
 	_ = c.servers[0].Set("other", "held")
-	_, _ = rc.TryAcquire(ctx, "other", time.Second) // refused
+	waiting, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, _ = rc.Acquire(waiting, "other", time.Second) // refused, attempt after attempt
+	cancel()
 	_ = lock.Release(ctx)
 	mu.Lock()
 	defer mu.Unlock()
@@ -216,5 +218,52 @@ func TestLogger_consistentAttributes(t *testing.T) {
 	}
 	if lines < 2 {
 		t.Fatalf("%d lines about a lock, want at least 2:\n%s", lines, buf.String())
+	}
+}
+
+// TestLock_degradedIsVisible: a lock granted without a node that failed
+// says so: Confirmed counts the nodes that hold it, and the node's failure
+// is reported once (OpDegraded, and a warning), not at every call, until
+// the node answers again. Acquire used to return a lock held on two nodes
+// of three without a word.
+func TestLock_degradedIsVisible(t *testing.T) {
+	c := newCluster(t, 3)
+	c.servers[2].Close()
+	rec := &recorder{}
+	rc := c.client(t, redlock.WithObserver(rec))
+	ctx := context.Background()
+	for range 3 {
+		lock := mustTryAcquire(t, rc, ctx, "k", time.Second)
+		if got := lock.Confirmed(); got != 2 {
+			t.Fatalf("Confirmed = %d, want 2 of 3", got)
+		}
+		if err := lock.Extend(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if got := lock.Confirmed(); got != 2 {
+			t.Fatalf("Confirmed after Extend = %d, want 2 of 3", got)
+		}
+		mustRelease(t, lock)
+	}
+	got := rec.seen(redlock.OpDegraded)
+	var ne *redlock.NodeError
+	if len(got) != 1 || got[0].Node != 2 || got[0].Key != "k" || !errors.As(got[0].Err, &ne) || ne.Node != 2 {
+		t.Fatalf("OpDegraded events %+v, want one, for node 2", got)
+	}
+	// Healthy again, then failing: news again.
+	c.restart(t, 2)
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Second)
+	if got := lock.Confirmed(); got != 3 {
+		t.Fatalf("Confirmed with every node = %d, want 3", got)
+	}
+	mustRelease(t, lock)
+	c.servers[2].Close()
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "k", time.Second))
+	if got := rec.seen(redlock.OpDegraded); len(got) != 2 {
+		t.Fatalf("%d OpDegraded events, want a second once the node failed again", len(got))
+	}
+	var nilLock *redlock.Lock
+	if nilLock.Confirmed() != 0 {
+		t.Fatal("a nil Lock confirmed by nodes")
 	}
 }

@@ -501,6 +501,9 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 	case errors.Is(err, errNotSent) || errors.Is(err, errCutByCaller) || errors.Is(err, context.Canceled):
 		return
 	case err == nil || isReply(err):
+		if err == nil && c.told[i].Load() {
+			c.told[i].Store(false) // it answers again: its next failure is news
+		}
 		if took > timeout {
 			// An answer after the node timeout: the node is slower than
 			// it was given, and the next wait is longer (not this long:

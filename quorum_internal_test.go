@@ -420,7 +420,7 @@ func TestSend_skippedNodeKeepsItsLastCall(t *testing.T) {
 // cut for a caller's deadline set it (other goroutines' tiny deadlines
 // made healthy nodes look failing).
 func TestNoteReply_callerEndedCallsTellNothing(t *testing.T) {
-	c := &Client{failing: make([]atomic.Pointer[error], 2), rtts: make([]rtt.Estimate, 2)}
+	c := &Client{failing: make([]atomic.Pointer[error], 2), rtts: make([]rtt.Estimate, 2), told: make([]atomic.Bool, 2)}
 	c.noteReply(0, fmt.Errorf("no reply within 1s: %w", context.DeadlineExceeded), time.Second, time.Second)
 	for _, err := range []error{
 		notSent(context.Canceled),

@@ -69,6 +69,9 @@ type Client struct {
 	// misconfigured: by node, whether its last failure was one that
 	// retrying cannot cure (warned once until it answers properly)
 	misconfigured []atomic.Bool
+	// told: by node, a failure of it has been logged (and a lock held
+	// without it reported: OpDegraded) since it last answered; see news
+	told []atomic.Bool
 	// rtts: by node, what its replies tell of its round trip, for the
 	// node timeout (see nodeTimeout); allKnown once every one has told
 	// something (see anyUnknown)
@@ -108,13 +111,14 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		nodes:         make([]node, len(nodes)),
 		failing:       make([]atomic.Pointer[error], len(nodes)),
 		misconfigured: make([]atomic.Bool, len(nodes)),
+		told:          make([]atomic.Bool, len(nodes)),
 		rtts:          make([]rtt.Estimate, len(nodes)),
 		quorum:        quorumOf(len(nodes)),
 		cfg: config{
 			driftFactor: defaultDriftFactor,
 			retry:       defaultRetry,
 			clock:       systemClock{},
-			logger:      slog.New(slog.DiscardHandler),
+			logger:      slog.Default(),
 			handOffs:    defaultHandOffs,
 		},
 	}
@@ -235,8 +239,11 @@ func WithNodeTimeout(d time.Duration) Option {
 	})
 }
 
-// WithLogger sets where the Client logs failed attempts (Debug) and nodes it
-// could not clean up (Warn). It must not be nil. Default: no logging.
+// WithLogger sets where the Client logs: failed attempts (Debug); lost
+// locks, locks held without a node, nodes it could not clean up, failed
+// renewals and misconfigured nodes (Warn), a node's failure once until it
+// answers again. It must not be nil. Default: slog.Default(), which shows
+// Info and above; give slog.New(slog.DiscardHandler) for no logging.
 func WithLogger(logger *slog.Logger) Option {
 	return clientOption(func(c *config) error {
 		if logger == nil {
@@ -267,8 +274,9 @@ type Lock struct {
 	renewed  bool      // acquired WithAutoRenew: it ends the renewal margin before Until
 	acquired time.Time // on the wall clock, when it was acquired (for Event.Held)
 
-	mu       sync.Mutex
-	terms    terms // of the last acquire or extend
+	mu        sync.Mutex
+	terms     terms // of the last acquire or extend
+	confirmed int   // nodes that confirmed the last acquire or extend
 	until    time.Time
 	released bool
 	lost     bool  // the lock ended otherwise: see lose
@@ -398,12 +406,10 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 		need = a.cfg.terms.now(c).renewMargin()
 	}
 	if t.yes >= q && fenceStored && v > need {
-		if len(t.errs) > 0 {
-			c.cfg.logger.DebugContext(ctx, "redlock: acquired despite node failures", "key", k.keys()[0], "kind", k.name(), "err", errors.Join(t.errs...))
-		}
+		c.degraded(ctx, k, t)()
 		c.leaveTheLine(ctx, a, t)
 		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms.now(c), until: a.start.Add(ttl - drift),
-			settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew, acquired: time.Now()}
+			settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew, acquired: time.Now(), confirmed: t.yes}
 		if a.cfg.autoRenew {
 			c.sched.renew(l)
 		}
@@ -485,9 +491,9 @@ func (c *Client) cleanup(ctx context.Context, a *acquisition, t tally) {
 		return true
 	}
 	r := a.fanOut(context.WithoutCancel(ctx), c, answered, skip, a.kind.drop(a.token))
-	if len(r.errs) > 0 {
+	if news := c.news(r.errs); len(news) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
-			"key", a.kind.keys()[0], "kind", a.kind.name(), "ttl", a.cfg.ttl, "err", errors.Join(r.errs...))
+			"key", a.kind.keys()[0], "kind", a.kind.name(), "ttl", a.cfg.ttl, "err", errors.Join(news...))
 	}
 }
 
@@ -776,9 +782,14 @@ func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) 
 	t, settled := c.fanOut(ctx, tm.within(timeout), decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, tm.ttl))
 	l.settled = settled
 	lost, err = l.judgeExtend(ctx, tm, start, c.cfg.clock.Now().Sub(start), t)
+	degraded := func() {}
+	if err == nil {
+		degraded = c.degraded(ctx, l.kind, t)
+	}
 	return t, lost, func() {
 		c.observeNodes(ctx, OpExtend, l.kind, wall, t)
 		l.observeOp(ctx, OpExtend, wall, err)
+		degraded()
 	}, err
 }
 
@@ -810,6 +821,9 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 		return false, l.over()
 	}
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
+		l.mu.Lock()
+		l.confirmed = t.yes
+		l.mu.Unlock()
 		l.setLease(tm.now(c), start.Add(ttl-drift)) // with the node timeout its replies teach
 		return false, nil
 	}
@@ -981,9 +995,9 @@ func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, n
 			nodes: errs,
 		}
 	}
-	if len(errs) > 0 {
+	if news := c.news(errs); len(news) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: released, but some nodes failed; their keys expire with the ttl",
-			"key", l.key, "kind", l.kind.name(), "ttl", ttl, "err", errors.Join(errs...))
+			"key", l.key, "kind", l.kind.name(), "ttl", ttl, "err", errors.Join(news...))
 	}
 	return nil
 }

@@ -428,6 +428,9 @@ func (c *Client) renewBatch(locks []*Lock) {
 		if refused == nil {
 			c.observeNodes(ctx, OpExtend, l.kind, wall, o.t)
 			l.observeOp(ctx, OpExtend, wall, o.err)
+			if o.err == nil {
+				c.degraded(ctx, l.kind, o.t)()
+			}
 		}
 		if o.lost {
 			// In a goroutine: an Observer told of the loss (which may
