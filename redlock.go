@@ -277,10 +277,10 @@ type Lock struct {
 	mu        sync.Mutex
 	terms     terms // of the last acquire or extend
 	confirmed int   // nodes that confirmed the last acquire or extend
-	until    time.Time
-	released bool
-	lost     bool  // the lock ended otherwise: see lose
-	lostWhy  error // why, matching ErrLockLost
+	until     time.Time
+	released  bool
+	lost      bool  // the lock ended otherwise: see lose
+	lostWhy   error // why, matching ErrLockLost
 	// lostShown: an Extend or a renewal found a majority of the nodes
 	// without its token (set by judgeExtend, with op held)
 	lostShown bool
