@@ -684,3 +684,41 @@ func TestClient_Acquire_firstContactWithEveryNodeHungEndsAtTheDeadline(t *testin
 		t.Fatalf("Acquire returned %v after its 300 ms deadline", took-300*time.Millisecond)
 	}
 }
+
+// TestClient_Acquire_majorityDownIsNotStormed: while a majority of the
+// nodes does not answer, a waiting Acquire tries a few times a second, not
+// hundreds: its attempts fail at once (nodes known to be failing are not
+// waited for), and a wake-up's quick retries used to run them back to back
+// (110 attempts in 300 ms, each logged).
+func TestClient_Acquire_majorityDownIsNotStormed(t *testing.T) {
+	c := newCluster(t, 3)
+	var links []*lateLink
+	var nodes []redis.UniversalClient
+	for _, addr := range c.addrs {
+		link := newLateLink(t, addr)
+		links = append(links, link)
+		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	rec := &recorder{}
+	waiter := mustNew(t, nodes, redlock.WithObserver(rec), redlock.WithNodeTimeout(100*time.Millisecond))
+	holder := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Minute)
+	redlock.WaitSettled(holder)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, "k", time.Second)
+		done <- err
+	}()
+	waitFor(t, "the waiter to listen", func() bool { return len(rec.seen(redlock.OpNode)) >= 3 })
+	links[1].setDelay(time.Minute)
+	links[2].setDelay(time.Minute)
+	_ = holder.Release(context.Background()) // heard by the waiter: it tries again at once, and again
+	mustNotAcquire(t, <-done)
+	got := rec.seen(redlock.OpAcquire)
+	if len(got) != 1 || got[0].Attempts > 15 {
+		t.Fatalf("acquire %+v: want at most 15 attempts in 2 s with a majority down", got)
+	}
+}

@@ -113,6 +113,9 @@ type quorumError struct {
 	misconfigured bool
 	// silent: no node answered within the node timeout
 	silent bool
+	// unreachable: so many nodes failed (not refused) that no quorum
+	// could form
+	unreachable bool
 }
 
 // Error says what the operation found, then each failed node in the

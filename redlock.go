@@ -440,7 +440,8 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	heldOn := listenNode(k.channels(), t.answers, c.deaf)
 	holder, taken := takenByOne(t, q)
 	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
-		taken: taken, holder: holder, misconfigured: t.outOfReach(q), silent: t.yes+t.no == 0 && allTimedOut(t.errs)}
+		taken: taken, holder: holder, misconfigured: t.outOfReach(q), silent: t.yes+t.no == 0 && allTimedOut(t.errs),
+		unreachable: len(t.errs) > len(c.nodes)-q}
 }
 
 // allTimedOut reports whether every error of errs is a node's that gave
@@ -638,6 +639,13 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		}
 		if inLine {
 			delay = line.nextWait(delay, first)
+		}
+		if qe.unreachable {
+			// A majority of the nodes is down, frozen or cut off: the
+			// attempts fail at once (nodes known to be failing are not
+			// waited for), and the next could not do better for a while.
+			// A few a second, not hundreds.
+			delay = max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
 		}
 		if qe.silent && !a.settled.wait(ctx) {
 			// No node answered in time, and the calls sent are still on

@@ -53,6 +53,12 @@ const (
 // between attempts (see Client.acquireLoop).
 var defaultRetry RetryPolicy = exponentialBackoff{base: defaultRetryBase, max: defaultRetryMax}
 
+// unreachablePoll is the least wait between the attempts of an Acquire
+// while so many nodes fail that no quorum can form (up to half as long
+// again, at random): with a majority frozen, a waiter tried every 2.5 ms
+// (110 attempts in 300 ms), each one cleaned up on the nodes that answered.
+const unreachablePoll = 250 * time.Millisecond
+
 // subscribedPoll is the least wait between the attempts of an Acquire with
 // the default policy once it hears the lock's release announced (up to half
 // as long again, at random): at most one attempt a second per waiter while
