@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrStaleToken is returned by FencedSet when a write with a higher fencing
-// token has already been applied: the writer's lock has since passed to a
-// newer holder.
+// ErrStaleToken is returned by FencedSet and FencedGet when a higher
+// fencing token has already been seen for the key (written, or read with
+// FencedGet): the caller's lock has since passed to a newer holder.
 var ErrStaleToken = errors.New("redlock: stale fencing token")
 
 var (

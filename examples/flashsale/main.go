@@ -129,7 +129,24 @@ func (s *shop) sellFrom(ctx context.Context, seg int, user string) (bool, error)
 	}
 	defer lock.Release(context.WithoutCancel(ctx))
 
-	left, err := s.store.Get(ctx, key).Int()
+	// Fenced, the read records this holder's token on the store: from then
+	// on the store refuses the write of any older holder, which may have
+	// read the same stock before it paused (FencedSet alone would take
+	// that write, and the item would be sold twice).
+	var stock string
+	if s.fenced {
+		stock, err = redlock.FencedGet(ctx, s.store, key, lock.FencingToken())
+		if errors.Is(err, redlock.ErrStaleToken) {
+			s.refused.Add(1)
+			return false, nil
+		}
+	} else {
+		stock, err = s.store.Get(ctx, key).Result()
+	}
+	if err != nil {
+		return false, err
+	}
+	left, err := strconv.Atoi(stock)
 	if err != nil || left == 0 {
 		return false, err
 	}
@@ -138,8 +155,8 @@ func (s *shop) sellFrom(ctx context.Context, seg int, user string) (bool, error)
 	}
 	if s.fenced {
 		// The store itself refuses a write whose token is older than the
-		// last one it applied: a holder that paused past its validity
-		// cannot sell an item again.
+		// last one it saw (read or written): a holder that paused past its
+		// validity cannot sell an item again.
 		err := redlock.FencedSet(ctx, s.store, key, strconv.Itoa(left-1), lock.FencingToken())
 		if errors.Is(err, redlock.ErrStaleToken) {
 			s.refused.Add(1)
