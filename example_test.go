@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -401,4 +402,32 @@ func ExampleWithFenceHorizon() {
 	}
 	fmt.Println("counter kept for about a day:", kept > 23*time.Hour && kept <= 24*time.Hour+time.Second)
 	// Output: counter kept for about a day: true
+}
+
+// A lock held without a node that failed says so: Confirmed counts the
+// nodes that hold it, and the Observer hears OpDegraded once per failing
+// node.
+func ExampleLock_Confirmed() {
+	nodes, servers, stop := embeddedNodes(3)
+	defer stop()
+	servers[2].Close() // one node down
+	degraded := redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+		if e.Op == redlock.OpDegraded {
+			fmt.Println("held without node", e.Node)
+		}
+	})
+	locker, err := redlock.New(nodes, redlock.WithObserver(degraded), redlock.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	lock, err := locker.TryAcquire(ctx, "orders:42", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	fmt.Println(lock.Confirmed(), "of", len(nodes))
+	// Output:
+	// held without node 2
+	// 2 of 3
 }
