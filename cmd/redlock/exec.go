@@ -117,14 +117,14 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	clients, err := cfg.nodes.clients(cfg.ttl)
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
+		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 		return exitConfig
 	}
 	defer closeAll(clients)
 	failures := &nodeFailures{}
 	locker, err := redlock.New(clients, redlock.WithObserver(failures))
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
+		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 		return exitConfig
 	}
 
@@ -150,11 +150,11 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 128 + int(s)
 		}
 		if errors.Is(err, redlock.ErrInvalidArgument) {
-			fmt.Fprintf(stderr, "redlock exec: %v\n", err)
+			fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 			return 2
 		}
 		exit := notAcquiredStatus(locker, cfg.key, err)
-		fmt.Fprintf(stderr, "redlock exec: lock %q not acquired, %s not run: %v\n", cfg.key, cfg.argv[0], err)
+		fmt.Fprintf(stderr, "redlock exec: lock %q not acquired, %s not run: %s\n", cfg.key, cfg.argv[0], explain(err))
 		return exit
 	}
 	defer func() {
@@ -171,7 +171,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "redlock exec: %v\n", err)
+		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return exitNotFound
 		}

@@ -161,8 +161,8 @@ func TestExec_exitCodes(t *testing.T) {
 		s.RequireAuth("pw")
 	}
 	exit, _, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "k", "--ttl", "2s", "--", "true")
-	if exit != exitConfig || !strings.Contains(errOut, "password") {
-		t.Errorf("missing password: exit %d, want %d (%s)", exit, exitConfig, errOut)
+	if exit != exitConfig || !strings.Contains(errOut, "REDLOCK_PASSWORD") || strings.Contains(errOut, "client's options") {
+		t.Errorf("missing password: exit %d, want %d, and a hint in the command's terms (REDLOCK_PASSWORD): %s", exit, exitConfig, errOut)
 	}
 	t.Setenv("REDLOCK_PASSWORD", "pw")
 	servers[2].RequireAuth("pw")

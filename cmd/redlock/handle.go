@@ -66,13 +66,13 @@ func handleCommand(name, help string, args []string, stdout, stderr io.Writer, t
 	}
 	clients, err := nodes.clients(*timeout)
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "redlock %s: %s\n", name, explain(err))
 		return nil, "", nil, exitConfig
 	}
 	locker, err := redlock.New(clients, redlock.WithNodeTimeout(*timeout))
 	if err != nil {
 		closeAll(clients)
-		fmt.Fprintf(stderr, "redlock %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "redlock %s: %s\n", name, explain(err))
 		return nil, "", nil, exitConfig
 	}
 	return locker, fs.Arg(0), func() { closeAll(clients) }, 0
@@ -86,7 +86,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer done()
 	in, err := locker.Inspect(ctx, key)
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock status: %v\n", err)
+		fmt.Fprintf(stderr, "redlock status: %s\n", explain(err))
 		return 2
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -145,16 +145,16 @@ func runUnlock(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stdout, "released %q (token %s)\n", key, token)
 		return 0
 	case configError(err):
-		fmt.Fprintf(stderr, "redlock unlock: %v\n", err)
+		fmt.Fprintf(stderr, "redlock unlock: %s\n", explain(err))
 		return exitConfig
 	case errors.Is(err, redlock.ErrInvalidArgument):
-		fmt.Fprintf(stderr, "redlock unlock: %v\n", err)
+		fmt.Fprintf(stderr, "redlock unlock: %s\n", explain(err))
 		return 2
 	case errors.Is(err, redlock.ErrLockLost):
 		fmt.Fprintf(stderr, "redlock unlock: %q is not held by token %s: %v\n", key, token, err)
 		return 1
 	default:
-		fmt.Fprintf(stderr, "redlock unlock: %v\n", err)
+		fmt.Fprintf(stderr, "redlock unlock: %s\n", explain(err))
 		return exitUnavailable
 	}
 }
