@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 func TestMain(m *testing.M) {
 	ServeEmbeddedFromEnv() // the embedded nodes are this test binary, started again
 	redis.SetLogger(quiet{})
+	slog.SetDefault(slog.New(slog.DiscardHandler)) // the lock Clients of the tests log the failures they cause
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
 		// toxiproxy can leave a link's reader, and the stub of a toxic added

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -117,7 +118,7 @@ func (l *lane) warmUp(ctx context.Context) error {
 	// Long node timeouts: the warm-up only needs every call to land, also
 	// on a loaded machine.
 	const ttl = 10 * time.Second
-	rc, err := redlock.New(nodes, redlock.WithNodeTimeout(2*time.Second))
+	rc, err := redlock.New(nodes, redlock.WithNodeTimeout(2*time.Second), quietLog)
 	if err != nil {
 		return err
 	}
@@ -432,8 +433,12 @@ func clientOptions(plan clientPlan) []redlock.Option {
 	if plan.MaxAttempts > 0 {
 		opts = append(opts, redlock.WithMaxAttempts(plan.MaxAttempts))
 	}
-	return opts
+	return append(opts, quietLog)
 }
+
+// quietLog keeps the lock Clients of the harness from logging the failures
+// it causes on purpose (they log to slog.Default() otherwise).
+var quietLog = redlock.WithLogger(slog.New(slog.DiscardHandler))
 
 func (r *runner) fail(err error) {
 	r.mu.Lock()

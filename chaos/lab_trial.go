@@ -336,7 +336,7 @@ func startLane(ctx context.Context, dir string, setup LabSetup) (_ *labLane, err
 			}
 		}
 	}
-	var opts []redlock.Option
+	opts := []redlock.Option{quietLog}
 	if setup.ReplicaAck {
 		opts = append(opts, redlock.WithReplicaAck(1, labReplicaAck))
 	}

@@ -84,6 +84,7 @@ func (w *workload) run(ctx context.Context) error {
 		opts := []redlock.Option{
 			redlock.WithRetry(redlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)),
 			redlock.WithObserver(redlock.ObserverFunc(traceAcquire)),
+			quietLog,
 		}
 		if w.nodeTimeout > 0 {
 			opts = append(opts, redlock.WithNodeTimeout(min(w.nodeTimeout, w.ttl/2)))
