@@ -30,6 +30,7 @@ type LabSetup struct {
 	Failover   bool   `json:"failover,omitempty"`    // one master and one replica, promoted by Redis Sentinel
 	Fsync      string `json:"appendfsync,omitempty"` // "" (no persistence), "everysec" or "always"
 	Fenced     bool   `json:"fenced,omitempty"`      // the resource takes writes through redlock.FencedSet
+	FencedRead bool   `json:"fenced_read,omitempty"` // and reads through redlock.FencedGet (with Fenced)
 	ReplicaAck bool   `json:"replica_ack,omitempty"` // redlock.WithReplicaAck(1, ...)
 	FakeClock  bool   `json:"fake_clock,omitempty"`  // the nodes run under libfaketime: clock jumps are real
 }
@@ -52,6 +53,11 @@ type LabExperiment struct {
 	// Pause: after its check the holder pauses x × the validity left,
 	// then writes (a GC pause, a stalled VM).
 	Pause bool
+	// ContenderWrites last: the contender, once it holds the lock and has
+	// read the counter, writes only after the holder's write (or once the
+	// holder is done): the interleaving in which a holder's stale write of
+	// a value computed from an old read lands before the next holder's.
+	ContenderWritesLast bool
 	// Concurrent trials run at once on one set of nodes: for faults that
 	// touch no node.
 	Concurrent int

@@ -13,6 +13,7 @@ import (
 var (
 	redlock3        = LabSetup{Name: "Redlock N=3", Nodes: 3}
 	redlock3Fenced  = LabSetup{Name: "Redlock N=3, FencedSet", Nodes: 3, Fenced: true}
+	redlock3RMW     = LabSetup{Name: "Redlock N=3, FencedGet + FencedSet", Nodes: 3, Fenced: true, FencedRead: true}
 	redlock3Faked   = LabSetup{Name: "Redlock N=3, clocks under libfaketime", Nodes: 3, FakeClock: true}
 	redlock3Rewrite = LabSetup{Name: "Redlock N=3, jump simulated (TTLs rewritten)", Nodes: 3}
 	failoverPair    = LabSetup{Name: "master + replica, Sentinel", Nodes: 1, Failover: true}
@@ -57,6 +58,13 @@ func Experiments() []LabExperiment {
 			XLabel: "pause ÷ validity left", Xs: []float64{0.25, 0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2, 3}, QuickXs: []float64{0.5, 1.5, 3},
 			Setups: []LabSetup{redlock3, redlock3Fenced}, Trials: 40, QuickTrials: 8, Concurrent: 8,
 			TTL: ttl, Pause: true,
+		},
+		{
+			Name: "read-modify-write-pause", Title: "Client pause in a read-modify-write, the stale write landing first",
+			Fault:  "the holder reads the counter, checks its validity, then pauses for x × the validity it had left, then writes the counter it read plus one; the contender, once it holds the lock and has read, writes only after the holder's write: write-only fencing takes the stale write (no higher token was written yet), a fenced read refuses it",
+			XLabel: "pause ÷ validity left", Xs: []float64{0.5, 0.9, 1.1, 1.5, 2, 3}, QuickXs: []float64{0.5, 1.5, 3},
+			Setups: []LabSetup{redlock3Fenced, redlock3RMW}, Trials: 40, QuickTrials: 8, Concurrent: 8,
+			TTL: ttl, Pause: true, ContenderWritesLast: true,
 		},
 		{
 			Name: "clock-jump-minority", Title: "Clock jump on a minority of the nodes",

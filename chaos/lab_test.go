@@ -70,10 +70,11 @@ func TestRunLab_showsTheKnownOutcomes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	only := map[string][]float64{
-		"client-pause":        {3},
-		"clock-jump-minority": {2},
-		"clock-jump-majority": {2},
-		"restart-delay":       {0, 2},
+		"client-pause":            {3},
+		"read-modify-write-pause": {3},
+		"clock-jump-minority":     {2},
+		"clock-jump-majority":     {2},
+		"restart-delay":           {0, 2},
 	}
 	var exps []LabExperiment
 	for _, ex := range Experiments() {
@@ -113,6 +114,8 @@ func TestRunLab_showsTheKnownOutcomes(t *testing.T) {
 	for key, want := range map[string]float64{
 		"client-pause/Redlock N=3/3":                                         1,
 		"client-pause/Redlock N=3, FencedSet/3":                              0,
+		"read-modify-write-pause/Redlock N=3, FencedSet/3":                   1,
+		"read-modify-write-pause/Redlock N=3, FencedGet + FencedSet/3":       0,
 		"clock-jump-majority/Redlock N=3, jump simulated (TTLs rewritten)/2": 1,
 		"clock-jump-minority/Redlock N=3, jump simulated (TTLs rewritten)/2": 0,
 		"clock-jump-majority/Redlock N=3, clocks under libfaketime/2":        1,

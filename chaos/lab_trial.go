@@ -84,14 +84,14 @@ func (t *trial) run(ctx context.Context) (trialOutcome, error) {
 		}
 	}
 	validity := a.Validity()
-	count, err := l.read(ctx, t.key)
+	count, err := l.read(ctx, t.key, a.FencingToken())
 	if err != nil {
 		_ = a.Release(context.WithoutCancel(ctx))
 		return trialOutcome{}, err
 	}
 	done := make(chan struct{})
 	contender := make(chan contended, 1)
-	go func() { contender <- l.contend(ctx, t.key, ex.TTL, done) }()
+	go func() { contender <- l.contend(ctx, t.key, ex, done) }()
 	fault := make(chan error, 1)
 	if ex.strike != nil {
 		go func() { fault <- ex.strike(ctx, t) }()
@@ -171,7 +171,7 @@ func (l *labLane) onEveryNode(ctx context.Context, key string, within time.Durat
 
 // contend tries the lock every 2 ms until it gets it or the holder is
 // done; with the lock, it makes its own read-modify-write and releases.
-func (l *labLane) contend(ctx context.Context, key string, ttl time.Duration, holderDone <-chan struct{}) contended {
+func (l *labLane) contend(ctx context.Context, key string, ex *LabExperiment, holderDone <-chan struct{}) contended {
 	for {
 		select {
 		case <-holderDone:
@@ -180,9 +180,15 @@ func (l *labLane) contend(ctx context.Context, key string, ttl time.Duration, ho
 			return contended{err: ctx.Err()}
 		default:
 		}
-		if b, err := l.b.TryAcquire(ctx, key, ttl, l.acquireOptions()...); err == nil {
+		if b, err := l.b.TryAcquire(ctx, key, ex.TTL, l.acquireOptions()...); err == nil {
 			c := contended{acquired: true, at: time.Now(), token: b.FencingToken()}
-			count, err := l.read(ctx, key)
+			count, err := l.read(ctx, key, c.token)
+			if err == nil && ex.ContenderWritesLast {
+				select {
+				case <-holderDone:
+				case <-ctx.Done():
+				}
+			}
 			if err == nil {
 				c.accepted, err = l.write(ctx, key, count+1, "contender", c.token)
 			}
@@ -196,8 +202,21 @@ func (l *labLane) contend(ctx context.Context, key string, ttl time.Duration, ho
 
 // The resource: a counter per trial on a redis-server of its own, never
 // faulted, written as "count writer", through redlock.FencedSet when the
-// setup is fenced.
-func (l *labLane) read(ctx context.Context, key string) (int64, error) {
+// setup is fenced, and read through redlock.FencedGet (under the reader's
+// token) when the setup fences reads too; a refused read counts as 0 (the
+// write that follows is refused as well).
+func (l *labLane) read(ctx context.Context, key string, token uint64) (int64, error) {
+	if l.setup.FencedRead {
+		v, err := redlock.FencedGet(ctx, l.res, "resource:"+key, token)
+		switch {
+		case errors.Is(err, redis.Nil), errors.Is(err, redlock.ErrStaleToken):
+			return 0, nil
+		case err != nil:
+			return 0, fmt.Errorf("chaos: the resource: %w", err)
+		}
+		count, _, _ := strings.Cut(v, " ")
+		return strconv.ParseInt(count, 10, 64)
+	}
 	n, _, err := l.final(ctx, key)
 	return n, err
 }
