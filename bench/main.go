@@ -7,10 +7,13 @@
 //	cd bench && go run . -chart-from results.json -svg chart.svg   # redraws the chart only
 //	cd bench && go run . -probe wait|leftovers|renewal|handover [-size N] [-hold 1m]
 //	cd bench && go run . -probe slownet|starved|deadlines|handoff [-runs N] [-cases REGEXP]
+//	cd bench && go run . -probe wakeups [-runs N] [-cases REGEXP]
 //
 // The first probes measure what a workload costs the nodes and the process
 // (probes.go); the others reproduce liveness defects at the edges, beside
-// redsync and bsm/redislock on the same schedule (edges.go).
+// redsync and bsm/redislock on the same schedule (edges.go); the last
+// measures whether waiters hear the releases they wait for, per lock kind
+// (wakeups.go).
 //
 // Workloads:
 //
@@ -71,11 +74,11 @@ func main() {
 	jsonPath := flag.String("json", "", "write the results as JSON to this file")
 	svgPath := flag.String("svg", "", "write a chart of throughput against N to this SVG file")
 	workloads := flag.String("workloads", "UKC", "which workloads to run")
-	only := flag.String("cases", "", "run only the cases (with an edge probe, the rows \"scenario library\") whose name matches this regular expression")
+	only := flag.String("cases", "", "run only the cases (with an edge probe, the rows \"scenario library\"; with wakeups, the rows) whose name matches this regular expression")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers, renewal or handover (see probes.go); slownet, starved, deadlines or handoff (see edges.go)")
+	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers, renewal or handover (see probes.go); slownet, starved, deadlines or handoff (see edges.go); wakeups (see wakeups.go)")
 	size := flag.Int("size", 1000, "the probe's size: waiters (wait), distinct keys (leftovers), held locks (renewal) or clients (handover)")
-	runs := flag.Int("runs", 0, "the edge probes' runs per scenario and library, deadline-free calls for deadlines (0: slownet 5, starved 10, deadlines 200, handoff 10)")
+	runs := flag.Int("runs", 0, "the edge probes' runs per scenario and library, deadline-free calls for deadlines, trials per row for wakeups (0: slownet 5, starved 10, deadlines 200, handoff 10, wakeups 1000)")
 	hold := flag.Duration("hold", time.Minute, "how long the renewal probe holds its locks")
 	deadlines := flag.Bool("deadlines", false, "give every library's go-redis clients ContextTimeoutEnabled and PoolSize 64 rather than go-redis's defaults")
 	chartFrom := flag.String("chart-from", "", "draw the -svg chart from this -json file of an earlier run, and run nothing")

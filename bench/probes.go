@@ -44,7 +44,8 @@ import (
 //	                  (p50, p99, max), attempts and script calls per node
 //	                  per critical section.
 //
-// The edge probes (slownet, starved, deadlines, handoff) are in edges.go.
+// The edge probes (slownet, starved, deadlines, handoff) are in edges.go,
+// the wake-ups probe (wakeups) in wakeups.go.
 
 func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, cfg probeConfig) error {
 	switch probe {
@@ -56,11 +57,13 @@ func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, cfg p
 		return probeRenewal(ctx, w, e, cfg.size, cfg.hold)
 	case "handover":
 		return probeHandover(ctx, w, e, cfg.size)
+	case "wakeups":
+		return probeWakeups(ctx, w, e, cfg)
 	}
 	if _, ok := edgeProbes[probe]; ok {
 		return runEdgeProbe(ctx, w, e, probe, cfg)
 	}
-	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover; slownet, starved, deadlines, handoff)", probe)
+	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover; slownet, starved, deadlines, handoff; wakeups)", probe)
 }
 
 // nodeStats reads INFO from every node: connected clients, and the script
