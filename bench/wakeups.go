@@ -98,7 +98,7 @@ func wakeKinds() []wakeKind {
 type wakeRow struct {
 	name     string
 	trials   int
-	waited   int             // trials whose waiter came before the release began
+	waited   int             // trials whose waiter came before the release began; -1 for read-write
 	delays   []time.Duration // per kind: release to lock; read-write: the writer's wait
 	failed   int
 	firstErr string
@@ -324,7 +324,7 @@ func wakeRWRow(ctx context.Context, e *benchEnv, n int, name string, clients, ru
 			}
 		}()
 	}
-	row := &wakeRow{name: name}
+	row := &wakeRow{name: name, waited: -1}
 	time.Sleep(100 * time.Millisecond) // the readers are at it
 	for i := range runs {
 		if i%10 == 0 {
@@ -344,7 +344,6 @@ func wakeRWRow(ctx context.Context, e *benchEnv, n int, name string, clients, ru
 			}
 			continue
 		}
-		row.waited++
 		row.delays = append(row.delays, wait)
 		time.Sleep(rwWriterHold)
 		_ = l.Release(ctx)
@@ -380,7 +379,8 @@ func quantiles(ds []time.Duration) (p50, p99, worst string) {
 func writeWakeTable(w io.Writer, rows []*wakeRow, runs int, took time.Duration) {
 	fmt.Fprintf(w, "probe wakeups (%v)\n", took.Round(100*time.Millisecond))
 	fmt.Fprintf(w, "  3 loopback nodes, every Client on the default options; %d lanes of trials at once per kind, sharing a holder Client and a waiter Client\n", wakeLanes)
-	fmt.Fprintf(w, "  kinds: delay from the holder's Release returning to the waiter's Acquire returning; rw: the writer's wait, Acquire call to return\n")
+	fmt.Fprintf(w, "  kinds: delay from the holder's Release returning to the waiter's Acquire returning (waited: the waiter called Acquire before the release began)\n")
+	fmt.Fprintf(w, "  rw: the writer's wait, from its Acquire call to its return\n")
 	fmt.Fprintf(w, "  missed: over %v, which only the poll of a subscribed waiter (1-1.5 s) explains\n", wakeMissed)
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "  no row matches -cases")
@@ -394,8 +394,12 @@ func writeWakeTable(w io.Writer, rows []*wakeRow, runs int, took time.Duration) 
 		if len(r.delays) > 0 {
 			missed += fmt.Sprintf(" (%.2f%%)", 100*float64(r.missed())/float64(len(r.delays)))
 		}
+		waited := "-"
+		if r.waited >= 0 {
+			waited = fmt.Sprint(r.waited)
+		}
 		cmd := fmt.Sprintf("cd bench && go run . -probe wakeups -runs %d -cases '^%s$'", runs, regexp.QuoteMeta(r.name))
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.name, r.trials, r.waited, missed, p50, p99, worst, r.failed, r.note, cmd)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.name, r.trials, waited, missed, p50, p99, worst, r.failed, r.note, cmd)
 	}
 	_ = tw.Flush()
 	for _, r := range rows {
