@@ -60,7 +60,8 @@ type kind interface {
 	extend(token string, ttl time.Duration) nodeOp
 	// release gives the lock up and announces it on its release channels.
 	release(token string) nodeOp
-	// drop undoes a failed attempt, without announcing it.
+	// drop undoes a failed attempt, without announcing it (except a
+	// reader's, which may leave the key free for a waiting writer).
 	drop(token string) nodeOp
 	// leave is sent when an Acquire gives up for good: it drops what the
 	// waiter left on the nodes between attempts (a writer's mark, a place in
@@ -338,6 +339,15 @@ func (k readWrite) unmark() *nodeOp {
 	}
 	op := k.op("unmark", "", time.Millisecond, 0, false)
 	return &op
+}
+
+// drop undoes a reader's failed attempt with an announcement when it leaves
+// the key free: the attempt may have been the last reader on a node where
+// a writer waits, and the writer, refused there, listens for the key to be
+// free (a writer's own failed attempt needs no announcement: it left its
+// mark, which keeps the readers refused).
+func (k readWrite) drop(token string) nodeOp {
+	return k.op("drop", token, time.Millisecond, 0, !k.writer)
 }
 
 // handOff takes a write lock from the writer holding from (kind_rw.lua).

@@ -62,7 +62,8 @@ const unreachablePoll = 250 * time.Millisecond
 // subscribedPoll is the least wait between the attempts of an Acquire with
 // the default policy once it hears the lock's release announced (up to half
 // as long again, at random): at most one attempt a second per waiter while
-// the holder holds.
+// the holder holds. The attempt right after a new subscription is
+// confirmed is made at once: a release before it was not heard.
 const subscribedPoll = time.Second
 
 type exponentialBackoff struct{ base, max time.Duration }
@@ -141,9 +142,10 @@ func (o retryOption) applyAcquire(c *acquireConfig) error { return o.apply(&c.re
 // TryAcquire makes one attempt and ignores it. The policy must not be nil.
 // Default: ExponentialBackoff(10ms, 320ms), which, once the Acquire is
 // subscribed to the lock's release announcements (it then tries again as
-// soon as the release is heard), waits at least 1 s (up to 1.5 s) between
-// attempts: at most one attempt a second per waiter while the lock is
-// held. A policy given here is followed as given.
+// soon as the release is heard, and once right after subscribing), waits
+// at least 1 s (up to 1.5 s) between attempts: at most one attempt a
+// second per waiter while the lock is held. A policy given here is
+// followed as given.
 func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
 
 // WithMaxAttempts bounds how many attempts Acquire makes: once n attempts

@@ -623,3 +623,177 @@ func TestWaiters_wokenBeforeTheReleaseLandsOnAQuorum(t *testing.T) {
 	}
 	mustRelease(t, a.lock)
 }
+
+// afterFirstScript runs fn once, after the first script call its client
+// sends has its reply and before that reply is handed back: between an
+// attempt's refusal on the node and the Acquire hearing of it.
+type afterFirstScript struct {
+	once sync.Once
+	fn   func()
+}
+
+func (h *afterFirstScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *afterFirstScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after([]redis.Cmder{cmd})
+		return err
+	}
+}
+
+func (h *afterFirstScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.after(cmds)
+		return err
+	}
+}
+
+func (h *afterFirstScript) after(cmds []redis.Cmder) {
+	for _, cmd := range cmds {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.once.Do(h.fn)
+			return
+		}
+	}
+}
+
+// TestWaiters_releaseBeforeTheSubscriptionIsHeard: a release that lands
+// after a waiting Acquire's first attempt was refused, and before its
+// subscription to the release channel is confirmed, is announced to
+// nobody. The waiter tries again once it has subscribed, and gets the
+// lock, for every kind; it does not wait for its retry timer (its clock
+// never moves: a waiter that relied on the timer would wait forever).
+func TestWaiters_releaseBeforeTheSubscriptionIsHeard(t *testing.T) {
+	ctx := context.Background()
+	type acquireOn func(rc *redlock.Client, ctx context.Context) (*redlock.Lock, error)
+	on := func(opts ...redlock.AcquireOption) acquireOn {
+		return func(rc *redlock.Client, ctx context.Context) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, opts...)
+		}
+	}
+	all := func(rc *redlock.Client, ctx context.Context) (*redlock.Lock, error) {
+		return rc.AcquireAll(ctx, []string{"k", "k2"}, time.Minute)
+	}
+	for _, tc := range []struct {
+		name           string
+		holder, waiter acquireOn
+	}{
+		{"plain", on(), on()},
+		{"reentrant", on(redlock.WithOwner("a")), on(redlock.WithOwner("b"))},
+		{"write after write", on(redlock.ForWrite()), on(redlock.ForWrite())},
+		{"read after write", on(redlock.ForWrite()), on(redlock.ForRead())},
+		{"write after read", on(redlock.ForRead()), on(redlock.ForWrite())},
+		{"semaphore", on(redlock.WithPermits(1)), on(redlock.WithPermits(1))},
+		{"multi-key", all, all},
+		{"fair", on(redlock.Fair()), on(redlock.Fair())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 1)
+			held, err := tc.holder(c.client(t), ctx)
+			if err != nil {
+				t.Fatalf("holder: %v", err)
+			}
+			nodes := c.connect(t)
+			nodes[0].AddHook(&afterFirstScript{fn: func() { mustRelease(t, held) }})
+			rc := mustNew(t, nodes, redlock.WithClock(fakeClock()))
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			l, err := tc.waiter(rc, actx)
+			if err != nil {
+				t.Fatalf("the release came before the waiter subscribed, and it waits for its timer: %v", err)
+			}
+			mustRelease(t, l)
+		})
+	}
+}
+
+// evalCount counts the scripts its client sends (EVAL and EVALSHA).
+type evalCount struct{ n atomic.Int64 }
+
+func (h *evalCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *evalCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (h *evalCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (h *evalCount) count(cmds []redis.Cmder) {
+	for _, cmd := range cmds {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+	}
+}
+
+// TestWaiters_readersFailedAttemptThatFreesTheKeyWakesTheWriter: a
+// reader's attempt that took the key on one node only (there the readers
+// had left and the waiting writer's mark had expired) is undone there, and
+// that leaves the key free: the writer waiting on that node is told, as it
+// is of a release. (Without it, the writer slept until its poll: 1 wait in
+// 100 of a writer among 8 readers of one Client took over a second.)
+func TestWaiters_readersFailedAttemptThatFreesTheKeyWakesTheWriter(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 3)
+	reader := c.client(t)
+	held := mustTryAcquire(t, reader, ctx, "k", time.Minute, redlock.ForRead())
+	defer func() { _ = held.Release(ctx) }()
+
+	// The writer waits on a clock that never moves: only an announcement
+	// makes it try again.
+	clock := fakeClock()
+	nodes := c.connect(t)
+	calls := make([]*evalCount, len(nodes))
+	for i, n := range nodes {
+		calls[i] = &evalCount{}
+		n.AddHook(calls[i])
+	}
+	writer := mustNew(t, nodes, redlock.WithClock(clock))
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := writer.Acquire(wctx, "k", time.Minute, redlock.ForWrite())
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err == nil {
+			t.Error("the writer got the lock while a reader held it")
+		}
+	}()
+	bctx, bcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer bcancel()
+	if err := clock.BlockUntilContext(bctx, 1); err != nil {
+		t.Fatal("the writer does not wait for its timer")
+	}
+	h := slices.IndexFunc(c.subscribedChannels(), func(n int) bool { return n > 0 })
+	if h < 0 {
+		t.Fatal("the writer listens on no node")
+	}
+	// On the node the writer listens on, the readers' hold and the
+	// writer's mark are gone (as if expired: nobody is told).
+	c.servers[h].Del("k")
+	c.servers[h].Del("{k}:writer-waiting")
+	before := calls[h].n.Load()
+
+	// Another reader takes the key there, is refused elsewhere by the
+	// mark, and undoes its attempt.
+	if l, err := c.client(t).TryAcquire(ctx, "k", time.Minute, redlock.ForRead()); err == nil {
+		_ = l.Release(ctx)
+		t.Fatal("a reader got the lock past a waiting writer's mark")
+	}
+	if got := c.servers[h].Exists("k"); got {
+		t.Fatal("the reader's failed attempt is not undone")
+	}
+	waitFor(t, "the writer to try again", func() bool { return calls[h].n.Load() > before })
+}
