@@ -197,8 +197,9 @@ func TestWaiters_pollAboutOncePerSecond(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("Acquire succeeded while another held the lock")
 	}
-	// The first attempt (or two) before it subscribed, then about one a
-	// second; the default policy alone would try about 10 times in 3 s.
+	// The first attempt, one more once subscribed (a release before the
+	// subscription was not heard), then about one a second; the default
+	// policy alone would try about 10 times in 3 s.
 	if n := attempts.Load(); n > 5 {
 		t.Fatalf("%d attempts, 3 s of them subscribed; want at most 5", n)
 	}
