@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -46,12 +47,12 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token
 	if token == 0 {
 		return invalid("fencing token 0: acquire the lock WithFencing")
 	}
-	res, err := fencedSetScript.Run(ctx, rdb, []string{key, companion(key, "fenced-by")}, value, token).Int64Slice()
+	res, err := fencedSetScript.Run(ctx, rdb, []string{key, companion(key, "fenced-by")}, value, strconv.FormatUint(token, 10)).Slice()
 	if err != nil {
 		return fmt.Errorf("redlock: fenced set %q: %w", key, err)
 	}
-	if res[0] == 0 {
-		return fmt.Errorf("%w: token %d for %q is below %d, already applied", ErrStaleToken, token, key, res[1])
+	if ok, _ := res[0].(int64); ok == 0 {
+		return fmt.Errorf("%w: token %d for %q is below %v, already applied", ErrStaleToken, token, key, res[1])
 	}
 	return nil
 }
@@ -81,12 +82,12 @@ func FencedGet(ctx context.Context, rdb redis.Scripter, key string, token uint64
 	if token == 0 {
 		return "", invalid("fencing token 0: acquire the lock WithFencing")
 	}
-	res, err := fencedGetScript.Run(ctx, rdb, []string{key, companion(key, "fenced-by")}, token).Slice()
+	res, err := fencedGetScript.Run(ctx, rdb, []string{key, companion(key, "fenced-by")}, strconv.FormatUint(token, 10)).Slice()
 	if err != nil {
 		return "", fmt.Errorf("redlock: fenced get %q: %w", key, err)
 	}
 	if ok, _ := res[0].(int64); ok == 0 {
-		return "", fmt.Errorf("%w: token %d for %q is below %d, already seen", ErrStaleToken, token, key, res[1])
+		return "", fmt.Errorf("%w: token %d for %q is below %v, already seen", ErrStaleToken, token, key, res[1])
 	}
 	value, found := res[1].(string)
 	if !found {

@@ -5,15 +5,21 @@
 -- that no older holder's write can come between.
 -- KEYS[1]: the key to read
 -- KEYS[2]: the highest token seen for KEYS[1] (read or written)
--- ARGV[1]: the reader's fencing token
+-- ARGV[1]: the reader's fencing token, in decimal without leading zeros
 -- Returns {1, value} (value nil when KEYS[1] does not exist) when read,
 -- {0, highest} when refused.
-local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
-local token = tonumber(ARGV[1])
-if token < seen then
+-- Tokens are compared as the decimal integers they are: a Lua number (a
+-- double) is exact only below 2^53, and two tokens above it could compare
+-- equal.
+local function below(a, b)
+  return #a < #b or (#a == #b and a < b)
+end
+local seen = redis.call('GET', KEYS[2]) or '0'
+local token = ARGV[1]
+if below(token, seen) then
   return {0, seen}
 end
-if token > seen then
-  redis.call('SET', KEYS[2], ARGV[1])
+if below(seen, token) then
+  redis.call('SET', KEYS[2], token)
 end
 return {1, redis.call('GET', KEYS[1])}

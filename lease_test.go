@@ -396,6 +396,50 @@ func TestFencedGet_readModifyWrite(t *testing.T) {
 	}
 }
 
+// TestFencedGet_hugeTokens: tokens are compared exactly at every size, not
+// as Lua numbers (doubles, which cannot tell 2^53 from 2^53+1): the older
+// holder of a read-modify-write is refused however large the tokens, and
+// so is a write-only holder behind a higher one.
+func TestFencedGet_hugeTokens(t *testing.T) {
+	store := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: store.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	for i, pair := range [][2]uint64{
+		{1 << 53, 1<<53 + 1},
+		{1 << 62, 1<<62 + 100},
+		{math.MaxInt64, math.MaxInt64 + 1},
+		{math.MaxUint64 - 1, math.MaxUint64},
+		{9, 10}, // one digit more
+	} {
+		older, newer := pair[0], pair[1]
+		key := fmt.Sprintf("stock-%d", i)
+		_ = store.Set(key, "8")
+		if _, err := redlock.FencedGet(ctx, rdb, key, older); err != nil {
+			t.Fatalf("%d: the older holder's read: %v", older, err)
+		}
+		if _, err := redlock.FencedGet(ctx, rdb, key, newer); err != nil {
+			t.Fatalf("%d: the newer holder's read: %v", newer, err)
+		}
+		if err := redlock.FencedSet(ctx, rdb, key, "7", older); !errors.Is(err, redlock.ErrStaleToken) {
+			t.Fatalf("token %d written after %d was read: err = %v, want ErrStaleToken", older, newer, err)
+		}
+		if _, err := redlock.FencedGet(ctx, rdb, key, older); !errors.Is(err, redlock.ErrStaleToken) {
+			t.Fatalf("token %d read after %d: err = %v, want ErrStaleToken", older, newer, err)
+		}
+		if err := redlock.FencedSet(ctx, rdb, key, "7", newer); err != nil {
+			t.Fatalf("the newer holder's write: %v", err)
+		}
+		if err := redlock.FencedSet(ctx, rdb, "w-"+key, "1", newer); err != nil {
+			t.Fatal(err)
+		}
+		err := redlock.FencedSet(ctx, rdb, "w-"+key, "0", older)
+		if !errors.Is(err, redlock.ErrStaleToken) || !strings.Contains(err.Error(), strconv.FormatUint(newer, 10)) {
+			t.Fatalf("write-only: token %d after %d: err = %v, want ErrStaleToken naming %d", older, newer, err, newer)
+		}
+	}
+}
+
 // TestFencedGet: a read records its token; lower tokens are refused
 // afterwards, for reads and for writes; a missing key reads as redis.Nil.
 func TestFencedGet(t *testing.T) {
