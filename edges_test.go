@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math"
 	"strings"
@@ -719,6 +720,62 @@ func TestClient_Acquire_majorityDownIsNotStormed(t *testing.T) {
 	links[1].setDelay(time.Minute)
 	links[2].setDelay(time.Minute)
 	_ = holder.Release(context.Background()) // heard by the waiter: it tries again at once, and again
+	mustNotAcquire(t, <-done)
+	got := rec.seen(redlock.OpAcquire)
+	if len(got) != 1 || got[0].Attempts > 15 {
+		t.Fatalf("acquire %+v: want at most 15 attempts in 2 s with a majority down", got)
+	}
+}
+
+// keyListenedOn returns a key whose waiters, refused by every one of n
+// nodes, listen on node want (listenNode: FNV-1a of the release channel).
+func keyListenedOn(want, n int) string {
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("k%d", i)
+		h := fnv.New32a()
+		h.Write([]byte("{" + key + "}:released"))
+		if int(h.Sum32()%uint32(n)) == want {
+			return key
+		}
+	}
+}
+
+// TestClient_Acquire_majorityDownIsNotStormedByItsOwnCleanup: a reader
+// waiting while a majority of the nodes is cut off takes the key on the
+// node left, fails, and undoes it there with an announcement (a reader's
+// undo that frees the key tells a waiting writer). It heard its own
+// announcement and tried again at once, hundreds of times a second; while
+// no quorum can form, announcements do not cut its wait short.
+func TestClient_Acquire_majorityDownIsNotStormedByItsOwnCleanup(t *testing.T) {
+	c := newCluster(t, 3)
+	key := keyListenedOn(0, 3)
+	nodes := []redis.UniversalClient{c.connect(t)[0]}
+	var links []*lateLink
+	for _, addr := range c.addrs[1:] {
+		link := newLateLink(t, addr)
+		links = append(links, link)
+		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	calls := &evalCount{}
+	nodes[0].AddHook(calls)
+	rec := &recorder{}
+	reader := mustNew(t, nodes, redlock.WithObserver(rec), redlock.WithNodeTimeout(100*time.Millisecond))
+	writer := mustTryAcquire(t, c.client(t), context.Background(), key, time.Minute, redlock.ForWrite())
+	redlock.WaitSettled(writer)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := reader.Acquire(ctx, key, time.Second, redlock.ForRead())
+		done <- err
+	}()
+	// Its first attempt, and the one right after it subscribed, on node 0.
+	waitFor(t, "the reader to listen on node 0", func() bool { return c.subscribedChannels()[0] == 1 && calls.n.Load() >= 2 })
+	links[0].setDelay(time.Minute)
+	links[1].setDelay(time.Minute)
+	c.servers[0].Del(key) // the writer's key is gone from the node left
 	mustNotAcquire(t, <-done)
 	got := rec.seen(redlock.OpAcquire)
 	if len(got) != 1 || got[0].Attempts > 15 {

@@ -650,12 +650,16 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			// wakeups).
 			delay = 0
 		}
+		listen := watch
 		if qe.unreachable {
 			// A majority of the nodes is down, frozen or cut off: the
 			// attempts fail at once (nodes known to be failing are not
 			// waited for), and the next could not do better for a while.
-			// A few a second, not hundreds.
+			// A few a second, not hundreds; and a release heard meanwhile
+			// (our own attempt's undo, announced: hundreds a second) does
+			// not cut the wait short, as no quorum can form.
 			delay = max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
+			listen = nil
 		}
 		if qe.silent && !a.settled.wait(ctx) {
 			// No node answered in time, and the calls sent are still on
@@ -668,7 +672,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			return nil, qe
 		}
 		var ok bool
-		if ok, first, woken = c.waitRetry(ctx, k, watch, delay, failed); !ok {
+		if ok, first, woken = c.waitRetry(ctx, k, listen, delay, failed); !ok {
 			qe.cause = ctx.Err()
 			c.leave(ctx, &a)
 			return nil, qe
