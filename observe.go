@@ -41,7 +41,11 @@ const (
 	// OpDegraded: a lock was granted, extended or renewed without a node
 	// that failed (Err says how; Node and Addr name it): it is held on
 	// fewer nodes than it could be, and survives fewer failures. Reported
-	// once per node until the node answers again, not once a call.
+	// once per node until the node answers again, not once a call; a node
+	// that hangs, once its call has failed (go-redis's read timeout). Also
+	// reported, once per lock and node, when a node answers an extend or a
+	// renewal without the lock's key (it expired, was evicted, or the node
+	// restarted empty).
 	OpDegraded Op = "degraded"
 )
 
@@ -210,11 +214,18 @@ func (c *Client) news(errs []error) []error {
 }
 
 // degraded tells, once per node until it answers again, that a lock of
-// kind k was granted or kept (t) without nodes that failed: the logger at
-// Warn, and the Observer as OpDegraded. It logs at once and returns the
+// kind k was granted or kept (t) without nodes that failed, and, for a lock
+// l kept (nil at its acquire), once per node until it holds l again,
+// without nodes that answered that they no longer hold it: the logger at
+// Warn, and the Observer as OpDegraded. A node that hangs is told once its
+// call has failed (go-redis's read timeout); Lock.Confirmed shows it at
+// once. It logs at once and returns the
 // telling of the Observer, to be called once no lock's op is held.
-func (c *Client) degraded(ctx context.Context, k kind, t tally) (tell func()) {
+func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell func()) {
 	news := c.news(t.errs)
+	if l != nil {
+		news = append(news, l.goneNews(c, t)...)
+	}
 	if len(news) == 0 {
 		return func() {}
 	}
@@ -231,4 +242,32 @@ func (c *Client) degraded(ctx context.Context, k kind, t tally) (tell func()) {
 			c.observe(ctx, e)
 		}
 	}
+}
+
+// errNotHeldThere is why a node that answers an extend without l's token
+// does not count.
+var errNotHeldThere = errors.New("the node no longer holds the lock (its key expired, was evicted, or the node restarted empty)")
+
+// goneNews returns, for each node that answered t without l's token and
+// has not been told of since it last held it, an error to tell; and notes
+// the nodes that hold it again.
+func (l *Lock) goneNews(c *Client, t tally) []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []error
+	for i, ans := range t.answers {
+		switch {
+		case ans == holds && l.gone != nil:
+			l.gone[i] = false
+		case ans == holdsNot:
+			if l.gone == nil {
+				l.gone = make([]bool, len(t.answers))
+			}
+			if !l.gone[i] {
+				l.gone[i] = true
+				out = append(out, c.nodeError(i, errNotHeldThere))
+			}
+		}
+	}
+	return out
 }

@@ -267,3 +267,38 @@ func TestLock_degradedIsVisible(t *testing.T) {
 		t.Fatal("a nil Lock confirmed by nodes")
 	}
 }
+
+// TestLock_degradedWhenANodeLosesTheKey: a node that answers an Extend
+// without the lock's key (it expired, was evicted, or the node restarted
+// empty) is told of once (OpDegraded and a warning) for that lock, not at
+// every Extend; Confirmed counts the nodes that still hold it. It used to
+// be told of never: the node answers, so it is not failing.
+func TestLock_degradedWhenANodeLosesTheKey(t *testing.T) {
+	c := newCluster(t, 3)
+	rec := &recorder{}
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	rc := c.client(t, redlock.WithObserver(rec), redlock.WithLogger(logger))
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+	redlock.WaitSettled(lock)
+	c.servers[2].Del("k")
+	for range 3 {
+		if err := lock.Extend(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		redlock.WaitSettled(lock)
+		if got := lock.Confirmed(); got != 2 {
+			t.Fatalf("Confirmed = %d after node 2 lost the key, want 2", got)
+		}
+	}
+	got := rec.seen(redlock.OpDegraded)
+	var ne *redlock.NodeError
+	if len(got) != 1 || got[0].Node != 2 || !errors.As(got[0].Err, &ne) || !strings.Contains(ne.Error(), "no longer holds the lock") {
+		t.Fatalf("OpDegraded events %+v, want one, for node 2 no longer holding the lock", got)
+	}
+	if n := strings.Count(buf.String(), "held without some nodes"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, buf.String())
+	}
+	mustRelease(t, lock)
+}

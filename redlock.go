@@ -275,8 +275,9 @@ type Lock struct {
 	acquired time.Time // on the wall clock, when it was acquired (for Event.Held)
 
 	mu        sync.Mutex
-	terms     terms // of the last acquire or extend
-	confirmed int   // nodes that confirmed the last acquire or extend
+	terms     terms  // of the last acquire or extend
+	confirmed int    // nodes that confirmed the last acquire or extend
+	gone      []bool // by node: told that it no longer holds the lock (see goneNews); nil until one is
 	until     time.Time
 	released  bool
 	lost      bool  // the lock ended otherwise: see lose
@@ -406,7 +407,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 		need = a.cfg.terms.now(c).renewMargin()
 	}
 	if t.yes >= q && fenceStored && v > need {
-		c.degraded(ctx, k, t)()
+		c.degraded(ctx, k, t, nil)()
 		c.leaveTheLine(ctx, a, t)
 		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms.now(c), until: a.start.Add(ttl - drift),
 			settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew, acquired: time.Now(), confirmed: t.yes}
@@ -806,7 +807,7 @@ func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) 
 	lost, err = l.judgeExtend(ctx, tm, start, c.cfg.clock.Now().Sub(start), t)
 	degraded := func() {}
 	if err == nil {
-		degraded = c.degraded(ctx, l.kind, t)
+		degraded = c.degraded(ctx, l.kind, t, l)
 	}
 	return t, lost, func() {
 		c.observeNodes(ctx, OpExtend, l.kind, wall, t)

@@ -429,7 +429,7 @@ func (c *Client) renewBatch(locks []*Lock) {
 			c.observeNodes(ctx, OpExtend, l.kind, wall, o.t)
 			l.observeOp(ctx, OpExtend, wall, o.err)
 			if o.err == nil {
-				c.degraded(ctx, l.kind, o.t)()
+				c.degraded(ctx, l.kind, o.t, l)()
 			}
 		}
 		if o.lost {
