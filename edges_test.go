@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -727,19 +727,6 @@ func TestClient_Acquire_majorityDownIsNotStormed(t *testing.T) {
 	}
 }
 
-// keyListenedOn returns a key whose waiters, refused by every one of n
-// nodes, listen on node want (listenNode: FNV-1a of the release channel).
-func keyListenedOn(want, n int) string {
-	for i := 0; ; i++ {
-		key := fmt.Sprintf("k%d", i)
-		h := fnv.New32a()
-		h.Write([]byte("{" + key + "}:released"))
-		if int(h.Sum32()%uint32(n)) == want {
-			return key
-		}
-	}
-}
-
 // TestClient_Acquire_majorityDownIsNotStormedByItsOwnCleanup: a reader
 // waiting while a majority of the nodes is cut off takes the key on the
 // node left, fails, and undoes it there with an announcement (a reader's
@@ -748,34 +735,42 @@ func keyListenedOn(want, n int) string {
 // no quorum can form, announcements do not cut its wait short.
 func TestClient_Acquire_majorityDownIsNotStormedByItsOwnCleanup(t *testing.T) {
 	c := newCluster(t, 3)
-	key := keyListenedOn(0, 3)
-	nodes := []redis.UniversalClient{c.connect(t)[0]}
 	var links []*lateLink
-	for _, addr := range c.addrs[1:] {
+	var nodes []redis.UniversalClient
+	var calls []*evalCount
+	for _, addr := range c.addrs {
 		link := newLateLink(t, addr)
 		links = append(links, link)
 		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
 		nodes = append(nodes, rdb)
+		calls = append(calls, &evalCount{})
+		rdb.AddHook(calls[len(calls)-1])
 	}
-	calls := &evalCount{}
-	nodes[0].AddHook(calls)
 	rec := &recorder{}
 	reader := mustNew(t, nodes, redlock.WithObserver(rec), redlock.WithNodeTimeout(100*time.Millisecond))
-	writer := mustTryAcquire(t, c.client(t), context.Background(), key, time.Minute, redlock.ForWrite())
+	writer := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Minute, redlock.ForWrite())
 	redlock.WaitSettled(writer)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := reader.Acquire(ctx, key, time.Second, redlock.ForRead())
+		_, err := reader.Acquire(ctx, "k", time.Second, redlock.ForRead())
 		done <- err
 	}()
-	// Its first attempt, and the one right after it subscribed, on node 0.
-	waitFor(t, "the reader to listen on node 0", func() bool { return c.subscribedChannels()[0] == 1 && calls.n.Load() >= 2 })
-	links[0].setDelay(time.Minute)
-	links[1].setDelay(time.Minute)
-	c.servers[0].Del(key) // the writer's key is gone from the node left
+	// The node it listens on, once it has made its first attempt there and
+	// the one right after it subscribed.
+	h := -1
+	waitFor(t, "the reader to listen", func() bool {
+		h = slices.Index(c.subscribedChannels(), 1)
+		return h >= 0 && calls[h].n.Load() >= 2
+	})
+	for i, link := range links {
+		if i != h {
+			link.setDelay(time.Minute)
+		}
+	}
+	c.servers[h].Del("k") // the writer's key is gone from the node left
 	mustNotAcquire(t, <-done)
 	got := rec.seen(redlock.OpAcquire)
 	if len(got) != 1 || got[0].Attempts > 15 {

@@ -356,7 +356,7 @@ func TestKinds_fairOrderWithANodeClockAhead(t *testing.T) {
 	}
 	waiter()
 	waitFor(t, "the first waiter to queue on node 0", func() bool { return queueSizes(c, "turn")[0] == 1 })
-	queue, err := c.servers[0].SortedSet("{turn}:queue")
+	queue, err := sortedSet(c.servers[0], "{turn}:queue")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func TestKinds_fairOrderWithANodeClockAhead(t *testing.T) {
 	c.servers[2].Close()
 	waiter()
 	waitFor(t, "the second waiter to queue on node 0", func() bool { return queueSizes(c, "turn")[0] == 2 })
-	queue, err = c.servers[0].SortedSet("{turn}:queue")
+	queue, err = sortedSet(c.servers[0], "{turn}:queue")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1177,4 +1177,21 @@ func TestKinds_writeAndMultiTakeTurns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sortedSet copies a sorted set of s, member by member under s's lock
+// (miniredis's SortedSet hands out its own map, which a script running
+// meanwhile writes to).
+func sortedSet(s *miniredis.Miniredis, key string) (map[string]float64, error) {
+	members, err := s.ZMembers(key)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64, len(members))
+	for _, m := range members {
+		if out[m], err = s.ZScore(key, m); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

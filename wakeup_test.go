@@ -710,28 +710,33 @@ func TestWaiters_releaseBeforeTheSubscriptionIsHeard(t *testing.T) {
 	}
 }
 
-// evalCount counts the scripts its client sends (EVAL and EVALSHA).
+// evalCount counts the scripts its client ran: EVAL and EVALSHA that had
+// their answer, but for a NOSCRIPT (the EVALSHA that is sent again as an
+// EVAL is one script).
 type evalCount struct{ n atomic.Int64 }
 
 func (h *evalCount) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *evalCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
 		h.count([]redis.Cmder{cmd})
-		return next(ctx, cmd)
+		return err
 	}
 }
 
 func (h *evalCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
 		h.count(cmds)
-		return next(ctx, cmds)
+		return err
 	}
 }
 
 func (h *evalCount) count(cmds []redis.Cmder) {
 	for _, cmd := range cmds {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		name := cmd.Name()
+		if err := cmd.Err(); (name == "evalsha" || name == "eval") && (err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT")) {
 			h.n.Add(1)
 		}
 	}
