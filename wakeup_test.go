@@ -385,13 +385,29 @@ func TestWaiters_twoHungFirstInLineHoldUpOneReleaseAtMost(t *testing.T) {
 		}
 	}
 	// The waiter's timer never fires: only a release it hears wakes it.
-	rc := mustNew(t, c.connect(t), redlock.WithClock(fakeClock()))
+	nodes := c.connect(t)
+	var scripts []*evalCount
+	for _, rdb := range nodes {
+		scripts = append(scripts, &evalCount{})
+		rdb.AddHook(scripts[len(scripts)-1])
+	}
+	rc := mustNew(t, nodes, redlock.WithClock(fakeClock()))
 	got := make(chan acquired, 1)
 	go func() {
 		l, err := rc.Acquire(ctx, "k", time.Minute)
 		got <- acquired{l, err}
 	}()
-	waitFor(t, "the waiter in line behind the hung ones", func() bool { return c.lineSize("k") == 7 })
+	// In line, and done with its attempts: the first, and the one right
+	// after it subscribed, 3 scripts each, and its join (a late attempt
+	// could split the next holder's votes, and a release finding its key
+	// on the node it listens on would announce nothing there).
+	waitFor(t, "the waiter in line behind the hung ones", func() bool {
+		n := int64(0)
+		for _, sc := range scripts {
+			n += sc.n.Load()
+		}
+		return c.lineSize("k") == 7 && n >= 7
+	})
 
 	// The first release wakes the two hung waiters only; another process
 	// takes the key and releases it again.
