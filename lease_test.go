@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/leaktest"
 )
 
 // waiters blocks until the fake clock has n waiters: the lock's goroutines
@@ -26,7 +27,15 @@ func waiters(t *testing.T, clock *manualClock, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := clock.BlockUntilContext(ctx, n); err != nil {
-		t.Fatalf("waiting for %d clock waiters: %v", n, err)
+		// What the Client's goroutines were doing instead, to tell a
+		// stuck renewal from a slow machine.
+		var ours []string
+		for _, g := range leaktest.Stacks() {
+			if strings.Contains(g, "quorumlock/redlock.") {
+				ours = append(ours, g)
+			}
+		}
+		t.Fatalf("waiting for %d clock waiters: %v; the Client's goroutines:\n%s", n, err, strings.Join(ours, "\n\n"))
 	}
 }
 
