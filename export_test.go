@@ -86,31 +86,9 @@ func localWaiters(c *Client, queue string) int {
 	return len(q.waiters)
 }
 
-// ScriptSource returns the text the Client runs for a script file: the
-// file, after counter.lua when the script draws or raises counters.
-func ScriptSource(file string) string {
-	src, ok := map[string]string{
-		"acquire.lua":        withCounters(acquireLua),
-		"raise_fence.lua":    withCounters(raiseFenceLua),
-		"handoff.lua":        withCounters(handOffLua),
-		"extend.lua":         extendLua,
-		"renew_batch.lua":    renewBatchLua,
-		"release.lua":        releaseLua,
-		"line.lua":           lineLua,
-		"inspect.lua":        inspectLua,
-		"fenced_set.lua":     fencedSetLua,
-		"fenced_get.lua":     fencedGetLua,
-		"kind_reentrant.lua": withCounters(reentrantLua),
-		"kind_multi.lua":     withCounters(multiLua),
-		"kind_semaphore.lua": withCounters(semaphoreLua),
-		"kind_rw.lua":        withCounters(rwLua),
-		"kind_fair.lua":      withCounters(fairLua),
-	}[file]
-	if !ok {
-		panic("no script " + file)
-	}
-	return src
-}
+// ScriptSource returns the text the Client runs for a script file of
+// lua/: the prelude, then the file.
+func ScriptSource(file string) string { return scriptSource(file) }
 
 // Subscriber reports whether c's subscriber of node i runs, and whether it
 // is deaf (its connection stopped receiving).

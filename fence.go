@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,16 +13,6 @@ import (
 // fencing token has already been seen for the key (written, or read with
 // FencedGet): the caller's lock has since passed to a newer holder.
 var ErrStaleToken = errors.New("redlock: stale fencing token")
-
-var (
-	//go:embed fenced_set.lua
-	fencedSetLua    string
-	fencedSetScript = redis.NewScript(fencedSetLua)
-
-	//go:embed fenced_get.lua
-	fencedGetLua    string
-	fencedGetScript = redis.NewScript(fencedGetLua)
-)
 
 // FencedSet sets key to value on rdb (the resource the lock protects, not a
 // lock node) only if token is not lower than the highest token it has

@@ -4,15 +4,12 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock/internal/rtt"
 )
@@ -79,12 +76,6 @@ func splitValue(v string) (token, metadata string) {
 	token, metadata, _ = strings.Cut(v, " ")
 	return token, metadata
 }
-
-var (
-	//go:embed inspect.lua
-	inspectLua    string
-	inspectScript = redis.NewScript(inspectLua)
-)
 
 // What Inspect reports a node's key to hold: the kinds of lock as the nodes
 // store them.

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"fmt"
 	"math"
 	"slices"
@@ -23,28 +22,6 @@ import (
 // lock is (see attempt and Lock); the kind only supplies the per-node
 // scripts and, for the semaphore, the quorum. docs/kinds.md has the storage
 // and the guarantees.
-
-var (
-	//go:embed kind_reentrant.lua
-	reentrantLua    string
-	reentrantScript = redis.NewScript(withCounters(reentrantLua))
-
-	//go:embed kind_multi.lua
-	multiLua    string
-	multiScript = redis.NewScript(withCounters(multiLua))
-
-	//go:embed kind_semaphore.lua
-	semaphoreLua    string
-	semaphoreScript = redis.NewScript(withCounters(semaphoreLua))
-
-	//go:embed kind_rw.lua
-	rwLua    string
-	rwScript = redis.NewScript(withCounters(rwLua))
-
-	//go:embed kind_fair.lua
-	fairLua    string
-	fairScript = redis.NewScript(withCounters(fairLua))
-)
 
 // kind is what a Lock is on the nodes.
 type kind interface {
@@ -420,7 +397,7 @@ func (k *fair) quorum(n int) int { return quorumOf(n) }
 func (k *fair) ticketKeys() []string { return []string{companion(k.key, "tickets")} }
 
 // ticketOp draws a ticket, the ticket counter kept for keep once the
-// node's clock has passed it (counter.lua).
+// node's clock has passed it (prelude.lua).
 func (k *fair) ticketOp(keep time.Duration) nodeOp {
 	return k.withArgs(k.op("ticket", "", keep, 0, false))
 }
@@ -524,7 +501,7 @@ func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
 // first in line is the same everywhere.
 //
 // A counter's next value is the node's clock in microseconds, or one more
-// than its last when that is more (counter.lua), so the nodes' answers
+// than its last when that is more (prelude.lua), so the nodes' answers
 // differ by their clocks' offsets. When every answer is its node's clock
 // and the highest is at most ticketSpread above the lowest, a waiter that
 // draws later than that gets a higher ticket from any node: nothing more

@@ -7,10 +7,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	_ "embed"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // One scheduler per Client keeps the time of all its locks that need it:
@@ -34,12 +30,6 @@ import (
 // Nothing the scheduler tells (a loss, to the logger and the Observer) runs
 // on its goroutine or with a lock of a batch held: an Observer may Release
 // any lock, and wait for the nodes to do it.
-
-var (
-	//go:embed renew_batch.lua
-	renewBatchLua    string
-	renewBatchScript = redis.NewScript(renewBatchLua)
-)
 
 const (
 	// renewBatchMax is the most locks one script call renews: a script

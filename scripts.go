@@ -1,7 +1,7 @@
 package redlock
 
 import (
-	_ "embed"
+	"embed"
 	"strings"
 	"time"
 
@@ -13,37 +13,45 @@ import (
 // falls back to EVAL when the node does not know the script yet.
 
 var (
-	//go:embed acquire.lua
-	acquireLua    string
-	acquireScript = redis.NewScript(withCounters(acquireLua))
-
-	//go:embed raise_fence.lua
-	raiseFenceLua    string
-	raiseFenceScript = redis.NewScript(withCounters(raiseFenceLua))
-
-	//go:embed extend.lua
-	extendLua    string
-	extendScript = redis.NewScript(extendLua)
-
-	//go:embed handoff.lua
-	handOffLua    string
-	handOffScript = redis.NewScript(withCounters(handOffLua))
-
-	//go:embed release.lua
-	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
-
-	//go:embed line.lua
-	lineLua    string
-	lineScript = redis.NewScript(lineLua)
+	acquireScript    = loadScript("acquire.lua")
+	raiseFenceScript = loadScript("raise_fence.lua")
+	extendScript     = loadScript("extend.lua")
+	handOffScript    = loadScript("handoff.lua")
+	releaseScript    = loadScript("release.lua")
+	lineScript       = loadScript("line.lua")
+	renewBatchScript = loadScript("renew_batch.lua")
+	inspectScript    = loadScript("inspect.lua")
+	fencedSetScript  = loadScript("fenced_set.lua")
+	fencedGetScript  = loadScript("fenced_get.lua")
+	reentrantScript  = loadScript("kind_reentrant.lua")
+	multiScript      = loadScript("kind_multi.lua")
+	semaphoreScript  = loadScript("kind_semaphore.lua")
+	rwScript         = loadScript("kind_rw.lua")
+	fairScript       = loadScript("kind_fair.lua")
 )
 
-//go:embed counter.lua
-var counterLua string
+// The scripts are the files of lua/, each run after lua/prelude.lua (the
+// fencing and ticket counters, the comparison of tokens), which every
+// script shares.
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
 
-// withCounters puts counter.lua before script: the functions that draw and
-// raise fencing and ticket counters.
-func withCounters(script string) string { return counterLua + script }
+// loadScript is lua/file after the prelude.
+func loadScript(file string) *redis.Script { return redis.NewScript(scriptSource(file)) }
+
+// scriptSource is the text run for lua/file: the prelude, then the file.
+func scriptSource(file string) string {
+	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
+	if err != nil {
+		panic(err)
+	}
+	body, err := luaFiles.ReadFile("lua/" + file)
+	if err != nil {
+		panic(err) // a name below that is not a file of lua/: caught by every test
+	}
+	return string(prelude) + string(body)
+}
 
 // companion names a key or channel that belongs to the lock key key (its
 // fencing counter, a kind's own keys, its release channel), in key's Redis
@@ -98,7 +106,7 @@ func handOffOn(key, token, from string, ttl, fence time.Duration) nodeOp {
 }
 
 // raiseFenceOn sets the node's fencing (or ticket) counters to at least
-// token, kept for keep once the node's clock has passed it (counter.lua).
+// token, kept for keep once the node's clock has passed it (prelude.lua).
 func raiseFenceOn(fences []string, token int64, keep time.Duration) nodeOp {
 	return nodeOp{script: raiseFenceScript, keys: fences, args: []any{token, pxMillis(keep)}, holds: true}
 }

@@ -7,7 +7,7 @@
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: '1' to announce a release
 -- on each key's channel, '' not to
 -- ARGV[5]: to draw the fencing counters on acquire, how long (ms) they are
---          kept once the node's clock has passed them (counter.lua); else 0
+--          kept once the node's clock has passed them (prelude.lua); else 0
 -- ARGV[6]: m, the number of lock keys
 -- ARGV[7..6+m]: the keys' release channels
 -- ARGV[7+m]: for handoff, the releasing holder's token

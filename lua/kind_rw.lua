@@ -14,7 +14,7 @@
 --          the next of its process in line; see handoff.lua)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
 -- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
---          kept once the node's clock has passed it (counter.lua); else 0
+--          kept once the node's clock has passed it (prelude.lua); else 0
 -- ARGV[6]: r for a reader, w for a writer
 -- ARGV[7]: the writer's waiter ID, the same for all the attempts of one
 --          Acquire (each attempt has its own token)

@@ -6,14 +6,10 @@
 -- ARGV[1]: the value
 -- ARGV[2]: the writer's fencing token, in decimal without leading zeros
 -- Returns {1, previous highest} when written, {0, highest} when refused.
--- Tokens are compared as the decimal integers they are (see
--- fenced_get.lua).
-local function below(a, b)
-  return #a < #b or (#a == #b and a < b)
-end
+-- Tokens are compared as the integers they are (token_below, prelude.lua).
 local seen = redis.call('GET', KEYS[2]) or '0'
 local token = ARGV[2]
-if below(token, seen) then
+if token_below(token, seen) then
   return {0, seen}
 end
 redis.call('SET', KEYS[2], token)

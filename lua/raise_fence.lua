@@ -3,7 +3,7 @@
 -- KEYS: the counters (one per locked key)
 -- ARGV[1]: the value
 -- ARGV[2]: how long (ms) a counter is kept once the node's clock has passed
---          its value: the lock's ttl (see counter.lua)
+--          its value: the lock's ttl (see prelude.lua)
 -- Returns 1.
 local n = tonumber(ARGV[1])
 for _, k in ipairs(KEYS) do

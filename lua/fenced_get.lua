@@ -8,18 +8,13 @@
 -- ARGV[1]: the reader's fencing token, in decimal without leading zeros
 -- Returns {1, value} (value nil when KEYS[1] does not exist) when read,
 -- {0, highest} when refused.
--- Tokens are compared as the decimal integers they are: a Lua number (a
--- double) is exact only below 2^53, and two tokens above it could compare
--- equal.
-local function below(a, b)
-  return #a < #b or (#a == #b and a < b)
-end
+-- Tokens are compared as the integers they are (token_below, prelude.lua).
 local seen = redis.call('GET', KEYS[2]) or '0'
 local token = ARGV[1]
-if below(token, seen) then
+if token_below(token, seen) then
   return {0, seen}
 end
-if below(seen, token) then
+if token_below(seen, token) then
   redis.call('SET', KEYS[2], token)
 end
 return {1, redis.call('GET', KEYS[1])}

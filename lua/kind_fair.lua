@@ -11,10 +11,10 @@
 --          (after a failed attempt: stays queued), leave (gives up its place)
 --          or dequeue (leaves the queue once the lock was won elsewhere)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms (for ticket: how long the ticket
---          counter is kept once the node's clock has passed it, counter.lua);
+--          counter is kept once the node's clock has passed it, prelude.lua);
 -- ARGV[4]: release channel or ''
 -- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
---          kept once the node's clock has passed it (counter.lua); else 0
+--          kept once the node's clock has passed it (prelude.lua); else 0
 -- ARGV[6]: our ticket; ARGV[7]: how long (ms) a waiter keeps its place
 --          without trying again; ARGV[8]: our waiter ID, the same for all the
 --          attempts of one Acquire (each attempt has its own token)

@@ -6,7 +6,7 @@
 -- ARGV[1]: acquire, extend, release or drop
 -- ARGV[2]: the permit's token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
 -- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
---          kept once the node's clock has passed it (counter.lua); else 0
+--          kept once the node's clock has passed it (prelude.lua); else 0
 -- ARGV[6]: K
 -- Acquire returns 0 when K permits are held, else the fencing counter (1 when
 -- not fenced); an error, WRONGPERMITS, when the resource was created with

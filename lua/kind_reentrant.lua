@@ -7,7 +7,7 @@
 -- ARGV[1]: acquire, extend, release or drop
 -- ARGV[2]: the hold's token; ARGV[3]: ttl in ms; ARGV[4]: release channel or ''
 -- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
---          kept once the node's clock has passed it (counter.lua); else 0
+--          kept once the node's clock has passed it (prelude.lua); else 0
 -- ARGV[6]: the owner
 -- Acquire returns 0 when another owner holds the lock, else the fencing
 -- counter (1 when not fenced). The others return 1 if the hold was there.

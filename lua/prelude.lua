@@ -1,5 +1,7 @@
--- Fencing and ticket counters, put before every script that draws or raises
--- one (see withCounters in scripts.go). A counter's next value is one more
+-- The prelude, put before every script (see scripts.go): fencing and
+-- ticket counters, and the comparison of fencing tokens.
+--
+-- Fencing and ticket counters. A counter's next value is one more
 -- than its last, or the node's clock in microseconds when that is more.
 -- Every draw and raise sets the counter to expire keep milliseconds after
 -- the node's clock has passed its value (keep is the fence horizon: the
@@ -48,4 +50,12 @@ local function counter_raise(k, n, keep)
   if tonumber(redis.call('GET', k) or '0') < n then
     counter_set(k, n, counter_now(), keep)
   end
+end
+
+-- token_below reports whether fencing token a is below token b, both in
+-- decimal without leading zeros: compared as the integers they are, as a
+-- Lua number (a double) is exact only below 2^53, and two tokens above it
+-- (a resource's tokens may be any uint64) could compare equal.
+local function token_below(a, b)
+  return #a < #b or (#a == #b and a < b)
 end

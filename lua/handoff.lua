@@ -9,7 +9,7 @@
 -- ARGV[3]: the holder's token
 -- ARGV[4]: the key's release channel
 -- ARGV[5]: for a fenced lock, how long (ms) the counter is kept once the
---          node's clock has passed it (counter.lua)
+--          node's clock has passed it (prelude.lua)
 -- Returns 0 if someone else holds the key (or a lock of another kind).
 -- Otherwise the decimal digits of c followed by one digit, 2*w + r, as a
 -- string (c*10 + 2*w + r, which go-redis reads as an integer): c is the
@@ -17,7 +17,7 @@
 -- process waits for the key's release here (it subscribed to the channel),
 -- r is 1 if the holder's token was there, 0 if not, and 4 if ours was (a
 -- resend of this call, whose first run is the one that knew). A string, because
--- c may be the node's clock in microseconds (counter.lua): as a Lua
+-- c may be the node's clock in microseconds (prelude.lua): as a Lua
 -- number, c*10 (or c*4) would lose its last digits past 2^53.
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then

@@ -2,13 +2,13 @@
 -- holds our token (a command that go-redis sent again after a network error
 -- must not report a lock we hold as taken by someone else; its time to live
 -- is lengthened to ttl, never shortened). For a fenced lock it then
--- draws the next value of the key's fencing counter (counter.lua).
+-- draws the next value of the key's fencing counter (prelude.lua).
 -- KEYS[1]: the lock key
 -- KEYS[2]: the key's fencing counter, given only for a fenced lock
 -- ARGV[1]: our token
 -- ARGV[2]: ttl in milliseconds
 -- ARGV[3]: for a fenced lock, how long (ms) the counter is kept once the
---          node's clock has passed it (counter.lua)
+--          node's clock has passed it (prelude.lua)
 -- Returns, when the key now holds our token, the fencing counter's new
 -- value (1 when not fenced); if someone else holds it, a negative
 -- number naming the holder (from its token's first 8 bytes), so that the
