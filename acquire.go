@@ -1,0 +1,440 @@
+// Acquiring a lock: the algorithm's five steps, in order.
+//
+//  1. attempt notes the start on the Client's Clock and draws a new token
+//     (newAcquisition);
+//  2. it runs the kind's acquire script on every node at once, each call
+//     under the node timeout (acquisition.fanOut, Client.fanOut in
+//     quorum.go), and counts the answers;
+//  3. conclude computes the validity, ttl − elapsed − drift, and grants the
+//     lock when a quorum took it and validity is left (for a fenced lock,
+//     once its token is stored on a quorum: settleFence);
+//  4. otherwise cleanup deletes the key on every node that may hold it,
+//     with a context the caller's cancellation does not reach;
+//  5. acquireLoop waits (the retry policy, or until the release is heard:
+//     wakeup.go) and tries again until ctx ends; TryAcquire stops after one
+//     attempt.
+
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+)
+
+// Acquire acquires the lock on key for ttl, retrying after failed attempts
+// (see WithRetry) until it succeeds or ctx ends. The Lock is valid for ttl
+// less the time the successful attempt took and the drift allowance; see
+// Lock.Until. Goroutines of one Client that Acquire the same key take turns,
+// first come first served, so that only one of them at a time contends on
+// the nodes; a release hands the lock to the next in one round trip (see
+// WithHandOff). A waiting Acquire also tries again at once when it hears
+// the lock's release announced by the nodes.
+//
+// Options choose another kind of lock (WithOwner, ForRead, ForWrite,
+// WithPermits, Fair; AcquireAll for several keys; see docs/kinds.md); those
+// do not take local turns.
+//
+// It returns an error matching ErrInvalidArgument for an empty key, a ttl
+// that is not larger than the drift allowance, a bad option, or two kind
+// options, before any node is contacted. When ctx ends first, the error matches both
+// ErrNotAcquired and ctx.Err(), and joins the last attempt's *NodeError
+// values.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	ac, err := c.acquireConfig(key, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	k := ac.kindFor(key)
+	return c.observed(ctx, k, func(ctx context.Context, attempts *int) (*Lock, error) { return c.inTurn(ctx, k, ac, attempts) })
+}
+
+// TryAcquire makes exactly one attempt to acquire the lock on key for ttl.
+//
+// It returns an error matching ErrNotAcquired when fewer than a quorum of
+// nodes took the lock or its validity was spent, joined with a *NodeError
+// for every node that failed; when ctx ended, the error also matches
+// ctx.Err(). Bad input gives an error matching ErrInvalidArgument, before
+// any node is contacted.
+func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	ac, err := c.acquireConfig(key, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	k := ac.kindFor(key)
+	return c.observed(ctx, k, func(ctx context.Context, attempts *int) (*Lock, error) { return c.tryOnce(ctx, k, ac, attempts) })
+}
+
+// tryOnce is one attempt of a TryAcquire: for a fair lock, with the ticket
+// drawn first and its place in the queue left when the attempt fails.
+func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
+	if line, ok := k.(waitsInLine); ok {
+		once := ac
+		once.retry = nil
+		if qe := line.join(ctx, c, once); qe != nil {
+			return nil, qe
+		}
+	}
+	a := c.newAcquisition(k, ac, settlement{})
+	*attempts = 1
+	lock, qe := c.attempt(ctx, &a, false)
+	if qe != nil {
+		c.leave(ctx, &a)
+		return nil, qe
+	}
+	return lock, nil
+}
+
+// inTurn is Acquire's attempts for a lock of kind k, made in the turn of
+// the kind's local queue when it has one (see localqueue.go).
+func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
+	// An Acquire bounded by WithMaxAttempts does not wait in the local
+	// queue, whose wait is bounded only by ctx.
+	queue := k.turns()
+	if queue == "" || ac.maxAttempts > 0 {
+		return c.acquireLoop(ctx, k, ac, attempts)
+	}
+	return c.queues.inTurn(ctx, queue, k, ac, attempts, func() (*Lock, error) {
+		return c.acquireLoop(ctx, k, ac, attempts)
+	})
+}
+
+// acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
+func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
+	line, inLine := k.(waitsInLine)
+	if inLine {
+		if qe := line.join(ctx, c, ac); qe != nil {
+			return nil, qe
+		}
+	}
+	var watch *releaseWatch // subscribed after the first failure
+	var ln *waitLine        // a plain lock's waiter's place in line, once it waits
+	if p, ok := k.(plain); ok && ac.retry != nil {
+		ln = newLine(p.key, ac.ttl)
+	}
+	defer func() {
+		ln.leave(c, ac.timeout)
+		watch.close()
+	}()
+	var (
+		first      bool      // a fair lock's last announcement named this waiter first in line
+		woken      bool      // the last wait ended with a release announcement
+		wokeAt     time.Time // when a wait last did
+		lastHolder int64     // the other holder the last refusal named on a quorum, if any
+		// The calls of the attempts, their cleanups and the leave go to
+		// each node in order: a late cleanup must not land after a later
+		// attempt's calls (it would put a fair waiter back in a queue it
+		// had left).
+		settled settlement
+	)
+	for failed := 1; ; failed++ {
+		*attempts = failed
+		// Each attempt has a token of its own: a late delete from an
+		// earlier attempt's cleanup can then never remove a later attempt's
+		// key. What must last across attempts (a writer's mark, a place in
+		// a fair queue) has a waiter ID in the kind.
+		a := c.newAcquisition(k, ac, settled)
+		// An announcement from before this attempt is old news; one that
+		// comes while it runs is not, and ends the wait after it at once.
+		watch.drain()
+		// A fair waiter named first in line tries again at once if refused
+		// (the release has not reached every node yet): it need not wait for
+		// a frozen node's timeout to learn that. Its keys on nodes that had
+		// not answered are deleted in order before its next attempt there.
+		lock, qe := c.attempt(ctx, &a, first)
+		if qe == nil {
+			return lock, nil
+		}
+		settled = a.settled
+		if qe.cause != nil || qe.misconfigured {
+			c.leave(ctx, &a)
+			return nil, qe
+		}
+		if failed == ac.maxAttempts {
+			qe.detail += fmt.Sprintf(", after %d attempts (WithMaxAttempts)", failed)
+			c.leave(ctx, &a)
+			return nil, qe
+		}
+		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "key", k.keys()[0], "kind", k.name(), "attempt", failed, "err", qe)
+		// Listen on a node that named a holder, and move to another when
+		// the one listened to is failing (frozen or cut off) or its
+		// subscriptions' connection no longer receives: its releases would
+		// never be heard.
+		fresh := false
+		if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && (c.failing[watch.node].Load() != nil || watch.deaf())) {
+			watch.close()
+			watch = c.watchRelease(ctx, k.channels(), ln, qe.heldOn, a.cfg.timeout)
+			fresh = watch.subscribed()
+		}
+		if watch != nil {
+			// Take a place in line, or keep it: a release wakes the first
+			// in line that listens.
+			ln.join(c, watch.node, a.cfg.timeout)
+		}
+		delay := ac.retry.Delay(failed)
+		if woken {
+			wokeAt = time.Now()
+		}
+		if watch.subscribed() && ac.retry == defaultRetry && time.Since(wokeAt) > subscribedPoll {
+			// The release will be heard: the timer is only for the release
+			// that is missed (the node fails) or never announced (the
+			// holder's key expires). Not right after a release was heard,
+			// though: a refusal then may be the release not yet landed on
+			// a quorum (it is announced by the first node to delete the
+			// key), and is tried again after the policy's delay.
+			delay = max(delay, subscribedPoll+mrand.N(subscribedPoll/2))
+		}
+		if time.Since(wokeAt) < a.cfg.timeout && (!qe.taken || qe.holder == lastHolder) {
+			// Woken by a release (within a node timeout) and still
+			// refused, and no one holder shows on a quorum: the clients
+			// woken with us may have split the votes, and then nobody
+			// holds the key and nobody will announce a release. Or the
+			// holder whose release woke us still shows on a quorum: the
+			// release is announced by the first node to delete the key,
+			// and has not landed on the others yet. Either way, try again
+			// soon, at a random moment, rather than after the policy's
+			// delay. (A new holder that won the key is waited for.)
+			delay = min(delay, wakeSpread+mrand.N(4*wakeSpread))
+		}
+		if qe.taken {
+			lastHolder = qe.holder
+		}
+		if inLine {
+			delay = line.nextWait(delay, first)
+		}
+		if fresh {
+			// A release between this attempt's refusal and the subscription
+			// was announced before anyone listened: one more attempt at
+			// once sees it (without it, about 1 wait in 12 on a key held
+			// 5-20 ms fell back to the subscribed poll; bench -probe
+			// wakeups).
+			delay = 0
+		}
+		listen := watch
+		if qe.unreachable {
+			// A majority of the nodes is down, frozen or cut off: the
+			// attempts fail at once (nodes known to be failing are not
+			// waited for), and the next could not do better for a while.
+			// A few a second, not hundreds; and a release heard meanwhile
+			// (our own attempt's undo, announced: hundreds a second) does
+			// not cut the wait short, as no quorum can form. A fair
+			// waiter keeps its own pace (nextWait): held back 250 ms, one
+			// that a node's restart had left out of some queues was
+			// overtaken (1 grant in 15 out of ticket order with a node
+			// down at each waiter's draw, under load).
+			if !inLine {
+				delay = max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
+			}
+			listen = nil
+		}
+		if qe.silent && !a.settled.wait(ctx) {
+			// No node answered in time, and the calls sent are still on
+			// their way (a network slower than the node timeout): the next
+			// attempt's calls would queue behind them and this attempt's
+			// cleanup, and spend its node timeout waiting there. So they are
+			// waited for first (up to their own deadlines).
+			qe.cause = ctx.Err()
+			c.leave(ctx, &a)
+			return nil, qe
+		}
+		var ok bool
+		if ok, first, woken = c.waitRetry(ctx, k, listen, delay, failed); !ok {
+			qe.cause = ctx.Err()
+			c.leave(ctx, &a)
+			return nil, qe
+		}
+	}
+}
+
+// leave drops what an Acquire that gives up left on the nodes between its
+// attempts (a writer's mark, a place in a fair queue), waiting at most the
+// node timeout; on each node after the calls of its last attempt.
+func (c *Client) leave(ctx context.Context, a *acquisition) {
+	if op := a.kind.leave(a.token); op != nil {
+		a.fanOut(context.WithoutCancel(ctx), c, nil, nil, *op)
+	}
+}
+
+// acquisition is one attempt to acquire a lock: what each of its steps
+// (attempt, conclude, settleFence, cleanup, leave) needs, the node timeout
+// worked out once, and the settlement of the last calls it sent, which the
+// next calls to each node wait for.
+type acquisition struct {
+	kind    kind
+	token   string        // the attempt's own
+	cfg     acquireConfig // the Acquire's options and terms (ttl, node timeout, drift)
+	start   time.Time     // on the Clock, when the attempt's calls were sent
+	settled settlement
+}
+
+// newAcquisition prepares an attempt with a fresh token, whose calls go to
+// each node after those of after, with the node timeout of now.
+func (c *Client) newAcquisition(k kind, ac acquireConfig, after settlement) acquisition {
+	ac.terms = ac.terms.now(c)
+	return acquisition{kind: k, token: storedValue(newToken(k), ac.metadata), cfg: ac, settled: after}
+}
+
+// fanOut runs op on the nodes (see Client.fanOut) with the attempt's node
+// timeout, after its last calls, and makes these its last calls.
+func (a *acquisition) fanOut(ctx context.Context, c *Client, stop func(*tally) bool, skip []bool, op nodeOp) tally {
+	t, settled := c.fanOut(ctx, a.cfg.terms, stop, skip, a.settled, op)
+	a.settled = settled
+	return t
+}
+
+// attempt is one run of steps 1 to 4 of the algorithm for a lock of kind
+// k under token. Its error carries the context's error when the context had
+// ended by the time it returned. eager returns a failure as soon as the
+// quorum is out of reach, rather than after every node answered or timed
+// out.
+func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock, *quorumError) {
+	if err := ctx.Err(); err != nil {
+		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", a.kind.describe()), cause: err, heldOn: -1}
+	}
+	if err := c.refused(); err != nil {
+		return nil, c.refusal(a, err)
+	}
+	a.start = c.cfg.clock.Now()
+	// Return as soon as a quorum holds, leaving slower nodes to the
+	// settlement. A failure waits for the nodes that answer about as fast
+	// as those that decided it (withGrace), so that the cleanup sees which
+	// of them took the key, but not for a frozen or slow node: its delete
+	// follows its SET in the background. Nodes known to be failing (frozen
+	// or cut off) get no more than that grace.
+	q := a.kind.quorum(len(c.nodes))
+	wall := time.Now()
+	t := a.fanOut(ctx, c, c.attemptDone(q, eager), nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenceKeep()))
+	if t.yes < q && !t.outOfReach(q) {
+		t = c.resolveSplit(ctx, a, t, q)
+	}
+	c.observeNodes(ctx, OpAcquire, a.kind, wall, t)
+	return c.conclude(ctx, a, t)
+}
+
+// refusal is the error of an attempt on a Client found to reach one server
+// through two nodes (err, a *NodeError that matches ErrMisconfigured).
+func (c *Client) refusal(a *acquisition, err error) *quorumError {
+	return &quorumError{sentinel: ErrNotAcquired, heldOn: -1, nodes: []error{err}, misconfigured: true,
+		detail: fmt.Sprintf("%s: refused, two nodes reach one server", a.kind.describe())}
+}
+
+// conclude is steps 3 and 4 of attempt a, which got t from the nodes: the
+// Lock when a quorum took the key within its validity (for a fenced lock,
+// once a quorum stores its fencing token), or else the release of the key
+// wherever it may have been taken.
+func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, *quorumError) {
+	if err := c.refused(); err != nil {
+		// Two nodes were found on one server (during this attempt, or
+		// since a hand-off began): no lock is granted.
+		c.cleanup(ctx, a, t)
+		return nil, c.refusal(a, err)
+	}
+	k, ttl, drift := a.kind, a.cfg.ttl, a.cfg.drift
+	q := k.quorum(len(c.nodes))
+	var fence int64
+	fenceStored := true // or not needed
+	if a.cfg.fenced && t.yes >= q {
+		fence, fenceStored = c.settleFence(ctx, a, t)
+	}
+	elapsed := c.cfg.clock.Now().Sub(a.start)
+	v := validity(ttl, elapsed, drift)
+	// A renewed lock must start with more validity than its renewal margin
+	// (see renewMargin): it is declared lost by then at the latest.
+	var need time.Duration
+	if a.cfg.autoRenew {
+		need = a.cfg.terms.now(c).renewMargin()
+	}
+	if t.yes >= q && fenceStored && v > need {
+		c.degraded(ctx, k, t, nil)()
+		c.leaveTheLine(ctx, a, t)
+		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms.now(c), until: a.start.Add(ttl - drift),
+			settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew, acquired: time.Now(), confirmed: t.yes}
+		if a.cfg.autoRenew {
+			c.sched.renew(l)
+		}
+		return l, nil
+	}
+
+	// Step 4: a node that failed or did not answer may still have taken the
+	// lock, so everything but a definite "held by another" is released, each
+	// node's delete sent once its SET has landed or timed out.
+	c.cleanup(ctx, a, t)
+
+	var detail string
+	switch {
+	case t.outOfReach(q):
+		detail = fmt.Sprintf("%s: %d of %d nodes are misconfigured, so a quorum of %d is out of reach", k.describe(), t.broken, len(c.nodes), q)
+	case t.yes < q:
+		detail = fmt.Sprintf("%s: taken on %d of %d nodes, quorum %d", k.describe(), t.yes, len(c.nodes), q)
+		if t.yes+t.no == 0 && ctx.Err() == nil && allTimedOut(t.errs) {
+			detail += c.timeoutHint(a.cfg.timeout)
+		}
+	case !fenceStored:
+		detail = fmt.Sprintf("%s: the fencing token could not be stored on a quorum", k.describe())
+	case v > 0:
+		detail = fmt.Sprintf("%s: quorum reached with %v of validity left, not more than the renewal margin %v (%v elapsed of ttl %v)", k.describe(), v, need, elapsed, ttl)
+	default:
+		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
+	}
+	heldOn := listenNode(k.channels(), t.answers, c.deaf)
+	holder, taken := takenByOne(t, q)
+	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
+		taken: taken, holder: holder, misconfigured: t.outOfReach(q), silent: t.yes+t.no == 0 && allTimedOut(t.errs),
+		unreachable: len(t.errs) > len(c.nodes)-q}
+}
+
+// allTimedOut reports whether every error of errs is a node's that gave
+// no reply in time.
+func allTimedOut(errs []error) bool {
+	for _, err := range errs {
+		if !timedOut(err) {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
+
+// timeoutHint says, for an attempt in which no node answered within the
+// node timeout, what lets nodes that far away answer.
+func (c *Client) timeoutHint(timeout time.Duration) string {
+	if c.cfg.nodeTimeout > 0 {
+		return fmt.Sprintf("; no node answered within the node timeout %v: if the nodes are that far away (or that loaded), give WithNodeTimeout a longer one", timeout)
+	}
+	return fmt.Sprintf("; no node answered within the node timeout %v, which grows with the round trips seen up to two thirds of the ttl's validity: if the nodes are farther away than that, give a longer ttl, or WithNodeTimeout", timeout)
+}
+
+// cleanup releases key after a failed attempt whose tally it is given,
+// with a context that the caller's cancellation does not reach: the caller
+// may have given up, but the keys must still go. It waits for the nodes that
+// took the key or were not waited for; on those that failed, the delete goes
+// on in the background, so that a dead node does not hold up the next
+// attempt.
+func (c *Client) cleanup(ctx context.Context, a *acquisition, t tally) {
+	answers := t.answers
+	skip := make([]bool, len(answers))
+	for i, a := range answers {
+		// A node that refused holds nothing of ours, nor one whose call
+		// was never sent (its operation ended first: see notSent).
+		skip[i] = a == holdsNot || t.unsent != nil && t.unsent[i]
+	}
+	// Wait for the nodes that took the key (they answer quickly); the
+	// deletes on nodes that failed or were not waited for go on in the
+	// background, each after the node's SET (see fanOut), so that a dead or
+	// frozen node does not hold up the next attempt. Every attempt has its
+	// own token, so a late delete can only remove this attempt's key.
+	answered := func(t *tally) bool {
+		for i, ans := range answers {
+			if ans == holds && t.answers[i] == unanswered {
+				return false
+			}
+		}
+		return true
+	}
+	r := a.fanOut(context.WithoutCancel(ctx), c, answered, skip, a.kind.drop(a.token))
+	if news := c.news(r.errs); len(news) > 0 {
+		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
+			"key", a.kind.keys()[0], "kind", a.kind.name(), "ttl", a.cfg.ttl, "err", errors.Join(news...))
+	}
+}

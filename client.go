@@ -1,0 +1,225 @@
+package redlock
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/rtt"
+)
+
+// Defaults, in one place. The per-node timeout is derived from the ttl when
+// WithNodeTimeout is not given: a tenth of it, but no less than a healthy
+// node on a loaded machine needs and no more than a hung node may cost.
+const (
+	defaultDriftFactor    = 0.01
+	nodeTimeoutFraction   = 10
+	maxDerivedNodeTimeout = time.Second
+)
+
+// minDerivedNodeTimeout is the least a derived node timeout is. The tests
+// raise it (export_test.go): two copies of the suite at once on two cores
+// with the race detector delay healthy replies past 50 ms.
+var minDerivedNodeTimeout = 50 * time.Millisecond
+
+// Client acquires locks over a fixed set of nodes. It is safe for concurrent
+// use.
+type Client struct {
+	nodes  []node
+	quorum int
+	cfg    config
+	queues localQueues // see localqueue.go
+	// failing[i] holds node i's error when its last call went unanswered
+	// (timed out), and nil once it answers again (see fanOut). A failed
+	// attempt, and a Release past its quorum, do not wait for a node that
+	// is failing.
+	failing []atomic.Pointer[error]
+	// misconfigured: by node, whether its last failure was one that
+	// retrying cannot cure (warned once until it answers properly)
+	misconfigured []atomic.Bool
+	// told: by node, a failure of it has been logged (and a lock held
+	// without it reported: OpDegraded) since it last answered; see news
+	told []atomic.Bool
+	// rtts: by node, what its replies tell of its round trip, for the
+	// node timeout (see nodeTimeout); allKnown once every one has told
+	// something (see anyUnknown)
+	rtts        []rtt.Estimate
+	allKnown    atomic.Bool
+	idents      identities    // see identity.go
+	subscribers []*subscriber // by node: the waiters' release subscriptions (see wakeup.go)
+	calls       inflight      // node calls sent and not yet returned (see Drain)
+	sched       *scheduler    // renewals and ends of its locks (see renewal.go)
+	// batchRenewals: plain locks due for renewal together are renewed in
+	// one script call per node (batching is on, and no node is a Redis
+	// Cluster, where their keys would span slots)
+	batchRenewals bool
+}
+
+// New returns a Client over nodes, which must be independent Redis masters
+// (not replicas of one another). A single node gives a plain single-node lock
+// with the same API; an even number is allowed, with quorum N/2+1.
+//
+// Any go-redis client type may be given, e.g. []*redis.Client or
+// []redis.UniversalClient. New does not contact the nodes. The first
+// operation identifies each node's server (INFO run_id; a ClusterClient by
+// its cluster's node IDs) alongside its call, and no lock is granted before
+// every reachable node is identified: two nodes that reach one server
+// (localhost:6379 and 127.0.0.1:6379, or ClusterClients of one cluster)
+// make every acquire fail with ErrMisconfigured. A server that does not
+// answer INFO (an ACL user without it) is known by its address only.
+//
+// It returns an error matching ErrInvalidArgument when nodes is empty, a
+// node is nil, the same node appears twice (the same client, or clients with
+// the same address), or an option's value is out of range.
+func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
+	if len(nodes) == 0 {
+		return nil, invalid("no nodes")
+	}
+	c := &Client{
+		nodes:         make([]node, len(nodes)),
+		failing:       make([]atomic.Pointer[error], len(nodes)),
+		misconfigured: make([]atomic.Bool, len(nodes)),
+		told:          make([]atomic.Bool, len(nodes)),
+		rtts:          make([]rtt.Estimate, len(nodes)),
+		quorum:        quorumOf(len(nodes)),
+		cfg: config{
+			driftFactor: defaultDriftFactor,
+			retry:       defaultRetry,
+			clock:       systemClock{},
+			logger:      slog.Default(),
+			handOffs:    defaultHandOffs,
+		},
+	}
+	c.idents.init(len(nodes))
+	for i, rdb := range nodes {
+		if isNil(rdb) {
+			return nil, invalid("node %d is nil", i)
+		}
+		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb), inline: cutsAtDeadline(rdb), scripts: &scripts{}}
+		for j := range i {
+			if sameNode(c.nodes[j], c.nodes[i]) {
+				return nil, invalid("node %d is the same as node %d (%s): the nodes must be independent", i, j, c.nodes[i].describe())
+			}
+		}
+	}
+	for _, o := range opts {
+		if isNil(o) {
+			return nil, invalid("option is nil")
+		}
+		if err := o.applyClient(&c.cfg); err != nil {
+			return nil, err
+		}
+	}
+	c.subscribers = make([]*subscriber, len(c.nodes))
+	c.batchRenewals = !c.cfg.unbatched
+	for i := range c.nodes {
+		c.subscribers[i] = newSubscriber(c.nodes[i].rdb)
+		if !c.cfg.unbatched {
+			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, ack: c.cfg.replicaAck}
+		}
+		if _, cluster := any(nodes[i]).(*redis.ClusterClient); cluster {
+			c.batchRenewals = false // the keys of a batch span slots
+		}
+		if _, single := any(nodes[i]).(*redis.Client); c.cfg.replicaAck.on() && !single {
+			return nil, invalid("node %d is a %T: WithReplicaAck needs WAIT on the write's own connection, which only a *redis.Client keeps (a Cluster or Ring client routes a keyless WAIT to a server of its choosing)", i, nodes[i])
+		}
+	}
+	c.sched = newScheduler(c)
+	return c, nil
+}
+
+// Quorum returns how many nodes must agree for a lock: N/2+1.
+func (c *Client) Quorum() int { return c.quorum }
+
+type config struct {
+	driftFactor float64
+	nodeTimeout time.Duration // 0: derived from the ttl
+	retry       RetryPolicy
+	maxAttempts int // 0: no limit
+	clock       Clock
+	logger      *slog.Logger
+	unbatched   bool
+	handOffs    int
+	observer    Observer
+	replicaAck  replicaAck
+	// fenceHorizon: counters are kept at least this long once the node's
+	// clock has passed them (see WithFenceHorizon)
+	fenceHorizon time.Duration
+}
+
+// Option configures a Client. Pass options to New.
+type Option interface {
+	applyClient(*config) error
+}
+
+// AcquireOption configures one Acquire or TryAcquire call.
+type AcquireOption interface {
+	applyAcquire(*acquireConfig) error
+}
+
+// RetryOption is an option that may be given to New, where it sets the
+// Client's default, or to Acquire, where it applies to that call only.
+type RetryOption interface {
+	Option
+	AcquireOption
+}
+
+type clientOption func(*config) error
+
+func (f clientOption) applyClient(c *config) error { return f(c) }
+
+// WithDriftFactor sets the fraction of the ttl set aside for the difference
+// between the clock rates of this process and the nodes. The drift allowance
+// is ttl·factor + 2ms. The factor must be in [0, 1). Default: 0.01.
+func WithDriftFactor(factor float64) Option {
+	return clientOption(func(c *config) error {
+		if !(factor >= 0 && factor < 1) {
+			return invalid("drift factor %v is not in [0, 1)", factor)
+		}
+		c.driftFactor = factor
+		return nil
+	})
+}
+
+// WithNodeTimeout sets how long an operation waits for each node's reply,
+// kept as given whatever the nodes' round trips. It must be positive. A node
+// that does not answer in time counts as failed for that operation; nodes
+// all farther away than d never give a lock. Default: derived from the
+// operation's ttl and the round trips the Client sees: a tenth of the ttl
+// (at least 50ms, at most 1s), lengthened to what the quorum-th fastest
+// node's replies show it needs, up to two thirds of the ttl less its drift
+// allowance and at most a minute (a node not heard from yet is given that
+// much); see docs/algorithm.md. A caller's own deadline, which cuts or
+// skips a call, never counts against a node.
+//
+// The timeout is enforced whether or not the go-redis client was created
+// with ContextTimeoutEnabled; with it, the late command's socket is also
+// cut at the deadline, and a Client over a single node runs its calls in
+// the calling goroutine, which makes it as fast as a plain single-node
+// lock.
+func WithNodeTimeout(d time.Duration) Option {
+	return clientOption(func(c *config) error {
+		if d <= 0 {
+			return invalid("node timeout %v must be positive", d)
+		}
+		c.nodeTimeout = d
+		return nil
+	})
+}
+
+// WithLogger sets where the Client logs: failed attempts (Debug); lost
+// locks, locks held without a node, nodes it could not clean up, failed
+// renewals and misconfigured nodes (Warn), a node's failure once until it
+// answers again. It must not be nil. Default: slog.Default(), which shows
+// Info and above; give slog.New(slog.DiscardHandler) for no logging.
+func WithLogger(logger *slog.Logger) Option {
+	return clientOption(func(c *config) error {
+		if logger == nil {
+			return invalid("logger is nil")
+		}
+		c.logger = logger
+		return nil
+	})
+}

@@ -1,0 +1,371 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lock is a lock held on a quorum of nodes. It is safe for concurrent use,
+// and its methods may be called on a nil *Lock (as after a failed acquire):
+// they report that nothing is held.
+type Lock struct {
+	client *Client
+	kind   kind
+	key    string // the first of kind.keys()
+	quorum int    // how many nodes must hold it
+	token  string // what the nodes store: the random token, and the metadata if any
+
+	// op serialises Extend and Release. Each sends its call to a node once
+	// the previous operation's call there has settled, so that the writes
+	// reach each node in order.
+	op      sync.Mutex
+	settled settlement
+
+	fence    int64     // 0 unless acquired WithFencing
+	renewed  bool      // acquired WithAutoRenew: it ends the renewal margin before Until
+	acquired time.Time // on the wall clock, when it was acquired (for Event.Held)
+
+	mu        sync.Mutex
+	terms     terms  // of the last acquire or extend
+	confirmed int    // nodes that confirmed the last acquire or extend
+	gone      []bool // by node: told that it no longer holds the lock (see goneNews); nil until one is
+	until     time.Time
+	released  bool
+	lost      bool  // the lock ended otherwise: see lose
+	lostWhy   error // why, matching ErrLockLost
+	// lostShown: an Extend or a renewal found a majority of the nodes
+	// without its token (set by judgeExtend, with op held)
+	lostShown bool
+	watching  bool     // Done was called: the scheduler ends it at its deadline
+	onEnd     []func() // see afterEnd
+
+	sched schedule // guarded by the Client's scheduler's mu
+
+	done      chan struct{} // closed when the lock ends; see Done
+	closeDone sync.Once
+	next      successor // what follows the lock in its Client, if anything
+}
+
+// successor is what follows a Lock in its Client: the local turn it holds
+// (localqueue.go), which its Release may hand to the next goroutine waiting
+// for the key (handoff.go).
+type successor interface {
+	// release may do l's Release by handing the lock to a waiter; done
+	// tells whether it did, and err is then Release's result.
+	release(ctx context.Context, l *Lock, tm terms) (done bool, err error)
+	// ended is told once when l ended without being handed over.
+	ended(l *Lock)
+}
+
+// finish tells the lock's successor, once, that the lock has ended.
+func (l *Lock) finish() {
+	l.mu.Lock()
+	next := l.next
+	l.next = nil
+	l.mu.Unlock()
+	if next != nil {
+		next.ended(l)
+	}
+}
+
+// Extend makes the lock valid for ttl from the start of this call: every
+// node that still holds its token, asked all at once, keeps the key for at
+// least ttl. It succeeds when a quorum did so within the new validity;
+// Until is then the start of the call plus ttl less the drift allowance,
+// earlier than before when ttl is shorter than what was left.
+//
+// A node never shortens a key: it keeps the longer of what the key has left
+// and ttl. A call that lands late (one of an Extend that failed, or one that
+// arrives after a later Extend) can then never end a key before the validity
+// that the lock reports, and a failed Extend leaves the lock valid until its
+// old Until. To give a lock up early, Release it.
+//
+// It returns an error matching ErrLockLost, joined with each failed node's
+// *NodeError, when a majority of the nodes answered that they no longer
+// hold the token, or the lock's validity ran out before a quorum confirmed
+// the extend: the lock is then lost (Done is closed). When the extend was
+// not confirmed on a quorum (nodes failed or did not answer in time, or
+// its new validity was spent) but nothing shows the lock lost, it returns
+// an error matching ErrNotConfirmed that says until when the lock is still
+// valid; the lock stays usable, Until is left as it was, and Extend may be
+// tried again. On a Client found to reach one server through two nodes
+// (see ErrMisconfigured), Extend is not confirmed either, and the error
+// also matches ErrMisconfigured. A lock that was released, lost, or whose
+// validity has run out is over: Extend returns ErrLockLost without
+// contacting the nodes. Bad input gives
+// ErrInvalidArgument, and an ended ctx its error, before any node is
+// contacted. On a nil Lock it returns ErrNotAcquired.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return ErrNotAcquired
+	}
+	tm, err := l.client.checkLease(l.key, ttl)
+	if err != nil {
+		return err
+	}
+	// An extend confirmed after Until could not give the lock back: the
+	// nodes are not waited for past it (a majority that hangs would
+	// otherwise cost the whole node timeout, which grows while they do).
+	_, until := l.lease()
+	ctx = l.startOp(ctx, OpExtend)
+	_, lost, err := l.extend(ctx, tm, min(tm.timeout, until.Sub(l.client.cfg.clock.Now())))
+	if lost {
+		l.lose(err)
+	}
+	return err
+}
+
+// extend is Extend on the terms tm with the given per-node timeout, also
+// returning what the nodes answered, and whether they showed the lock lost:
+// the caller then ends it (Lock.lose), once the Extend is over, so that an
+// Observer told of the loss may call Release.
+func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return tally{}, false, fmt.Errorf("redlock: extend %q: %w", l.key, err)
+	}
+	l.op.Lock()
+	t, lost, tell, err := l.extendHeld(ctx, tm, timeout)
+	l.op.Unlock()
+	tell()
+	return t, lost, err
+}
+
+// extendHeld is extend, called with the lock's op held. tell reports the
+// extend to the Observer: call it once op is let go, as an Observer may
+// Release the lock.
+func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, tell func(), err error) {
+	c := l.client
+	if err := l.over(); err != nil {
+		return tally{}, false, func() {}, err
+	}
+	if err := l.refusedExtend(); err != nil {
+		return tally{}, false, func() {}, err
+	}
+
+	start := c.cfg.clock.Now()
+	wall := time.Now()
+	t, settled := c.fanOut(ctx, tm.within(timeout), decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, tm.ttl))
+	l.settled = settled
+	lost, err = l.judgeExtend(ctx, tm, start, c.cfg.clock.Now().Sub(start), t)
+	degraded := func() {}
+	if err == nil {
+		degraded = c.degraded(ctx, l.kind, t, l)
+	}
+	return t, lost, func() {
+		c.observeNodes(ctx, OpExtend, l.kind, wall, t)
+		l.observeOp(ctx, OpExtend, wall, err)
+		degraded()
+	}, err
+}
+
+// judgeExtend is an extend's outcome on the terms tm, begun at start and
+// answered as t after elapsed: whether the nodes showed the lock lost, and
+// the error when it was not extended. It records the new lease.
+func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elapsed time.Duration, t tally) (lost bool, err error) {
+	c := l.client
+	ttl, drift := tm.ttl, tm.drift
+	if err := l.refusedExtend(); err != nil {
+		return false, err
+	}
+	shown := t.no > len(c.nodes)-l.quorum
+	l.mu.Lock()
+	ended := l.released || l.lost
+	if shown {
+		// Shown lost: a Release from now on reports it so, also one that
+		// comes before the caller ends the lock (Lock.lose), once the op
+		// is let go (an Observer told of the loss may Release), and also
+		// when the lock had already ended otherwise (at its renewal
+		// margin) while the extend was out.
+		l.lostShown = true
+	}
+	l.mu.Unlock()
+	if ended {
+		// Declared lost while the extend was out (its deadline passed):
+		// the holder has been told it is over, and an extend does not
+		// bring it back. Its keys expire with the ttl, or go with Release.
+		return false, l.over()
+	}
+	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
+		l.mu.Lock()
+		l.confirmed = t.yes
+		l.mu.Unlock()
+		l.setLease(tm.now(c), start.Add(ttl-drift)) // with the node timeout its replies teach
+		return false, nil
+	}
+	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), t.yes, len(c.nodes), l.quorum)
+	if t.yes >= l.quorum {
+		detail = fmt.Sprintf("%s: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.kind.describe(), elapsed, ttl, drift)
+	}
+	_, until := l.lease()
+	now := c.cfg.clock.Now()
+	switch {
+	case shown:
+		detail += fmt.Sprintf(", and %d nodes no longer hold its token", t.no)
+	case !now.Before(until):
+		detail += ", and its validity ran out"
+	default:
+		detail = fmt.Sprintf("extend of %s; the lock is still valid until %s (%v left)", detail, until.Format("15:04:05.000"), until.Sub(now).Round(time.Millisecond))
+		return false, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	}
+	return true, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+}
+
+// refusedExtend returns the error of an extend on a Client found to reach
+// one server through two nodes: a quorum of its replies may be fewer
+// servers. The lock, granted before that was found, stays valid until its
+// Until.
+func (l *Lock) refusedExtend() error {
+	err := l.client.refused()
+	if err == nil {
+		return nil
+	}
+	_, until := l.lease()
+	return &quorumError{sentinel: ErrNotConfirmed, nodes: []error{err},
+		detail: fmt.Sprintf("extend of %s refused, two nodes reach one server; the lock is still valid until %s", l.kind.describe(), until.Format("15:04:05.000"))}
+}
+
+// over returns why the lock can no longer be extended, or nil.
+func (l *Lock) over() error {
+	l.mu.Lock()
+	released, lost, until := l.released, l.lost, l.until
+	l.mu.Unlock()
+	switch {
+	case released:
+		return &quorumError{sentinel: ErrLockLost, detail: fmt.Sprintf("%s: already released", l.kind.describe())}
+	case lost:
+		return &quorumError{sentinel: ErrLockLost, detail: fmt.Sprintf("%s: already lost", l.kind.describe())}
+	case !l.client.cfg.clock.Now().Before(until):
+		return &quorumError{sentinel: ErrLockLost, detail: fmt.Sprintf("%s: its validity ran out", l.kind.describe())}
+	}
+	return nil
+}
+
+// Release deletes the lock on every node that still holds its token, all at
+// once; a key that holds another token is left alone. It runs even if ctx
+// has ended (it keeps ctx's values, not its cancellation), bounded by the
+// per-node timeout, so `defer lock.Release(ctx)` is always right. It
+// returns once a quorum of nodes is known to be free of the token and the
+// nodes that answer about as fast have answered (as long again as the
+// quorum took, at least 5 ms); a slow or frozen node's delete finishes in
+// the background, and its key expires with the ttl if it cannot. So a
+// program may close its Redis clients and exit right after it, leaving at
+// most a slow node's key to its ttl. While the answers are mixed (some
+// nodes deleted the token, others no longer had it, and neither makes a
+// quorum or a majority), it waits for the other nodes up to the per-node
+// timeout, so that a loss its slower nodes show is reported. After
+// Release, Validity is zero and Extend fails; calling Release again does
+// nothing and returns nil.
+//
+// It returns nil when a quorum of nodes is free of the token afterwards
+// and the lock held until the release: a quorum still had the token, or the
+// validity had not run out and no majority had lost it. A node that fails is
+// taken to still hold the token, as the safety assumptions say a crashed
+// node does; its key expires with the ttl, and the failure is logged.
+//
+// It returns an error matching ErrLockLost when a majority of the nodes no
+// longer had the token, or the validity had run out and fewer than a quorum
+// confirmed it, or an Extend or a renewal had found a majority without the
+// token before (and closed Done): the work done under the lock may not
+// have been protected. The token is deleted all the same wherever it is
+// left.
+// When so many nodes fail that neither can be told, it returns an error
+// matching ErrNotConfirmed that joins their *NodeError values; the keys they
+// may hold expire with the ttl. Nodes known to be failing (their last call
+// went unanswered) are not waited for. ErrNotConfirmed also comes after a
+// hand-off to a goroutine waiting for the lock that did not win, when the
+// nodes it did not hear from have no key and those decide: the hand-off may
+// have run there and its cleanup deleted the swapped key. On a nil Lock it
+// returns ErrNotAcquired.
+func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		return ErrNotAcquired
+	}
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return nil // nothing to do, nor to tell
+	}
+	ctx = l.startOp(context.WithoutCancel(ctx), OpRelease)
+	l.op.Lock()
+	tell, err := l.releaseHeld(ctx)
+	l.op.Unlock()
+	// The Observer is told once the op is let go: it may Extend or Release
+	// the lock (and be answered that it is over).
+	tell(err)
+	return err
+}
+
+// releaseHeld is Release, called with the lock's op held; tell reports it
+// to the Observer.
+func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
+	wall := time.Now()
+	tell = func(err error) { l.observeOp(ctx, OpRelease, wall, err) }
+	l.mu.Lock()
+	tm, until, released, lost := l.terms, l.until, l.released, l.lostShown
+	l.released = true
+	l.mu.Unlock()
+	if released {
+		return tell, nil // released meanwhile by another goroutine
+	}
+	tm = tm.now(l.client)
+	l.client.sched.drop(l)
+	l.end()
+
+	c := l.client
+	expired := !c.cfg.clock.Now().Before(until)
+	l.mu.Lock()
+	next := l.next
+	l.mu.Unlock()
+	if !expired && !lost && next != nil {
+		if done, err := next.release(ctx, l, tm); done {
+			return tell, err
+		}
+	}
+	t, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, 0, 0, 0, lost || expired, l.settled), nil, l.settled, l.kind.release(l.token))
+	l.settled = settled
+	tell = func(err error) {
+		c.observeNodes(ctx, OpRelease, l.kind, wall, t)
+		l.observeOp(ctx, OpRelease, wall, err)
+	}
+	l.finish()
+	if lost {
+		// A majority was found without the token before (Done is
+		// closed): what the nodes answer now does not make it held until
+		// the release.
+		return tell, &quorumError{sentinel: ErrLockLost, nodes: t.errs,
+			detail: fmt.Sprintf("%s: a majority of the nodes had lost it before its release; deleted on %d of %d nodes", l.kind.describe(), t.yes, len(c.nodes))}
+	}
+	return tell, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, tm.ttl, t.errs)
+}
+
+// releaseResult is Release's result, given what the nodes answered: yes nodes
+// held the token until the release, no nodes did not, errs are the nodes
+// that failed.
+func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, no int, ttl time.Duration, errs []error) error {
+	c := l.client
+	n := len(c.nodes)
+	switch outcome {
+	case lostBefore:
+		detail := fmt.Sprintf("%s: held by %d of %d nodes at release, quorum %d", l.kind.describe(), yes, n, l.quorum)
+		if no <= n-l.quorum {
+			detail += ", after its validity had run out"
+		}
+		return &quorumError{sentinel: ErrLockLost, detail: detail, nodes: errs}
+	case incomplete:
+		return &quorumError{
+			sentinel: ErrNotConfirmed,
+			detail: fmt.Sprintf("release of %s: deleted on %d and absent from %d of %d nodes, quorum %d; the rest expire with the ttl %v",
+				l.kind.describe(), yes, no, n, l.quorum, ttl),
+			nodes: errs,
+		}
+	}
+	if news := c.news(errs); len(news) > 0 {
+		c.cfg.logger.WarnContext(ctx, "redlock: released, but some nodes failed; their keys expire with the ttl",
+			"key", l.key, "kind", l.kind.name(), "ttl", ttl, "err", errors.Join(news...))
+	}
+	return nil
+}
