@@ -4,7 +4,7 @@
 //     (newAcquisition);
 //  2. it runs the kind's acquire script on every node at once, each call
 //     under the node timeout (acquisition.fanOut, Client.fanOut in
-//     quorum.go), and counts the answers;
+//     fanout.go), and counts the answers;
 //  3. conclude computes the validity, ttl − elapsed − drift, and grants the
 //     lock when a quorum took it and validity is left (for a fenced lock,
 //     once its token is stored on a quorum: settleFence);

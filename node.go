@@ -1,6 +1,10 @@
 package redlock
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"reflect"
 	"slices"
 	"strings"
@@ -167,4 +171,112 @@ func (n node) describe() string {
 		return "same client"
 	}
 	return n.addr
+}
+
+// What a node's replies tell of it.
+
+// Why a call ended, when not for anything its node did.
+var (
+	// errNodeTimeout is the cause of an operation's context that its node
+	// timeout ended (rather than the caller's context).
+	errNodeTimeout = errors.New("node timeout")
+	// errNotSent: the call was never sent, its operation having ended
+	// first (the caller gave up, or its deadline passed while the call
+	// waited behind the node's previous one).
+	errNotSent = errors.New("not sent")
+	// errCutByCaller: the call was cut when its caller's context ended,
+	// before the node timeout.
+	errCutByCaller = errors.New("cut by the caller's context")
+)
+
+func notSent(cause error) error { return fmt.Errorf("%w: %w", errNotSent, cause) }
+
+// noteReply records what node i's call, which ended with err after took,
+// tells of the node: a reply within the node timeout is a sample of its
+// round trip (see nodeTimeout), a reply after it lengthens its next
+// timeout, and either clears its failing mark; no reply within the node
+// timeout marks it failing (Client.failing) and lengthens its next
+// timeout. Only a node that does not answer is worth not waiting for; one
+// that fails at once (refused, reset) costs nothing, and is soon back after
+// a restart. A call that the caller's context ended (not sent, cut or
+// cancelled) tells nothing of the node, and changes nothing: another
+// goroutine's tiny deadline must not make a healthy node look failing.
+func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
+	h := &c.failing[i]
+	switch {
+	case errors.Is(err, errNotSent) || errors.Is(err, errCutByCaller) || errors.Is(err, context.Canceled):
+		return
+	case err == nil || isReply(err):
+		if err == nil && c.told[i].Load() {
+			c.told[i].Store(false) // it answers again: its next failure is news
+		}
+		if took > timeout {
+			// An answer after the node timeout: the node is slower than
+			// it was given, and the next wait is longer (not this long:
+			// a node that was frozen for a while answers late once, and
+			// is not that far away).
+			c.rtts[i].TimedOut(timeout)
+		} else {
+			c.rtts[i].Sample(took)
+		}
+	case timedOut(err):
+		c.rtts[i].TimedOut(timeout)
+		last := err // allocated only here, not for every reply
+		h.Store(&last)
+		return
+	}
+	if h.Load() != nil {
+		h.Store(nil)
+	}
+}
+
+// isReply reports whether err is the node's own answer (an error reply),
+// as opposed to no answer.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// noteMisconfigured warns, through the logger and the Observer, when node
+// i's call failed with an error that retrying cannot cure: once, until the
+// node answers properly again. It sees every reply, also those that come
+// after the operation's outcome was known, so that a misconfigured minority
+// is reported at the first operation.
+func (c *Client) noteMisconfigured(ctx context.Context, i int, value int64, err error) {
+	if err == nil {
+		// Only a reply that holds the lock proves the node takes writes: a
+		// replica answers a release or an extend that finds nothing without
+		// an error.
+		if value > 0 && c.misconfigured[i].Load() {
+			c.misconfigured[i].Store(false)
+		}
+		return
+	}
+	if err = misconfigured(err); !errors.Is(err, ErrMisconfigured) || c.misconfigured[i].Swap(true) {
+		return
+	}
+	c.cfg.logger.WarnContext(ctx, "redlock: a node is misconfigured; locks need a quorum of the other nodes until it is fixed",
+		"node", i, "addr", c.nodes[i].addr, "err", err)
+	c.observe(ctx, Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: c.nodes[i].addr})
+}
+
+// timedOut reports whether err is a call that got no reply in time: a
+// context deadline, or a socket timeout in a client with its own
+// ReadTimeout.
+func timedOut(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func noReply(timeout time.Duration, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no reply within %v: %w", timeout, err)
+	}
+	return fmt.Errorf("no reply: %w", err)
 }

@@ -1,0 +1,617 @@
+// The fan-out: an operation's calls to every node at once, each under the
+// node timeout, and the tally of their answers until the outcome is known
+// (or a stop condition says enough). The arithmetic that judges a tally is
+// in quorum.go.
+
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// answer is one node's part in an operation.
+type answer uint8
+
+const (
+	unanswered answer = iota // not waited for: the outcome was known before
+	holds                    // the node holds our token after the operation
+	holdsNot                 // the node certainly does not hold our token
+	failed                   // an error or no reply in time: it may hold our token
+)
+
+// tally is what one fan-out learned from the nodes.
+type tally struct {
+	answers []answer        // by node index
+	values  []int64         // by node index: what a node that holds answered
+	yes     int             // nodes that answered holds
+	no      int             // nodes that answered holdsNot
+	notYes  int             // nodes that answered holdsNot, failed or did not answer
+	errs    []error         // a *NodeError for every failed or unanswered node
+	broken  int             // nodes that failed with an error retrying cannot cure (ErrMisconfigured)
+	took    []time.Duration // by node: from the fan-out's start to its reply; nil without an Observer
+	begun   time.Time       // when the fan-out began waiting for replies
+	lastAt  time.Duration   // from begun to the last reply without an error
+	many    [][]int64       // by node, for an op that is many: what it answered for each lock
+	unsent  []bool          // by node, when a call was never sent (see notSent); nil when none was
+	// graceEnd, once set by a stop condition (see withGrace), is when
+	// fanOut returns, decided, without waiting for the nodes yet to answer
+	graceEnd time.Time
+}
+
+type nodeReply struct {
+	node    int
+	value   int64
+	values  []int64 // for an op that is many: one per lock
+	err     error
+	skipped bool          // not contacted: tells nothing about the node
+	took    time.Duration // from the call's sending to its end
+}
+
+// settlement tells when each node's call of one operation has returned, or
+// its deadline has passed. The zero value is settled.
+type settlement struct {
+	done      []chan struct{} // by node, closed when its call returns
+	deadlines []time.Time     // by node: a call that first waited for the call before it has its own timeout after that one's deadline
+}
+
+// out reports whether node i's call has not returned yet.
+func (s settlement) out(i int) bool {
+	if s.done == nil {
+		return false
+	}
+	select {
+	case <-s.done[i]:
+		return false
+	default:
+		return true
+	}
+}
+
+// pending reports whether node i's call has neither returned nor passed
+// its deadline.
+func (s settlement) pending(i int) bool {
+	return s.out(i) && time.Now().Before(s.deadlines[i])
+}
+
+// overdue reports whether node i's call is still out after its deadline:
+// the node is frozen, cut off or down.
+func (s settlement) overdue(i int) bool {
+	return s.out(i) && time.Now().After(s.deadlines[i])
+}
+
+// waitNode blocks until node i's call has returned or its deadline passed.
+func (s settlement) waitNode(i int) {
+	if !s.out(i) {
+		return
+	}
+	t := time.NewTimer(time.Until(s.deadlines[i]))
+	defer t.Stop()
+	select {
+	case <-s.done[i]:
+	case <-t.C:
+	}
+}
+
+// wait blocks until every node's call has returned or passed its
+// deadline, or ctx ends; it reports whether ctx is still going.
+func (s settlement) wait(ctx context.Context) bool {
+	for i := range s.done {
+		if !s.out(i) {
+			continue
+		}
+		t := time.NewTimer(time.Until(s.deadlines[i]))
+		select {
+		case <-s.done[i]:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+		t.Stop()
+	}
+	return ctx.Err() == nil
+}
+
+// Stop conditions for fanOut: when it may return before every node replied.
+
+// decidedAt stops once q of n nodes hold, or so many do not that q can no
+// longer be reached.
+func decidedAt(n, q int) func(*tally) bool {
+	return func(t *tally) bool {
+		won, lost := decide(n, q, t.yes, t.notYes)
+		return won || lost
+	}
+}
+
+// graceFloor is the least withGrace waits for the nodes yet to answer
+// once the outcome is known: on loopback a round trip is well under a
+// millisecond, and a node that answers within a few is not worth leaving.
+const graceFloor = 5 * time.Millisecond
+
+// withGrace stops when stop does, or once decided says the outcome is
+// known and as long again has passed (at least graceFloor): the nodes that
+// answer about as fast as the deciding ones are still waited for, so that
+// their keys are known (and a release confirmed there), but a frozen or
+// slow node is not; its call finishes in the background, in order with
+// the node's next ones (see fanOut).
+func withGrace(stop, decided func(*tally) bool) func(*tally) bool {
+	return func(t *tally) bool {
+		if stop(t) {
+			return true
+		}
+		if t.graceEnd.IsZero() && decided(t) {
+			d := time.Since(t.begun)
+			t.graceEnd = t.begun.Add(d + max(d, graceFloor))
+		}
+		return !t.graceEnd.IsZero() && !time.Now().Before(t.graceEnd)
+	}
+}
+
+// wonAt stops once q nodes hold.
+func wonAt(q int) func(*tally) bool {
+	return func(t *tally) bool { return t.yes >= q }
+}
+
+// fanOut runs op on every node at once, each under the same per-node
+// timeout, and tallies the replies. Nodes marked in skip (which may be nil)
+// are not contacted and count as holdsNot. It returns when every node has
+// replied, when the timeout or ctx ends, or as soon as stop (which may be
+// nil) says the outcome is known.
+//
+// Calls still running when it returns are left to finish; the settlement it
+// returns tells when they have. With batching (the default), each node's
+// pipe sends its calls in order (see pipe.go). Without it, the next
+// operation with the same token is given the settlement as after, and each
+// of its calls waits for the same node's call of the previous operation, so
+// that a late write cannot land after a later one (a late SET after the
+// release's DEL would leave a key behind until its TTL) while a slow or dead
+// node delays only its own calls. A call that outlives its deadline in a
+// client that ignores context deadlines can still land late; its key
+// expires with the TTL.
+//
+// It does not use errgroup: Group.Wait waits for every goroutine, and a
+// go-redis client without ContextTimeoutEnabled ignores context deadlines on
+// the socket, so one hung node would hold the operation for the client's
+// ReadTimeout (3 s by default). Here a late reply is left in a buffered
+// channel and its goroutine ends on its own. Nor does it cancel the calls
+// still running once the outcome is known: cancelling a go-redis command
+// closes its connection, which costs a new dial on the next operation.
+func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, skip []bool, after settlement, op nodeOp) (tally, settlement) {
+	timeout := tm.timeout
+	deadline := time.Now().Add(timeout)
+	if !c.idents.all.Load() {
+		// First contact: the nodes' servers are identified alongside the
+		// calls (see identity.go), and, for a call that grants or keeps a
+		// lock, every node not known to be failing is waited for, so that
+		// two nodes on one server are found before a lock is granted. (A
+		// failed attempt's cleanup waited so for hung nodes, up to two
+		// thirds of the ttl's validity, after its caller's deadline.)
+		c.startIdentifying(skip, deadline)
+		if inner := stop; inner != nil && op.holds {
+			stop = func(t *tally) bool { return inner(t) && !c.awaits(t, settlement{}) }
+		}
+	}
+	// A node of which nothing is known yet is given the longest timeout
+	// (see nodeTimeout), for a first contact over a slow network; but only
+	// while no node has answered: once one has, such a node is waited for
+	// the base timeout, as any node was before the round trips counted, so
+	// that one that hangs from the start costs no more than that.
+	var unknownCut time.Time
+	if c.anyUnknown() {
+		unknownCut = time.Now().Add(min(tm.base, timeout))
+	}
+	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errNodeTimeout)
+	io, cancelIO := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	replies := make(chan nodeReply, len(c.nodes))
+	settled := c.send(ctx, io, func() { cancel(); cancelIO() }, timeout, deadline, skip, after, op, replies)
+	return c.collect(ctx, timeout, stop, replies, unknownCut, tm.base), settled
+}
+
+// anyUnknown reports whether some node has neither answered nor timed out
+// yet. A node once known stays known.
+func (c *Client) anyUnknown() bool {
+	if c.allKnown.Load() {
+		return false
+	}
+	for i := range c.rtts {
+		if _, known := c.rtts[i].Wait(); !known {
+			return true
+		}
+	}
+	c.allKnown.Store(true)
+	return false
+}
+
+// send runs op on every node not skipped, each after after's call there,
+// and delivers the replies (a skipped node's at once) to replies. It notes
+// which nodes time out (Client.failing), and calls cancel once every call
+// has returned.
+//
+// ctx is the operation's: a call not yet sent when it ends is not sent if
+// it writes a hold, and is sent with a timeout of its own if it only takes
+// away what was ours (see lateIO).
+// io is what a call that was sent runs under: the node timeout alone. A
+// call cut when the caller's context ends could still land on the node
+// after the operation's next call there (the delete of a failed attempt,
+// on another connection), and leave a key behind until its ttl; it runs
+// on to its answer instead, in the background, and the next call follows
+// it in order. (The lone node of a Client whose client cuts calls at their
+// deadline is the exception: its call runs under ctx, so that the caller
+// is not held past it.)
+func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeout time.Duration, deadline time.Time, skip []bool, after settlement, op nodeOp, replies chan<- nodeReply) settlement {
+	n := len(c.nodes)
+	settled := settlement{done: make([]chan struct{}, n), deadlines: make([]time.Time, n)}
+	var running atomic.Int32
+	running.Store(int32(n))
+	deliver := func(r nodeReply) {
+		replies <- r
+		if running.Add(-1) == 0 {
+			cancel() // every call has returned: free the timers
+		}
+	}
+	begun := deadline.Add(-timeout)
+	reply := func(r nodeReply) {
+		close(settled.done[r.node])
+		c.calls.done()
+		c.noteReply(r.node, r.err, r.took, timeout)
+		if r.err == nil && !c.idents.all.Load() {
+			// A reply counts once its node's server is identified; the
+			// wait is not the pipe's (it runs the node's next calls).
+			go func() {
+				if r.err = c.awaitIdentity(r.node, deadline); r.err == nil {
+					r.err = c.refusedNode(r.node)
+				}
+				c.noteMisconfigured(ctx, r.node, r.value, r.err)
+				deliver(r)
+			}()
+			return
+		}
+		if r.err == nil {
+			r.err = c.refusedNode(r.node) // a replica's answer does not count
+		}
+		c.noteMisconfigured(ctx, r.node, r.value, r.err)
+		deliver(r)
+	}
+	for i, nd := range c.nodes {
+		settled.done[i] = make(chan struct{})
+		settled.deadlines[i] = deadline
+		if nd.pipe == nil && after.pending(i) {
+			// This call waits for the one before; the next operation's
+			// must not give up on it before it had its own timeout.
+			settled.deadlines[i] = after.deadlines[i].Add(time.Until(deadline))
+		}
+		if skip == nil || !skip[i] {
+			c.calls.add()
+		}
+		switch {
+		case skip != nil && skip[i]:
+			// Not contacted: the node's last call is still the one
+			// before, which the next operation's call there must follow.
+			if after.done != nil {
+				settled.done[i], settled.deadlines[i] = after.done[i], after.deadlines[i]
+			} else {
+				close(settled.done[i])
+			}
+			deliver(nodeReply{node: i, skipped: true})
+		case nd.inline && n == 1:
+			// One node whose client cuts the call at ctx's deadline: there
+			// is no quorum to return early with, so the call runs here.
+			v, vs, err := op.run(ctx, nd.rdb, nd.scripts, c.cfg.replicaAck, timeout)
+			if err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
+				err = fmt.Errorf("%w: %w", errCutByCaller, err)
+			}
+			reply(nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
+		case nd.pipe != nil:
+			nd.pipe.submit(call{ctx: ctx, io: io, timeout: timeout, op: op, reply: func(v int64, vs []int64, err error) {
+				reply(nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
+			}})
+		default:
+			go func() {
+				callIO := io
+				if dl := settled.deadlines[i]; !dl.Equal(deadline) {
+					// Its own timeout after the call before: the node's
+					// calls finish in order in the background.
+					var cancelCall context.CancelFunc
+					callIO, cancelCall = context.WithDeadline(context.WithoutCancel(ctx), dl)
+					defer cancelCall()
+				}
+				after.waitNode(i)
+				if err := ctx.Err(); err != nil && time.Now().Before(deadline) {
+					// The caller gave up while this call waited: a write of
+					// a hold is not sent, a delete is (see lateIO). (Past
+					// the node timeout, the call before took all of it, and
+					// this one has its own.)
+					late, cancelLate, send := lateIO(op, callIO, timeout)
+					if !send {
+						reply(nodeReply{node: i, err: notSent(err)})
+						return
+					}
+					defer cancelLate()
+					callIO = late
+				}
+				sent := time.Now()
+				v, vs, err := op.run(callIO, nd.rdb, nd.scripts, c.cfg.replicaAck, timeout)
+				reply(nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(sent)})
+			}()
+		}
+	}
+	return settled
+}
+
+// collect counts the replies until stop says enough, every node has
+// answered, or ctx ends (the operation's deadline, after timeout).
+//
+// At unknownCut, when it is not zero and another node has answered by
+// then, the nodes of which nothing is known yet that have not answered are
+// counted as failed, as if their timeout were base (see fanOut).
+func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*tally) bool, replies <-chan nodeReply, unknownCut time.Time, base time.Duration) tally {
+	n := len(c.nodes)
+	t := newTally(n, c.cfg.observer != nil)
+	var grace <-chan time.Time // set once the outcome is known
+	var cut <-chan time.Time
+	if !unknownCut.IsZero() {
+		timer := time.NewTimer(time.Until(unknownCut))
+		defer timer.Stop()
+		cut = timer.C
+	}
+	for received := 0; received < n; {
+		if stop != nil && stop(&t) {
+			t.failFailing(c)
+			return t
+		}
+		if grace == nil && !t.graceEnd.IsZero() {
+			timer := time.NewTimer(time.Until(t.graceEnd))
+			defer timer.Stop()
+			grace = timer.C
+		}
+		select {
+		case r := <-replies:
+			t.record(c, r)
+			received++
+		case <-grace:
+			t.failFailing(c)
+			return t
+		case <-cut:
+			cut = nil
+			if t.yes+t.no > 0 {
+				t.failUnknown(c, base)
+			}
+		case <-ctx.Done():
+			// Replies that came in together with the deadline still count.
+			for ; received < n; received++ {
+				select {
+				case r := <-replies:
+					t.record(c, r)
+					continue
+				default:
+				}
+				break
+			}
+			t.failUnanswered(c, timeout, ctx)
+			return t
+		}
+	}
+	return t
+}
+
+func newTally(n int, timed bool) tally {
+	t := tally{answers: make([]answer, n), values: make([]int64, n), begun: time.Now()}
+	if timed {
+		t.took = make([]time.Duration, n)
+	}
+	return t
+}
+
+// record counts one node's reply, unless the node was already counted as
+// failed without it (failUnknown).
+func (t *tally) record(c *Client, r nodeReply) {
+	if t.answers[r.node] != unanswered {
+		return
+	}
+	if t.took != nil {
+		t.took[r.node] = time.Since(t.begun)
+	}
+	if r.err == nil && !r.skipped {
+		t.lastAt = time.Since(t.begun)
+	}
+	switch {
+	case r.err != nil:
+		t.fail(c, r.node, r.err)
+		// The script's answer, when it ran and its replicas did not
+		// confirm it (WithReplicaAck); 0 otherwise.
+		t.values[r.node] = r.value
+	case r.values != nil:
+		// An op that is many: the node answered, and what it holds is in
+		// many, lock by lock (see renewal.go).
+		if t.many == nil {
+			t.many = make([][]int64, len(t.answers))
+		}
+		t.many[r.node] = r.values
+		fallthrough
+	case r.value > 0:
+		t.answers[r.node] = holds
+		t.values[r.node] = r.value
+		t.yes++
+	default:
+		t.answers[r.node] = holdsNot
+		t.values[r.node] = r.value // negative: names another holder (acquire.lua)
+		t.no++
+		t.notYes++
+	}
+}
+
+// fail counts node i as failed with err. A node that fails for a reason
+// retrying cannot cure is counted as broken.
+func (t *tally) fail(c *Client, i int, err error) {
+	t.answers[i] = failed
+	t.notYes++
+	if errors.Is(err, errNotSent) {
+		if t.unsent == nil {
+			t.unsent = make([]bool, len(t.answers))
+		}
+		t.unsent[i] = true
+	}
+	err = misconfigured(err)
+	if errors.Is(err, ErrMisconfigured) {
+		t.broken++
+	}
+	t.errs = append(t.errs, c.nodeError(i, err))
+}
+
+// outOfReach reports whether so many nodes are broken (see fail) that no
+// quorum of q can form.
+func (t *tally) outOfReach(q int) bool {
+	return len(t.answers)-t.broken < q
+}
+
+// failFailing counts the nodes not waited for that are failing as failed,
+// with the error of their last call.
+func (t *tally) failFailing(c *Client) {
+	for i, a := range t.answers {
+		if a != unanswered {
+			continue
+		}
+		if last := c.failing[i].Load(); last != nil {
+			if t.took != nil {
+				t.took[i] = time.Since(t.begun)
+			}
+			t.fail(c, i, fmt.Errorf("not waited for, failing since its last call: %w", *last))
+		}
+	}
+}
+
+// failUnknown counts the nodes yet to answer of which nothing is known as
+// failed, having had base to answer, and notes them as failing.
+func (t *tally) failUnknown(c *Client, base time.Duration) {
+	for i, a := range t.answers {
+		if _, known := c.rtts[i].Wait(); a != unanswered || known {
+			continue
+		}
+		err := noReply(base, context.DeadlineExceeded)
+		c.failing[i].Store(&err)
+		c.rtts[i].TimedOut(base)
+		if t.took != nil {
+			t.took[i] = base
+		}
+		t.fail(c, i, err)
+	}
+}
+
+// failUnanswered counts the nodes that did not answer before ctx, the
+// operation's, ended as failed, and notes them as failing when the node
+// timeout ended it: a node the caller did not wait for tells nothing.
+func (t *tally) failUnanswered(c *Client, timeout time.Duration, ctx context.Context) {
+	own := context.Cause(ctx) == errNodeTimeout
+	for i, a := range t.answers {
+		if a != unanswered {
+			continue
+		}
+		err := noReply(timeout, ctx.Err())
+		if own {
+			c.failing[i].Store(&err)
+		} else {
+			err = fmt.Errorf("not waited for, the caller's context ended: %w", ctx.Err())
+		}
+		if t.took != nil {
+			t.took[i] = timeout
+		}
+		t.fail(c, i, err)
+	}
+}
+
+// onlyFailingLeft says when every node yet to answer is failing (frozen or
+// cut off), or still out past the deadline of the operation's previous
+// call there (before), or there is none. As a withGrace decision: such
+// nodes are not waited out, but a node still marked failing that answers
+// again about as fast as the others (it recovered; its mark goes with its
+// first answer) still counts.
+func (c *Client) onlyFailingLeft(before settlement) func(*tally) bool {
+	return func(t *tally) bool { return !c.awaits(t, before) }
+}
+
+// attemptDone is an attempt's stop condition: q nodes hold, or only nodes
+// that are failing (frozen or cut off) have yet to answer; or, after a
+// grace (withGrace), the attempt has failed (so many nodes did not take the
+// key that q can not be reached). A failed attempt does not wait out the
+// failing nodes' timeout: its cleanup's delete follows each one's SET there
+// (see fanOut). An eager attempt returns at once when q is won or out of
+// reach, and waits only the grace for failing nodes.
+//
+// Unlike a Release, an attempt does not give failing nodes a grace once the
+// others have answered: on a machine so loaded that nodes time out, every
+// failed attempt then lasted twice as long, and the calls of the attempts
+// waiting behind them piled up on the nodes (a chaos run made no progress).
+func (c *Client) attemptDone(q int, eager bool) func(*tally) bool {
+	decided, failing := decidedAt(len(c.nodes), q), c.onlyFailingLeft(settlement{})
+	if eager {
+		return withGrace(decided, failing)
+	}
+	return withGrace(func(t *tally) bool {
+		return t.yes >= q || t.yes+t.notYes > 0 && failing(t)
+	}, decided)
+}
+
+// releasedAt is Release's stop condition: every node has answered, or q
+// nodes (counting base confirmed before) deleted the token and the nodes
+// yet to answer are failing, or still out past the deadline of the lock's
+// previous operation there (before); or, once q nodes (with base) are known
+// to be free of the token, the grace of withGrace has passed. Release
+// waits for the nodes that answer about as fast as the quorum, so that a
+// program that closes its clients or exits right after Release leaves no
+// key behind on them; it does not wait for a node that is frozen, cut off
+// or much slower, whose delete finishes in the background (and whose key
+// expires with the ttl anyway). Waiters are woken by each node's delete,
+// so the wait costs the next holder nothing. skipped is how many nodes the
+// fan-out skips (they count as holdsNot in its tally); baseNo of them were
+// found without the token before.
+//
+// Unless known (the outcome is settled already: the lock was found lost,
+// or its validity ran out), the grace starts only once the answers also
+// tell whether the lock held to the end: a quorum deleted the token, or a
+// majority did not have it. Answers that are mixed so far (the key expired
+// on some nodes) are waited for up to the node timeout, so that a loss the
+// slower nodes show is reported. Nodes known to be failing are not waited
+// out, even when the others are too few to tell: once only they are left,
+// the grace starts (onlyFailingLeft).
+func (c *Client) releasedAt(q, base, baseNo, skipped int, known bool, before settlement) func(*tally) bool {
+	n := len(c.nodes)
+	failing := c.onlyFailingLeft(before)
+	return withGrace(func(t *tally) bool {
+		return base+t.yes >= q && !c.awaits(t, before)
+	}, func(t *tally) bool {
+		free := base+baseNo+t.yes+t.no-skipped >= q
+		return free && (known || base+t.yes >= q || baseNo+t.no-skipped > n-q) || failing(t)
+	})
+}
+
+// awaits reports whether a node yet to answer in t is worth waiting for:
+// it is not failing, and its call of the operation before (if any) is not
+// still out past its deadline.
+func (c *Client) awaits(t *tally, before settlement) bool {
+	for i, a := range t.answers {
+		if a == unanswered && c.failing[i].Load() == nil && !before.overdue(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// takenByOne returns the holder that the nodes that refused name on at
+// least q of them (the acquire scripts return a negative number naming it),
+// and whether there is one.
+func takenByOne(t tally, q int) (holder int64, taken bool) {
+	count := map[int64]int{}
+	for i, a := range t.answers {
+		if a == holdsNot && t.values[i] < 0 {
+			count[t.values[i]]++
+			if count[t.values[i]] >= q {
+				return t.values[i], true
+			}
+		}
+	}
+	return 0, false
+}
