@@ -33,7 +33,7 @@ import (
 type releaseWatch struct {
 	node     int
 	channels []string
-	own      string // the waiter's own channel, where a release names it first in line; "" when none
+	own      string // the waiter's own channel, where a release names it among the first two in line; "" when none
 	sub      *subscriber
 	ch       chan *redis.Message // announcements, once subscribed
 	ready    chan struct{}       // closed once every channel is subscribed
@@ -104,8 +104,9 @@ func (w *releaseWatch) deaf() bool {
 }
 
 // waitLine is a plain lock's waiter's place in the key's line on the node it
-// listens on (line.lua): a release there wakes the first in line that
-// still listens, on its own channel, rather than every waiter. The line
+// listens on (line.lua): a release there wakes the first two in line that
+// still listen, each on its own channel, rather than every waiter (two:
+// should the first have just given up or hung, the second goes on). The line
 // is only a hint about whom to wake: every attempt is an acquire like any
 // other, and a waiter missing from the line (it expired, the node
 // restarted) is woken by its retry timer, or by a release that finds the
@@ -511,8 +512,8 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 			return true, false, false
 		case m := <-watch.released():
 			if watch.own != "" && m.Channel == watch.own {
-				// First in line: this waiter alone was woken, and tries at
-				// once.
+				// Among the first two in line: only they were woken, and
+				// this one tries at once.
 				return true, false, true
 			}
 			if inLine {

@@ -818,3 +818,42 @@ func TestWaiters_readersFailedAttemptThatFreesTheKeyWakesTheWriter(t *testing.T)
 	waitFor(t, "the reader's failed attempt to be undone", func() bool { return !c.servers[h].Exists("k") })
 	waitFor(t, "the writer to try again", func() bool { return calls[h].n.Load() > before })
 }
+
+// TestWaiters_releaseWakesTwo pins how many waiters in line a release
+// wakes: the first two that listen, each on its own channel; the third
+// hears nothing, and nobody hears the key's common channel.
+func TestWaiters_releaseWakesTwo(t *testing.T) {
+	c := newCluster(t, 1)
+	ctx := context.Background()
+	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	redlock.WaitSettled(holder)
+	names := []string{"a", "b", "c"}
+	for i, name := range names {
+		if _, err := c.servers[0].ZAdd("{k}:line", float64(i), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb := c.connect(t)[0]
+	ps := rdb.Subscribe(ctx, "{k}:released", "{k}:released:a", "{k}:released:b", "{k}:released:c")
+	defer ps.Close()
+	for range 4 {
+		if _, err := ps.Receive(ctx); err != nil { // the confirmations
+			t.Fatal(err)
+		}
+	}
+	mustRelease(t, holder)
+	var heard []string
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		m, err := ps.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		heard = append(heard, m.Channel)
+	}
+	slices.Sort(heard)
+	if want := []string{"{k}:released:a", "{k}:released:b"}; !slices.Equal(heard, want) {
+		t.Fatalf("a release was heard on %v, want %v: the first two in line", heard, want)
+	}
+}

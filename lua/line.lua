@@ -1,5 +1,5 @@
--- A waiter's place in a plain lock's line on this node: releases wake the
--- first in line that still listens (see release.lua), not every waiter.
+-- A waiter's place in a plain lock's line on this node: a release wakes the
+-- first two in line that still listen (see release.lua), not every waiter.
 -- The line is a sorted set of waiter names by arrival (the node's time);
 -- it expires when no waiter has joined it for ARGV[3] milliseconds. A join
 -- or a leave also takes the waiter off the line's woken waiters: it tried
