@@ -257,7 +257,9 @@ func (c *Client) noteMisconfigured(ctx context.Context, i int, value int64, err 
 	}
 	c.cfg.logger.WarnContext(ctx, "redlock: a node is misconfigured; locks need a quorum of the other nodes until it is fixed",
 		"node", i, "addr", c.nodes[i].addr, "err", err)
-	c.observe(ctx, Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: c.nodes[i].addr})
+	// On a goroutine of its own: this runs on the goroutine that sends the
+	// node's calls, which a slow Observer must not hold up.
+	go c.observe(ctx, Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: c.nodes[i].addr})
 }
 
 // timedOut reports whether err is a call that got no reply in time: a

@@ -7,9 +7,16 @@ import (
 )
 
 // Observer receives what a Client does, for metrics and tracing (the
-// otelredlock module adapts it to OpenTelemetry). Observe is called
-// synchronously on the operation's goroutine, after the operation: it must
-// be quick and safe for concurrent use.
+// otelredlock module adapts it to OpenTelemetry). Observe is called after
+// the operation, on the goroutine that ran it: the caller's for Acquire,
+// TryAcquire, Extend, Release and Do (and their OpNode and OpDegraded
+// events), the renewal scheduler's for renewals (the OpExtend and
+// OpDegraded of a renewal; OpRenew, when renewal ends, on a goroutine of
+// its own), and a goroutine of its own for
+// OpMisconfigured, which a node's reply reveals on the goroutine that sends
+// that node's calls. It must be safe for concurrent use, and quick: a slow
+// Observer holds up its caller's operation, or the renewals of every lock
+// of the Client.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }

@@ -318,3 +318,40 @@ func TestLock_degradedWhenANodeLosesTheKey(t *testing.T) {
 	}
 	mustRelease(t, lock)
 }
+
+// TestObserver_slowOnAMisconfiguredNodeHoldsUpNoCall: OpMisconfigured is
+// found by a node's reply, on the goroutine that sends that node's calls:
+// an Observer that takes its time there held up every later call to the
+// node, which stayed out of every lock once fixed. It is now told on a
+// goroutine of its own.
+func TestObserver_slowOnAMisconfiguredNodeHoldsUpNoCall(t *testing.T) {
+	c := newCluster(t, 3)
+	c.servers[1].SetError("NOAUTH Authentication required.")
+	entered, leave := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	defer close(leave)
+	rc := c.client(t, redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+		if e.Op == redlock.OpMisconfigured {
+			once.Do(func() { close(entered) })
+			<-leave
+		}
+	})))
+	ctx := context.Background()
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "a", time.Minute))
+	<-entered
+	c.servers[1].SetError("") // fixed
+	start := time.Now()
+	lock := mustTryAcquire(t, rc, ctx, "b", time.Minute)
+	defer mustRelease(t, lock)
+	waitFor(t, "node 1 to hold the lock again", func() bool {
+		if err := lock.Extend(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return lock.Confirmed() == 3
+	})
+	// About 2 s; 40 s when the Observer held up the node's calls (until
+	// go-redis gave up on their connection).
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("node 1 held the lock again %v after it was fixed", took)
+	}
+}
