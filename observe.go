@@ -10,9 +10,8 @@ import (
 // otelredlock module adapts it to OpenTelemetry). Observe is called after
 // the operation, on the goroutine that ran it: the caller's for Acquire,
 // TryAcquire, Extend, Release and Do (and their OpNode and OpDegraded
-// events), the renewal scheduler's for renewals (the OpExtend and
-// OpDegraded of a renewal; OpRenew, when renewal ends, on a goroutine of
-// its own), and a goroutine of its own for
+// events), the renewal's (the scheduler's, or one of its own) for OpRenew
+// and a renewal's OpExtend and OpDegraded, and a goroutine of its own for
 // OpMisconfigured, which a node's reply reveals on the goroutine that sends
 // that node's calls. It must be safe for concurrent use, and quick: a slow
 // Observer holds up its caller's operation, or the renewals of every lock
