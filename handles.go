@@ -92,8 +92,11 @@ const (
 // Inspection is what the nodes hold for a lock key, as Client.Inspect found
 // it.
 type Inspection struct {
-	Key    string
-	Quorum int        // how many nodes make a quorum
+	Key string
+	// Quorum is how many nodes must hold a holder for it to count: a
+	// majority, or for a semaphore of K permits (as most nodes keep it)
+	// the semaphore's larger quorum (see WithPermits).
+	Quorum int
 	Nodes  []NodeHold // by node index
 	// Holders are the holders that a quorum of the nodes agree on, the
 	// longest-lived first: one for an exclusive lock; none when the key is
@@ -118,6 +121,7 @@ type NodeHold struct {
 	Token    string        // the first holder's token ("" for a reentrant lock's owner without holds)
 	Metadata string        // the first holder's metadata
 	Owner    string        // a reentrant lock's owner
+	Permits  int           // a semaphore's K; 0 for another kind
 	TTL      time.Duration // the key's remaining time to live on this node (the first holder's, for a semaphore or readers)
 	Holders  []Holder      // every holder on this node: several for readers and a semaphore
 	Err      error         // a *NodeError when the node did not answer; the other fields are then zero
@@ -164,7 +168,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	// Buffered: a client that ignores context deadlines may reply after
 	// Inspect returned, and its goroutine must still end.
 	replies := make(chan NodeHold, n)
-	keys := []string{key, companion(key, "grants")}
+	keys := []string{key, companion(key, "grants"), companion(key, "permits")}
 	for i, nd := range c.nodes {
 		go func() {
 			sent := time.Now()
@@ -196,8 +200,27 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 			in.Nodes[i] = NodeHold{Node: i, Addr: nd.addr, Err: c.nodeError(i, noReply(timeout, ctx.Err()))}
 		}
 	}
+	if k := agreedPermits(in.Nodes); k > 0 {
+		in.Quorum = semaphoreQuorum(n, k) // a permit counts on more nodes
+	}
 	in.Holders = agreed(in.Nodes, in.Quorum)
 	return in, nil
+}
+
+// agreedPermits is the K of the semaphore that most nodes hold the key as,
+// or 0 when none does.
+func agreedPermits(nodes []NodeHold) int {
+	votes := map[int]int{}
+	best := 0
+	for _, nd := range nodes {
+		if nd.Kind == HeldBySemaphore && nd.Permits > 0 {
+			votes[nd.Permits]++
+			if votes[nd.Permits] > votes[best] {
+				best = nd.Permits
+			}
+		}
+	}
+	return best
 }
 
 // readHold reads one node's reply to inspect.lua.
@@ -242,11 +265,17 @@ func readHold(raw []any, err error) NodeHold {
 		}
 	case "zset":
 		h.Kind = HeldBySemaphore
+		if len(rest) == 0 {
+			return NodeHold{Err: fmt.Errorf("unexpected reply %v", raw)}
+		}
+		k, _ := rest[0].(string)
+		h.Permits, _ = strconv.Atoi(k)
+		rest = rest[1:]
 		for j := 0; j+1 < len(rest); j += 2 {
 			v, _ := rest[j].(string)
 			end, _ := strconv.ParseFloat(fmt.Sprint(rest[j+1]), 64)
 			if v == "readers" && math.IsInf(end, 1) {
-				h.Kind = HeldByReaders
+				h.Kind, h.Permits = HeldByReaders, 0
 				continue
 			}
 			if left := time.Duration(end-float64(now)) * time.Millisecond; left > 0 {

@@ -265,3 +265,33 @@ func TestResume_autoRenew(t *testing.T) {
 	waitFor(t, "a renewal", func() bool { return resumed.Until().After(first) })
 	mustRelease(t, resumed)
 }
+
+// TestInspect_semaphoreQuorum: a permit of a semaphore counts only on the
+// semaphore's quorum (3 of 3 nodes for 2 permits), and Inspect judges it
+// so: a permit left on 2 of 3 nodes is not held. Inspection.Quorum was a
+// majority for every kind, and Held reported such a permit as valid.
+func TestInspect_semaphoreQuorum(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "res", time.Minute, redlock.WithPermits(2))
+	redlock.WaitSettled(lock)
+	in, err := rc.Inspect(ctx, "res")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Quorum != 3 || !in.Held() || in.Nodes[0].Permits != 2 {
+		t.Fatalf("Quorum %d, Held %v, node 0's permits %d: want 3, true, 2", in.Quorum, in.Held(), in.Nodes[0].Permits)
+	}
+	token := in.Nodes[0].Token
+	if _, err := c.servers[2].ZRem("res", token); err != nil {
+		t.Fatal(err)
+	}
+	if in, err = rc.Inspect(ctx, "res"); err != nil {
+		t.Fatal(err)
+	}
+	if in.Held() {
+		t.Fatalf("a permit on 2 of 3 nodes of a 2-permit semaphore is reported held (quorum %d)", in.Quorum)
+	}
+	_ = lock.Release(ctx)
+}
