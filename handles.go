@@ -78,9 +78,9 @@ func splitValue(v string) (token, metadata string) {
 }
 
 // What Inspect reports a node's key to hold: the kinds of lock as the nodes
-// store them.
+// store them, named as Event.Kind names them.
 const (
-	HeldByLock      = "lock"      // a plain lock (fenced, renewed or not)
+	HeldByLock      = "plain"     // a plain lock (fenced, renewed or not)
 	HeldByFair      = "fair"      // a fair lock (Fair)
 	HeldByWriter    = "write"     // the writer of a read-write lock (ForWrite)
 	HeldByMultiKey  = "multi-key" // a lock on several keys (AcquireAll); each key shows it

@@ -295,3 +295,49 @@ func TestInspect_semaphoreQuorum(t *testing.T) {
 	}
 	_ = lock.Release(ctx)
 }
+
+// TestInspect_kindsAreNamedAsEventsNameThem: for every kind, the kind
+// Inspect reports a node's key to hold is the Event.Kind of the
+// operations on that lock (a plain lock was "lock" in one and "plain" in
+// the other).
+func TestInspect_kindsAreNamedAsEventsNameThem(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		opts []redlock.AcquireOption
+	}{
+		{"plain", nil},
+		{"reentrant", []redlock.AcquireOption{redlock.WithOwner("o")}},
+		{"read", []redlock.AcquireOption{redlock.ForRead()}},
+		{"write", []redlock.AcquireOption{redlock.ForWrite()}},
+		{"semaphore", []redlock.AcquireOption{redlock.WithPermits(2)}},
+		{"fair", []redlock.AcquireOption{redlock.Fair()}},
+		{"multi-key", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			rec := &recorder{}
+			rc := c.client(t, redlock.WithObserver(rec))
+			var lock *redlock.Lock
+			var err error
+			if tc.name == "multi-key" {
+				lock, err = rc.AcquireAll(ctx, []string{"k", "k2"}, time.Minute)
+			} else {
+				lock, err = rc.TryAcquire(ctx, "k", time.Minute, tc.opts...)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			redlock.WaitSettled(lock)
+			in, err := rc.Inspect(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := rec.seen(redlock.OpAcquire)
+			if len(got) != 1 || got[0].Kind != in.Nodes[0].Kind || got[0].Kind != tc.name {
+				t.Fatalf("Event.Kind %q, Inspect's %q: want both %q", got[0].Kind, in.Nodes[0].Kind, tc.name)
+			}
+			_ = lock.Release(ctx)
+		})
+	}
+}
