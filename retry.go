@@ -51,7 +51,12 @@ const (
 // defaultRetry is the default policy. While an Acquire is subscribed to
 // the lock's release announcements, it waits at least about subscribedPoll
 // between attempts (see Client.acquireLoop).
-var defaultRetry RetryPolicy = exponentialBackoff{base: defaultRetryBase, max: defaultRetryMax}
+var defaultRetry RetryPolicy = defaultPolicy{exponentialBackoff{base: defaultRetryBase, max: defaultRetryMax}}
+
+// defaultPolicy is the default policy's own type: a policy given with
+// WithRetry, even ExponentialBackoff(10ms, 320ms), is never taken for it,
+// and is followed as given.
+type defaultPolicy struct{ exponentialBackoff }
 
 // unreachablePoll is the least wait between the attempts of an Acquire
 // while so many nodes fail that no quorum can form (up to half as long
@@ -140,12 +145,21 @@ func (o retryOption) applyAcquire(c *acquireConfig) error { return o.apply(&c.re
 // WithRetry sets how long Acquire waits between attempts. Given to New it
 // sets the Client's default; given to Acquire it applies to that call.
 // TryAcquire makes one attempt and ignores it. The policy must not be nil.
+//
 // Default: ExponentialBackoff(10ms, 320ms), which, once the Acquire is
 // subscribed to the lock's release announcements (it then tries again as
 // soon as the release is heard, and once right after subscribing), waits
 // at least 1 s (up to 1.5 s) between attempts: at most one attempt a
-// second per waiter while the lock is held. A policy given here is
-// followed as given.
+// second per waiter while the lock is held.
+//
+// A policy given here (any, the default's own parameters included) sets
+// the wait after each failed attempt, with three exceptions that hold for
+// every policy: a release heard ends the wait at once (after a random
+// 0.5 ms at most); an attempt refused right after a release was heard,
+// with no holder on a quorum (a split vote, or the release not yet landed
+// everywhere), waits at most 2.5 ms; and while so many nodes fail that no
+// quorum can form, the wait is at least 250 ms (up to 375 ms). A fair
+// lock's waiter also tries at least every quarter of its patience.
 func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
 
 // WithMaxAttempts bounds how many attempts Acquire makes: once n attempts

@@ -206,6 +206,33 @@ func TestWaiters_pollAboutOncePerSecond(t *testing.T) {
 	waitFor(t, "the waiter's subscription to end", func() bool { return sum(c.subscribedChannels()) == 0 })
 }
 
+// TestWithRetry_givenPolicyIsFollowed: a policy given with WithRetry is
+// followed while the waiter is subscribed, even one equal to the default:
+// only the default policy gets the one-attempt-a-second floor. (An
+// explicit ExponentialBackoff(10ms, 320ms) used to be taken for the
+// default.)
+func TestWithRetry_givenPolicyIsFollowed(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	held := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	defer mustRelease(t, held)
+	var attempts atomic.Int64
+	rc := mustNew(t, c.connect(t), redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+		if e.Op == redlock.OpAcquire {
+			attempts.Add(int64(e.Attempts))
+		}
+	})))
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := rc.Acquire(actx, "k", time.Minute, redlock.WithRetry(redlock.ExponentialBackoff(10*time.Millisecond, 320*time.Millisecond)))
+	mustNotAcquire(t, err)
+	// 10, 20, 40, 80, 160, then 320 ms (with their random part): about a
+	// dozen in 3 s; the default's floor allows 5.
+	if n := attempts.Load(); n < 8 {
+		t.Fatalf("%d attempts in 3 s with ExponentialBackoff(10ms, 320ms) given, want the policy's (at least 8)", n)
+	}
+}
+
 // TestWaiters_oneChannelWhileOneWaits: two waiting Acquires of one Client
 // on one key subscribe to its channel once; the subscription stays while
 // one of them still waits, and that one is woken by the release.
