@@ -1,0 +1,201 @@
+// The fair lock: granted in ticket order (Fair, kind_fair.lua).
+
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"math"
+	"time"
+)
+
+// fairPatience is how long a fair lock's waiter keeps its place in the
+// queue on a node without trying again there, unless its node timeout asks
+// for longer (see terms.patience); a fair Acquire tries at least every
+// quarter of its patience.
+const fairPatience = 4 * time.Second
+
+// fairPatienceTimeouts is the patience in node timeouts, when that is
+// longer: between two of a waiter's calls to a node there can be an
+// attempt, the raise of its fencing token and its cleanup, each waiting up
+// to a node timeout, the wait before the next attempt (a quarter of the
+// patience), and that attempt's way to the node, up to a node timeout.
+const fairPatienceTimeouts = 8
+
+// patience is how long a fair waiter of a lock on these terms keeps its
+// place: at most maxPatience. It counts the base node timeout (WithNodeTimeout,
+// or the one derived from the ttl), not the one the round trips lengthen:
+// a first contact's is two thirds of the validity, and a queue would then
+// outlive its waiters by seconds. A waiter on a network slower than that
+// may lose its place between two attempts; it takes it back, by its
+// ticket, at the next.
+func (t terms) patience() time.Duration {
+	return min(max(fairPatience, mulSat(fairPatienceTimeouts, t.base)), maxPatience)
+}
+
+// maxPatience is the longest patience: the queue's keys live twice that
+// (kind_fair.lua), within the longest time to live (maxPX).
+const maxPatience = time.Duration(maxPX/2) * time.Millisecond
+
+// fair is a lock granted in the order of its waiters' tickets.
+type fair struct {
+	scripted
+	key    string
+	waiter string // the queue entry, across the Acquire's attempts
+	ticket int64  // set once the Acquire has drawn it
+	// patience is how long the waiter keeps its place on a node without
+	// trying again there (terms.patience), set by the Acquire.
+	patience time.Duration
+}
+
+func newFair(key string) *fair {
+	return &fair{key: key, waiter: rand.Text(), scripted: scripted{
+		script: fairScript,
+		lock:   []string{key, companion(key, "queue"), companion(key, "queue-deadlines"), companion(key, "tickets")},
+		fences: []string{fenceKey(key)},
+		chans:  []string{releaseChannel(key)},
+	}}
+}
+
+func (k *fair) withArgs(op nodeOp) nodeOp {
+	op.args = append(op.args, k.ticket, cmp.Or(k.patience, fairPatience).Milliseconds(), k.waiter)
+	return op
+}
+
+func (k *fair) keys() []string   { return []string{k.key} }
+func (k *fair) describe() string { return fmt.Sprintf("fair lock %q", k.key) }
+func (k *fair) name() string     { return "fair" }
+func (k *fair) quorum(n int) int { return quorumOf(n) }
+
+// ticketKeys is the ticket counter, for raiseFenceOn.
+func (k *fair) ticketKeys() []string { return []string{companion(k.key, "tickets")} }
+
+// ticketOp draws a ticket, the ticket counter kept for keep once the
+// node's clock has passed it (prelude.lua).
+func (k *fair) ticketOp(keep time.Duration) nodeOp {
+	return k.withArgs(k.op("ticket", "", keep, 0, false))
+}
+func (k *fair) acquire(token string, ttl, fence time.Duration) nodeOp {
+	return k.withArgs(k.scripted.acquire(token, ttl, fence))
+}
+func (k *fair) extend(token string, ttl time.Duration) nodeOp {
+	return k.withArgs(k.scripted.extend(token, ttl))
+}
+func (k *fair) release(token string) nodeOp { return k.withArgs(k.scripted.release(token)) }
+func (k *fair) drop(token string) nodeOp    { return k.withArgs(k.scripted.drop(token)) }
+func (k *fair) unmark() *nodeOp {
+	op := k.withArgs(k.op("dequeue", "", time.Millisecond, 0, false))
+	return &op
+}
+func (k *fair) leave(token string) *nodeOp {
+	op := k.withArgs(k.op("leave", token, time.Millisecond, 0, true))
+	return &op
+}
+
+// join gives a fair Acquire its place in the queue: its patience, and a
+// ticket drawn from a quorum of the nodes (drawTicket). A draw that misses
+// its quorum (nodes down or slow) is made again after the retry delay, as a
+// failed attempt is tried again, while ctx lasts; with no retry policy,
+// once.
+func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
+	k.patience = ac.patience()
+	for failed := 1; ; failed++ {
+		qe := c.drawTicket(ctx, k, ac.terms.now(c), max(ac.ttl, ac.fenceHorizon))
+		if qe == nil || qe.cause != nil || qe.misconfigured || ac.retry == nil || failed == ac.maxAttempts {
+			return qe
+		}
+		select {
+		case <-c.cfg.clock.After(ac.retry.Delay(failed)):
+		case <-ctx.Done():
+			qe.cause = ctx.Err()
+			return qe
+		}
+	}
+}
+
+// nextWait keeps the waiter's place: it tries again within a quarter of its
+// patience, and at once when the last release named it first in line but
+// it was still refused (the release had not reached every node yet, and
+// nobody else will announce anything).
+func (k *fair) nextWait(delay time.Duration, first bool) time.Duration {
+	if first {
+		return wakeSpread
+	}
+	return min(delay, k.patience/4)
+}
+
+func (k *fair) named(payload string) naming {
+	switch payload {
+	case "":
+		return namedNobody
+	case k.waiter:
+		return namedUs
+	}
+	return namedAnother
+}
+
+// drawTicket draws a fair waiter's ticket: the highest of the ticket
+// counters of a quorum of nodes, each incremented. Two waiters whose
+// quorums share a node get different tickets from it, and the highest of
+// each set keeps them apart unless the highest values tie; the queue then
+// orders them by token. Every node ranks waiters by the same ticket, so the
+// first in line is the same everywhere.
+//
+// A counter's next value is the node's clock in microseconds, or one more
+// than its last when that is more (prelude.lua), so the nodes' answers
+// differ by their clocks' offsets. When every answer is its node's clock
+// and the highest is at most ticketSpread above the lowest, a waiter that
+// draws later than that gets a higher ticket from any node: nothing more
+// is done (waiters closer together are as good as simultaneous).
+// Otherwise (a node's clock is ahead, or a counter ran ahead of the clock
+// and goes up by one a draw) the counters of a quorum are raised to the
+// ticket before the waiter queues: a waiter drawing later, from any
+// quorum, then meets a raised counter and gets a higher ticket, rather
+// than one equal to ours or below it that could be granted first.
+func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Duration) *quorumError {
+	q := f.quorum(len(c.nodes))
+	t, _ := c.fanOut(ctx, tm, wonAt(q), nil, settlement{}, f.ticketOp(keep))
+	if t.yes < q {
+		return f.ticketRefused(ctx, "a ticket from", t, len(c.nodes), q)
+	}
+	lo, clocks := int64(math.MaxInt64), true
+	for i, a := range t.answers {
+		if a == holds {
+			t.values[i], clocks = t.values[i]/10, clocks && t.values[i]%10 == 1
+			f.ticket = max(f.ticket, t.values[i])
+			lo = min(lo, t.values[i])
+		}
+	}
+	if clocks && f.ticket-lo <= ticketSpread {
+		return nil
+	}
+	at := 0
+	skip := make([]bool, len(t.answers))
+	for i, a := range t.answers {
+		if a == holds && t.values[i] == f.ticket {
+			at++
+			skip[i] = true
+		}
+	}
+	raised := func(r *tally) bool { return at+r.yes >= q }
+	r, _ := c.fanOut(ctx, tm, raised, skip, settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket, keep))
+	if !raised(&r) {
+		f.ticket = 0
+		return f.ticketRefused(ctx, "a ticket stored on", r, len(c.nodes), q-at)
+	}
+	return nil
+}
+
+// ticketSpread is how far apart (in the counters' microseconds) the
+// clock values of one ticket draw may be without raising the lower
+// counters (see drawTicket).
+const ticketSpread = 1000
+
+// ticketRefused is the error of a ticket draw, or of its raise, that missed
+// its quorum: yes of the n nodes answered, q were needed.
+func (k *fair) ticketRefused(ctx context.Context, what string, t tally, n, q int) *quorumError {
+	return &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: %s %d of %d nodes, quorum %d", k.describe(), what, t.yes, n, q),
+		cause: ctx.Err(), nodes: t.errs, heldOn: -1, misconfigured: t.outOfReach(q)}
+}
