@@ -103,32 +103,24 @@ func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts 
 
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
 func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
-	line, inLine := k.(waitsInLine)
-	if inLine {
-		if qe := line.join(ctx, c, ac); qe != nil {
+	w := waiting{kind: k}
+	w.line, w.inLine = k.(waitsInLine)
+	if w.inLine {
+		if qe := w.line.join(ctx, c, ac); qe != nil {
 			return nil, qe
 		}
 	}
-	var watch *releaseWatch // subscribed after the first failure
-	var ln *waitLine        // a plain lock's waiter's place in line, once it waits
 	if p, ok := k.(plain); ok && ac.retry != nil {
-		ln = newLine(p.key, ac.ttl)
+		w.ln = newLine(p.key, ac.ttl)
 	}
 	defer func() {
-		ln.leave(c, ac.timeout)
-		watch.close()
+		w.ln.leave(c, ac.timeout)
+		w.watch.close()
 	}()
-	var (
-		first      bool      // a fair lock's last announcement named this waiter first in line
-		woken      bool      // the last wait ended with a release announcement
-		wokeAt     time.Time // when a wait last did
-		lastHolder int64     // the other holder the last refusal named on a quorum, if any
-		// The calls of the attempts, their cleanups and the leave go to
-		// each node in order: a late cleanup must not land after a later
-		// attempt's calls (it would put a fair waiter back in a queue it
-		// had left).
-		settled settlement
-	)
+	// The calls of the attempts, their cleanups and the leave go to each
+	// node in order: a late cleanup must not land after a later attempt's
+	// calls (it would put a fair waiter back in a queue it had left).
+	var settled settlement
 	for failed := 1; ; failed++ {
 		*attempts = failed
 		// Each attempt has a token of its own: a late delete from an
@@ -138,114 +130,144 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		a := c.newAcquisition(k, ac, settled)
 		// An announcement from before this attempt is old news; one that
 		// comes while it runs is not, and ends the wait after it at once.
-		watch.drain()
+		w.watch.drain()
 		// A fair waiter named first in line tries again at once if refused
 		// (the release has not reached every node yet): it need not wait for
 		// a frozen node's timeout to learn that. Its keys on nodes that had
 		// not answered are deleted in order before its next attempt there.
-		lock, qe := c.attempt(ctx, &a, first)
+		lock, qe := c.attempt(ctx, &a, w.first)
 		if qe == nil {
 			return lock, nil
 		}
 		settled = a.settled
 		if qe.cause != nil || qe.misconfigured {
-			c.leave(ctx, &a)
-			return nil, qe
+			return nil, c.giveUp(ctx, &a, qe, qe.cause)
 		}
 		if failed == ac.maxAttempts {
 			qe.detail += fmt.Sprintf(", after %d attempts (WithMaxAttempts)", failed)
-			c.leave(ctx, &a)
-			return nil, qe
+			return nil, c.giveUp(ctx, &a, qe, nil)
 		}
 		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "key", k.keys()[0], "kind", k.name(), "attempt", failed, "err", qe)
-		// Listen on a node that named a holder, and move to another when
-		// the one listened to is failing (frozen or cut off) or its
-		// subscriptions' connection no longer receives: its releases would
-		// never be heard.
-		fresh := false
-		if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && (c.failing[watch.node].Load() != nil || watch.deaf())) {
-			watch.close()
-			watch = c.watchRelease(ctx, k.channels(), ln, qe.heldOn, a.cfg.timeout)
-			fresh = watch.subscribed()
-		}
-		if watch != nil {
-			// Take a place in line, or keep it: a release wakes the first
-			// in line that listens.
-			ln.join(c, watch.node, a.cfg.timeout)
-		}
-		delay := ac.retry.Delay(failed)
-		if woken {
-			wokeAt = time.Now()
-		}
-		if watch.subscribed() && ac.retry == defaultRetry && time.Since(wokeAt) > subscribedPoll {
-			// The release will be heard: the timer is only for the release
-			// that is missed (the node fails) or never announced (the
-			// holder's key expires). Not right after a release was heard,
-			// though: a refusal then may be the release not yet landed on
-			// a quorum (it is announced by the first node to delete the
-			// key), and is tried again after the policy's delay.
-			delay = max(delay, subscribedPoll+mrand.N(subscribedPoll/2))
-		}
-		if time.Since(wokeAt) < a.cfg.timeout && (!qe.taken || qe.holder == lastHolder) {
-			// Woken by a release (within a node timeout) and still
-			// refused, and no one holder shows on a quorum: the clients
-			// woken with us may have split the votes, and then nobody
-			// holds the key and nobody will announce a release. Or the
-			// holder whose release woke us still shows on a quorum: the
-			// release is announced by the first node to delete the key,
-			// and has not landed on the others yet. Either way, try again
-			// soon, at a random moment, rather than after the policy's
-			// delay. (A new holder that won the key is waited for.)
-			delay = min(delay, wakeSpread+mrand.N(4*wakeSpread))
-		}
-		if qe.taken {
-			lastHolder = qe.holder
-		}
-		if inLine {
-			delay = line.nextWait(delay, first)
-		}
-		if fresh {
-			// A release between this attempt's refusal and the subscription
-			// was announced before anyone listened: one more attempt at
-			// once sees it (without it, about 1 wait in 12 on a key held
-			// 5-20 ms fell back to the subscribed poll; bench -probe
-			// wakeups).
-			delay = 0
-		}
-		listen := watch
-		if qe.unreachable {
-			// A majority of the nodes is down, frozen or cut off: the
-			// attempts fail at once (nodes known to be failing are not
-			// waited for), and the next could not do better for a while.
-			// A few a second, not hundreds; and a release heard meanwhile
-			// (our own attempt's undo, announced: hundreds a second) does
-			// not cut the wait short, as no quorum can form. A fair
-			// waiter keeps its own pace (nextWait): held back 250 ms, one
-			// that a node's restart had left out of some queues was
-			// overtaken (1 grant in 15 out of ticket order with a node
-			// down at each waiter's draw, under load).
-			if !inLine {
-				delay = max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
-			}
-			listen = nil
-		}
+		fresh := w.listen(ctx, c, qe, failed, a.cfg.timeout)
+		delay, listen := w.delay(ac, qe, failed, a.cfg.timeout, fresh)
 		if qe.silent && !a.settled.wait(ctx) {
 			// No node answered in time, and the calls sent are still on
 			// their way (a network slower than the node timeout): the next
 			// attempt's calls would queue behind them and this attempt's
 			// cleanup, and spend its node timeout waiting there. So they are
 			// waited for first (up to their own deadlines).
-			qe.cause = ctx.Err()
-			c.leave(ctx, &a)
-			return nil, qe
+			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
 		var ok bool
-		if ok, first, woken = c.waitRetry(ctx, k, listen, delay, failed); !ok {
-			qe.cause = ctx.Err()
-			c.leave(ctx, &a)
-			return nil, qe
+		if ok, w.first, w.woken = c.waitRetry(ctx, k, listen, delay, failed); !ok {
+			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
 	}
+}
+
+// giveUp ends an Acquire after its failed attempt a: it drops what the
+// waiter left on the nodes (see leave) and returns qe, with cause as its
+// cause when not nil.
+func (c *Client) giveUp(ctx context.Context, a *acquisition, qe *quorumError, cause error) *quorumError {
+	if cause != nil {
+		qe.cause = cause
+	}
+	c.leave(ctx, a)
+	return qe
+}
+
+// waiting is what an Acquire keeps between its attempts: where it listens
+// for the release, its place in line, and what the last waits told.
+type waiting struct {
+	kind       kind
+	line       waitsInLine // the kind, when it waits in a queue (fair)
+	inLine     bool
+	watch      *releaseWatch // subscribed after the first failure
+	ln         *waitLine     // a plain lock's waiter's place in line, once it waits
+	first      bool          // a fair lock's last announcement named this waiter first in line
+	woken      bool          // the last wait ended with a release announcement
+	wokeAt     time.Time     // when a wait last did
+	lastHolder int64         // the other holder the last refusal named on a quorum, if any
+}
+
+// listen subscribes to the release on a node that named a holder (qe), and
+// moves to another when the one listened to is failing (frozen or cut off)
+// or its subscriptions' connection no longer receives: its releases would
+// never be heard. It reports whether a new subscription was confirmed.
+func (w *waiting) listen(ctx context.Context, c *Client, qe *quorumError, failed int, timeout time.Duration) (fresh bool) {
+	watch := w.watch
+	if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && (c.failing[watch.node].Load() != nil || watch.deaf())) {
+		watch.close()
+		w.watch = c.watchRelease(ctx, w.kind.channels(), w.ln, qe.heldOn, timeout)
+		fresh = w.watch.subscribed()
+	}
+	if w.watch != nil {
+		// Take a place in line, or keep it: a release wakes the first
+		// two in line that listen.
+		w.ln.join(c, w.watch.node, timeout)
+	}
+	return fresh
+}
+
+// delay is the wait before the next attempt after the failed attempt that
+// qe tells of, and the watch to listen on meanwhile (nil: none).
+func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout time.Duration, fresh bool) (time.Duration, *releaseWatch) {
+	delay := ac.retry.Delay(failed)
+	if w.woken {
+		w.wokeAt = time.Now()
+	}
+	if w.watch.subscribed() && ac.retry == defaultRetry && time.Since(w.wokeAt) > subscribedPoll {
+		// The release will be heard: the timer is only for the release
+		// that is missed (the node fails) or never announced (the
+		// holder's key expires). Not right after a release was heard,
+		// though: a refusal then may be the release not yet landed on
+		// a quorum (it is announced by the first node to delete the
+		// key), and is tried again after the policy's delay.
+		delay = max(delay, subscribedPoll+mrand.N(subscribedPoll/2))
+	}
+	if time.Since(w.wokeAt) < timeout && (!qe.taken || qe.holder == w.lastHolder) {
+		// Woken by a release (within a node timeout) and still
+		// refused, and no one holder shows on a quorum: the clients
+		// woken with us may have split the votes, and then nobody
+		// holds the key and nobody will announce a release. Or the
+		// holder whose release woke us still shows on a quorum: the
+		// release is announced by the first node to delete the key,
+		// and has not landed on the others yet. Either way, try again
+		// soon, at a random moment, rather than after the policy's
+		// delay. (A new holder that won the key is waited for.)
+		delay = min(delay, wakeSpread+mrand.N(4*wakeSpread))
+	}
+	if qe.taken {
+		w.lastHolder = qe.holder
+	}
+	if w.inLine {
+		delay = w.line.nextWait(delay, w.first)
+	}
+	if fresh {
+		// A release between this attempt's refusal and the subscription
+		// was announced before anyone listened: one more attempt at
+		// once sees it (without it, about 1 wait in 12 on a key held
+		// 5-20 ms fell back to the subscribed poll; bench -probe
+		// wakeups).
+		delay = 0
+	}
+	if qe.unreachable {
+		// A majority of the nodes is down, frozen or cut off: the
+		// attempts fail at once (nodes known to be failing are not
+		// waited for), and the next could not do better for a while.
+		// A few a second, not hundreds; and a release heard meanwhile
+		// (our own attempt's undo, announced: hundreds a second) does
+		// not cut the wait short, as no quorum can form. A fair waiter
+		// keeps its own pace (nextWait): held back 250 ms, one that a
+		// node's restart had left out of some queues was overtaken (1
+		// grant in 15 out of ticket order with a node down at each
+		// waiter's draw, under load).
+		if !w.inLine {
+			delay = max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
+		}
+		return delay, nil
+	}
+	return delay, w.watch
 }
 
 // leave drops what an Acquire that gives up left on the nodes between its
