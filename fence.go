@@ -99,27 +99,18 @@ func FencedGet(ctx context.Context, rdb redis.Scripter, key string, token uint64
 // case every node answered the same value and nothing is sent.
 func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int64, bool) {
 	q := a.kind.quorum(len(c.nodes))
-	var fence int64
-	for i, a := range t.answers {
-		if a == holds {
-			fence = max(fence, t.values[i])
-		}
-	}
-	atFence := 0
-	skip := make([]bool, len(t.answers))
-	for i, a := range t.answers {
-		if a == holds && t.values[i] == fence {
-			atFence++
-			skip[i] = true
-		}
-	}
+	fence, atFence := highestFence(t)
 	if atFence == len(t.answers) {
 		return fence, true
 	}
+	skip := make([]bool, len(t.answers))
+	for i, ans := range t.answers {
+		skip[i] = ans == holds && t.values[i] == fence
+	}
 	stored := func(r *tally) bool {
 		n := atFence
-		for i, a := range r.answers {
-			if a == holds && t.answers[i] == holds {
+		for i, ans := range r.answers {
+			if ans == holds && t.answers[i] == holds {
 				n++
 			}
 		}
@@ -129,28 +120,50 @@ func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int6
 	if stored(&r) {
 		return fence, true
 	}
-	// A holder failed before its raise (frozen between the two calls). A
-	// node whose acquire was not waited for, or not answered in time, may
-	// hold the lock as well, and it took the raise: it counts once it shows
-	// that it still holds (an extend, after the raise, so the key was there
-	// when the raise landed). Without it, a fenced TryAcquire failed with a
-	// quorum of healthy nodes (the explorer: 1 in 20 replays of a node
-	// frozen right after it answered).
+	return fence, atFence+c.confirmRaised(ctx, a, t, r) >= q
+}
+
+// highestFence is the fencing token of a won acquire (t): the highest
+// counter the nodes that took it answered, and how many answered it.
+func highestFence(t tally) (fence int64, at int) {
+	for i, ans := range t.answers {
+		if ans == holds {
+			fence = max(fence, t.values[i])
+		}
+	}
+	for i, ans := range t.answers {
+		if ans == holds && t.values[i] == fence {
+			at++
+		}
+	}
+	return fence, at
+}
+
+// confirmRaised counts the nodes, among those raised (r) but not answering
+// the fence already, that hold the lock: those that took the acquire (t),
+// and those whose acquire was not waited for, or not answered in time,
+// that show they hold it with an extend sent after the raise (so the key
+// was there when the raise landed). A holder that failed before its raise
+// (frozen between the two calls) is then made up for by such a node:
+// without it, a fenced TryAcquire failed with a quorum of healthy nodes
+// (the explorer: 1 in 20 replays of a node frozen right after it
+// answered).
+func (c *Client) confirmRaised(ctx context.Context, a *acquisition, t, r tally) int {
 	others := make([]bool, len(t.answers))
 	ask := false
 	for i, ans := range t.answers {
 		others[i] = ans == holds || ans == holdsNot || r.answers[i] != holds
 		ask = ask || !others[i]
 	}
-	if !ask {
-		return fence, false
+	var e tally
+	if ask {
+		e = a.fanOut(ctx, c, nil, others, a.kind.extend(a.token, a.cfg.ttl))
 	}
-	e := a.fanOut(ctx, c, nil, others, a.kind.extend(a.token, a.cfg.ttl))
-	n := atFence
-	for i := range t.answers {
-		if r.answers[i] == holds && (t.answers[i] == holds || e.answers[i] == holds) {
+	n := 0
+	for i, ans := range t.answers {
+		if r.answers[i] == holds && (ans == holds || ask && e.answers[i] == holds) {
 			n++
 		}
 	}
-	return fence, n >= q
+	return n
 }
