@@ -369,14 +369,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 		need = a.cfg.terms.now(c).renewMargin()
 	}
 	if t.yes >= q && fenceStored && v > need {
-		c.degraded(ctx, k, t, nil)()
-		c.leaveTheLine(ctx, a, t)
-		l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: q, token: a.token, fence: fence, terms: a.cfg.terms.now(c), until: a.start.Add(ttl - drift),
-			settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew, acquired: time.Now(), confirmed: t.yes}
-		if a.cfg.autoRenew {
-			c.sched.renew(l)
-		}
-		return l, nil
+		return c.grant(ctx, a, t, fence), nil
 	}
 
 	// Step 4: a node that failed or did not answer may still have taken the
@@ -400,10 +393,33 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	default:
 		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
 	}
-	heldOn := listenNode(k.channels(), t.answers, c.deaf)
+	return nil, c.notAcquired(ctx, k, t, q, detail)
+}
+
+// grant makes the Lock of attempt a, won on the nodes t with the fencing
+// token fence, and starts its renewal when asked for.
+func (c *Client) grant(ctx context.Context, a *acquisition, t tally, fence int64) *Lock {
+	k := a.kind
+	c.degraded(ctx, k, t, nil)()
+	c.leaveTheLine(ctx, a, t)
+	l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: k.quorum(len(c.nodes)), token: a.token, fence: fence, terms: a.cfg.terms.now(c),
+		until: a.start.Add(a.cfg.ttl - a.cfg.drift), settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew,
+		acquired: time.Now(), confirmed: t.yes}
+	if a.cfg.autoRenew {
+		c.sched.renew(l)
+	}
+	return l
+}
+
+// notAcquired is the error of an attempt that the nodes (t) did not grant,
+// with what the next attempt needs to know: where to listen for the
+// release, whether one holder has the key, and whether the nodes failed
+// rather than refused.
+func (c *Client) notAcquired(ctx context.Context, k kind, t tally, q int, detail string) *quorumError {
 	holder, taken := takenByOne(t, q)
-	return nil, &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs, heldOn: heldOn,
-		taken: taken, holder: holder, misconfigured: t.outOfReach(q), silent: t.yes+t.no == 0 && allTimedOut(t.errs),
+	return &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs,
+		heldOn: listenNode(k.channels(), t.answers, c.deaf), taken: taken, holder: holder,
+		misconfigured: t.outOfReach(q), silent: t.yes+t.no == 0 && allTimedOut(t.errs),
 		unreachable: len(t.errs) > len(c.nodes)-q}
 }
 
