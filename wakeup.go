@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"hash/fnv"
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
@@ -548,40 +549,22 @@ func listenNode(channels []string, answers []answer, deaf func(node int) bool) i
 	if len(channels) == 0 {
 		return -1
 	}
-	held, heard := 0, 0
+	var held, heard []int // the nodes that named a holder; those of them whose releases are heard
 	for i, a := range answers {
 		if a == holdsNot {
-			held++
+			held = append(held, i)
 			if deaf == nil || !deaf(i) {
-				heard++
+				heard = append(heard, i)
 			}
 		}
 	}
-	if held == 0 {
+	if len(heard) > 0 {
+		held = heard // only the nodes whose releases are heard, if any is
+	}
+	if len(held) == 0 {
 		return -1
 	}
-	if heard > 0 && heard < held {
-		// Only the nodes whose releases are heard.
-		only := slices.Clone(answers)
-		for i, a := range only {
-			if a == holdsNot && deaf(i) {
-				only[i] = failed
-			}
-		}
-		return listenNode(channels, only, nil)
-	}
-	h := uint32(2166136261) // FNV-1a
-	for i := range len(channels[0]) {
-		h = (h ^ uint32(channels[0][i])) * 16777619
-	}
-	pick := int(h % uint32(held))
-	for i, a := range answers {
-		if a == holdsNot {
-			if pick == 0 {
-				return i
-			}
-			pick--
-		}
-	}
-	return -1
+	h := fnv.New32a()
+	h.Write([]byte(channels[0]))
+	return held[h.Sum32()%uint32(len(held))]
 }
