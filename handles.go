@@ -264,25 +264,10 @@ func readHold(raw []any, err error) NodeHold {
 			h.Holders = []Holder{{Owner: h.Owner, TTL: keyTTL, Nodes: 1}}
 		}
 	case "zset":
-		h.Kind = HeldBySemaphore
 		if len(rest) == 0 {
 			return NodeHold{Err: fmt.Errorf("unexpected reply %v", raw)}
 		}
-		k, _ := rest[0].(string)
-		h.Permits, _ = strconv.Atoi(k)
-		rest = rest[1:]
-		for j := 0; j+1 < len(rest); j += 2 {
-			v, _ := rest[j].(string)
-			end, _ := strconv.ParseFloat(fmt.Sprint(rest[j+1]), 64)
-			if v == "readers" && math.IsInf(end, 1) {
-				h.Kind, h.Permits = HeldByReaders, 0
-				continue
-			}
-			if left := time.Duration(end-float64(now)) * time.Millisecond; left > 0 {
-				h.Holders = append(h.Holders, holder(v, min(left, keyTTL)))
-			}
-		}
-		slices.SortFunc(h.Holders, func(a, b Holder) int { return cmp.Compare(b.TTL, a.TTL) })
+		h = readSetHolds(rest, now, keyTTL)
 	default:
 		h.Kind = kind // a key that is not a lock
 		h.TTL = keyTTL
@@ -293,6 +278,31 @@ func readHold(raw []any, err error) NodeHold {
 		h.Held = true
 		h.Token, h.Metadata, h.TTL = h.Holders[0].Token, h.Holders[0].Metadata, h.Holders[0].TTL
 	}
+	return h
+}
+
+// readSetHolds reads a sorted set's part of an inspect.lua reply (rest): a
+// semaphore's K, then each member and its end; the readers of a read-write
+// lock are marked by the member 'readers'. The holders whose end has not
+// passed at the node's time now are kept, the longest-lived first.
+func readSetHolds(rest []any, now int64, keyTTL time.Duration) NodeHold {
+	h := NodeHold{Kind: HeldBySemaphore}
+	k, _ := rest[0].(string)
+	h.Permits, _ = strconv.Atoi(k)
+	rest = rest[1:]
+	for j := 0; j+1 < len(rest); j += 2 {
+		v, _ := rest[j].(string)
+		end, _ := strconv.ParseFloat(fmt.Sprint(rest[j+1]), 64)
+		if v == "readers" && math.IsInf(end, 1) {
+			h.Kind, h.Permits = HeldByReaders, 0
+			continue
+		}
+		if left := time.Duration(end-float64(now)) * time.Millisecond; left > 0 {
+			token, meta := splitValue(v)
+			h.Holders = append(h.Holders, Holder{Token: token, Metadata: meta, TTL: min(left, keyTTL), Nodes: 1})
+		}
+	}
+	slices.SortFunc(h.Holders, func(a, b Holder) int { return cmp.Compare(b.TTL, a.TTL) })
 	return h
 }
 
