@@ -324,6 +324,49 @@ func (l *Lock) renewOnce() {
 	l.renewalOver(tm, lost, err, &retryAt)
 }
 
+// holdForRenewal takes the op lock of each of locks that is free and not
+// over, and returns those; one held by its own Extend or Release renews on
+// its own (renewOnce), one over is done with.
+func (c *Client) holdForRenewal(locks []*Lock) []*Lock {
+	held := locks[:0]
+	for _, l := range locks {
+		if !l.op.TryLock() {
+			go l.renewOnce()
+			continue
+		}
+		if l.over() != nil {
+			l.op.Unlock()
+			c.sched.renewed(l, time.Time{})
+			continue
+		}
+		held = append(held, l)
+	}
+	return held
+}
+
+// renewalOp is the one call per node that renews the locks held: their
+// tokens and ttls, each lock's lease, and the terms of the call, whose
+// timeout is the shortest (each lock's wait ends by its deadline, as a
+// renewal's does).
+func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms) {
+	leases = make([]terms, len(held))
+	keys := make([]string, len(held))
+	args := make([]any, 0, 2*len(held))
+	now := c.cfg.clock.Now()
+	for j, l := range held {
+		tm, until := l.lease()
+		tm = tm.now(c)
+		leases[j] = tm
+		keys[j] = l.key
+		args = append(args, l.token, pxMillis(tm.ttl))
+		tm = tm.within(l.deadline(tm, until).Sub(now))
+		if j == 0 || tm.timeout < wait.timeout {
+			wait = tm
+		}
+	}
+	return nodeOp{script: renewBatchScript, keys: keys, args: args, many: true, holds: true}, leases, wait
+}
+
 // renewalOver reports a renewal's outcome, ends the lock if the nodes
 // showed it lost, and sets retryAt after a failure that may pass.
 func (l *Lock) renewalOver(tm terms, lost bool, err error, retryAt *time.Time) {
@@ -347,40 +390,12 @@ func (l *Lock) renewalOver(tm terms, lost bool, err error, retryAt *time.Time) {
 // Extend or a Release is busy with is renewed on its own, after it.
 func (c *Client) renewBatch(locks []*Lock) {
 	clock := c.cfg.clock
-	held := locks[:0]
-	for _, l := range locks {
-		if !l.op.TryLock() {
-			go l.renewOnce()
-			continue
-		}
-		if l.over() != nil {
-			l.op.Unlock()
-			c.sched.renewed(l, time.Time{})
-			continue
-		}
-		held = append(held, l)
-	}
+	held := c.holdForRenewal(locks)
 	if len(held) == 0 {
 		return
 	}
 	n := len(c.nodes)
-	leases := make([]terms, len(held))
-	keys := make([]string, len(held))
-	args := make([]any, 0, 2*len(held))
-	var wait terms // the shortest: each lock's wait ends by its deadline, as a renewal's does
-	now := clock.Now()
-	for j, l := range held {
-		tm, until := l.lease()
-		tm = tm.now(c)
-		leases[j] = tm
-		keys[j] = l.key
-		args = append(args, l.token, pxMillis(tm.ttl))
-		tm = tm.within(l.deadline(tm, until).Sub(now))
-		if j == 0 || tm.timeout < wait.timeout {
-			wait = tm
-		}
-	}
-	op := nodeOp{script: renewBatchScript, keys: keys, args: args, many: true, holds: true}
+	op, leases, wait := c.renewalOp(held)
 
 	ctx := context.Background()
 	start, wall := clock.Now(), time.Now()
