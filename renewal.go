@@ -172,6 +172,33 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
+// dueLocked takes the locks due at now off the queue: those to lose (past
+// their deadline) and those to renew (within their slack of their renewal
+// time, and not being renewed), which wait in the queue at their deadline
+// until the renewal is over; the others go back at their time. s.mu is
+// held.
+func (s *scheduler) dueLocked(now time.Time) (lose, renew []*Lock) {
+	var due []*Lock
+	for len(s.queue) > 0 && !s.queue[0].sched.early.After(now) {
+		due = append(due, heap.Pop(&s.queue).(*Lock))
+	}
+	for _, l := range due {
+		at, slack, ok := l.nextTime()
+		switch {
+		case !ok:
+		case !now.Before(l.deadlineNow()):
+			lose = append(lose, l)
+		case l.renewed && !l.sched.busy && !now.Before(at.Add(-slack)):
+			l.sched.busy = true
+			renew = append(renew, l)
+			s.queueLocked(l) // at its deadline, until the renewal is over
+		default: // its time moved later, or it is being renewed
+			s.queueLocked(l)
+		}
+	}
+	return lose, renew
+}
+
 // run is the scheduler's goroutine: it waits for the earliest lock, takes
 // every lock then due, and starts their renewals or ends them. It ends when
 // no lock is queued.
@@ -180,26 +207,7 @@ func (s *scheduler) run() {
 	var timer <-chan time.Time
 	for {
 		s.mu.Lock()
-		now := clock.Now()
-		var due []*Lock
-		for len(s.queue) > 0 && !s.queue[0].sched.early.After(now) {
-			due = append(due, heap.Pop(&s.queue).(*Lock))
-		}
-		var lose, renew []*Lock
-		for _, l := range due {
-			at, slack, ok := l.nextTime()
-			switch {
-			case !ok:
-			case !now.Before(l.deadlineNow()):
-				lose = append(lose, l)
-			case l.renewed && !l.sched.busy && !now.Before(at.Add(-slack)):
-				l.sched.busy = true
-				renew = append(renew, l)
-				s.queueLocked(l) // at its deadline, until the renewal is over
-			default: // its time moved later, or it is being renewed
-				s.queueLocked(l)
-			}
-		}
+		lose, renew := s.dueLocked(clock.Now())
 		if len(s.queue) == 0 && len(lose) == 0 && len(renew) == 0 {
 			s.running, s.waitAt = false, time.Time{}
 			s.mu.Unlock()
