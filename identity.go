@@ -167,17 +167,8 @@ var errNotIdentified = errors.New("its server could not be identified yet (INFO)
 // INFO) is named by its address.
 func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids []string, how string, facts serverFacts, err error) {
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		nodes, err := cc.ClusterNodes(ctx).Result()
-		if err != nil {
+		if ids, err = clusterIDs(ctx, cc); err != nil {
 			return nil, "", facts, err
-		}
-		for line := range strings.Lines(nodes) {
-			if id, _, _ := strings.Cut(strings.TrimSpace(line), " "); id != "" {
-				ids = append(ids, "node:"+id)
-			}
-		}
-		if len(ids) == 0 {
-			return nil, "", facts, errors.New("CLUSTER NODES named no node")
 		}
 		return ids, "the same cluster", facts, nil
 	}
@@ -196,7 +187,40 @@ func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 		}
 		return nil, "", facts, err // no answer, or a passing state: tried again later
 	}
-	var runID, clusterOn string
+	runID, clusterOn, facts := readInfo(info)
+	if runID == "" {
+		return addrID(addr), "address " + addr, facts, nil
+	}
+	ids = []string{"run:" + runID}
+	if clusterOn == "1" {
+		if id, err := rdb.Do(ctx, "CLUSTER", "MYID").Text(); err == nil {
+			ids = append(ids, "node:"+id)
+		}
+	}
+	return ids, "run_id " + runID, facts, nil
+}
+
+// clusterIDs names a cluster by the IDs of its nodes (CLUSTER NODES).
+func clusterIDs(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
+	nodes, err := cc.ClusterNodes(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for line := range strings.Lines(nodes) {
+		if id, _, _ := strings.Cut(strings.TrimSpace(line), " "); id != "" {
+			ids = append(ids, "node:"+id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("CLUSTER NODES named no node")
+	}
+	return ids, nil
+}
+
+// readInfo reads what identifies a server and what its configuration says
+// from an INFO reply.
+func readInfo(info string) (runID, clusterOn string, facts serverFacts) {
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		k, v, _ := strings.Cut(strings.TrimSpace(sc.Text()), ":")
@@ -219,16 +243,7 @@ func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 			facts.aof = v
 		}
 	}
-	if runID == "" {
-		return addrID(addr), "address " + addr, facts, nil
-	}
-	ids = []string{"run:" + runID}
-	if clusterOn == "1" {
-		if id, err := rdb.Do(ctx, "CLUSTER", "MYID").Text(); err == nil {
-			ids = append(ids, "node:"+id)
-		}
-	}
-	return ids, "run_id " + runID, facts, nil
+	return runID, clusterOn, facts
 }
 
 // serverFacts is what a node's INFO tells of the settings that decide
