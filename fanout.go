@@ -207,7 +207,8 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errNodeTimeout)
 	io, cancelIO := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	replies := make(chan nodeReply, len(c.nodes))
-	settled := c.send(ctx, io, func() { cancel(); cancelIO() }, timeout, deadline, skip, after, op, replies)
+	f := &fan{c: c, ctx: ctx, io: io, cancel: func() { cancel(); cancelIO() }, timeout: timeout, deadline: deadline, op: op, replies: replies}
+	settled := f.send(skip, after)
 	return c.collect(ctx, timeout, stop, replies, unknownCut, tm.base), settled
 }
 
@@ -226,10 +227,9 @@ func (c *Client) anyUnknown() bool {
 	return false
 }
 
-// send runs op on every node not skipped, each after after's call there,
-// and delivers the replies (a skipped node's at once) to replies. It notes
-// which nodes time out (Client.failing), and calls cancel once every call
-// has returned.
+// fan is one operation's calls to the nodes, op on each, and their
+// replies. It notes which nodes time out (Client.failing), and calls cancel
+// once every call has returned.
 //
 // ctx is the operation's: a call not yet sent when it ends is not sent if
 // it writes a hold, and is sent with a timeout of its own if it only takes
@@ -242,53 +242,33 @@ func (c *Client) anyUnknown() bool {
 // it in order. (The lone node of a Client whose client cuts calls at their
 // deadline is the exception: its call runs under ctx, so that the caller
 // is not held past it.)
-func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeout time.Duration, deadline time.Time, skip []bool, after settlement, op nodeOp, replies chan<- nodeReply) settlement {
+type fan struct {
+	c        *Client
+	ctx, io  context.Context
+	cancel   context.CancelFunc // frees the timers once every call has returned
+	timeout  time.Duration
+	deadline time.Time
+	op       nodeOp
+	replies  chan<- nodeReply
+	running  atomic.Int32 // calls not yet returned
+}
+
+// send makes the calls of f to every node not skipped, each after the node's
+// call of the operation before (after), and returns their settlement.
+func (f *fan) send(skip []bool, after settlement) settlement {
+	c := f.c
 	n := len(c.nodes)
 	settled := settlement{done: make([]chan struct{}, n), deadlines: make([]time.Time, n)}
-	var running atomic.Int32
-	running.Store(int32(n))
-	deliver := func(r nodeReply) {
-		replies <- r
-		if running.Add(-1) == 0 {
-			cancel() // every call has returned: free the timers
-		}
-	}
-	begun := deadline.Add(-timeout)
-	reply := func(r nodeReply) {
-		close(settled.done[r.node])
-		c.calls.done()
-		c.noteReply(r.node, r.err, r.took, timeout)
-		if r.err == nil && !c.idents.all.Load() {
-			// A reply counts once its node's server is identified; the
-			// wait is not the pipe's (it runs the node's next calls).
-			go func() {
-				if r.err = c.awaitIdentity(r.node, deadline); r.err == nil {
-					r.err = c.refusedNode(r.node)
-				}
-				c.noteMisconfigured(ctx, r.node, r.value, r.err)
-				deliver(r)
-			}()
-			return
-		}
-		if r.err == nil {
-			r.err = c.refusedNode(r.node) // a replica's answer does not count
-		}
-		c.noteMisconfigured(ctx, r.node, r.value, r.err)
-		deliver(r)
-	}
+	f.running.Store(int32(n))
 	for i, nd := range c.nodes {
 		settled.done[i] = make(chan struct{})
-		settled.deadlines[i] = deadline
+		settled.deadlines[i] = f.deadline
 		if nd.pipe == nil && after.pending(i) {
 			// This call waits for the one before; the next operation's
 			// must not give up on it before it had its own timeout.
-			settled.deadlines[i] = after.deadlines[i].Add(time.Until(deadline))
+			settled.deadlines[i] = after.deadlines[i].Add(time.Until(f.deadline))
 		}
-		if skip == nil || !skip[i] {
-			c.calls.add()
-		}
-		switch {
-		case skip != nil && skip[i]:
+		if skip != nil && skip[i] {
 			// Not contacted: the node's last call is still the one
 			// before, which the next operation's call there must follow.
 			if after.done != nil {
@@ -296,50 +276,101 @@ func (c *Client) send(ctx, io context.Context, cancel context.CancelFunc, timeou
 			} else {
 				close(settled.done[i])
 			}
-			deliver(nodeReply{node: i, skipped: true})
-		case nd.inline && n == 1:
-			// One node whose client cuts the call at ctx's deadline: there
-			// is no quorum to return early with, so the call runs here.
-			v, vs, err := op.run(ctx, nd.rdb, nd.scripts, c.cfg.replicaAck, timeout)
-			if err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
-				err = fmt.Errorf("%w: %w", errCutByCaller, err)
-			}
-			reply(nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
-		case nd.pipe != nil:
-			nd.pipe.submit(call{ctx: ctx, io: io, timeout: timeout, op: op, reply: func(v int64, vs []int64, err error) {
-				reply(nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
-			}})
-		default:
-			go func() {
-				callIO := io
-				if dl := settled.deadlines[i]; !dl.Equal(deadline) {
-					// Its own timeout after the call before: the node's
-					// calls finish in order in the background.
-					var cancelCall context.CancelFunc
-					callIO, cancelCall = context.WithDeadline(context.WithoutCancel(ctx), dl)
-					defer cancelCall()
-				}
-				after.waitNode(i)
-				if err := ctx.Err(); err != nil && time.Now().Before(deadline) {
-					// The caller gave up while this call waited: a write of
-					// a hold is not sent, a delete is (see lateIO). (Past
-					// the node timeout, the call before took all of it, and
-					// this one has its own.)
-					late, cancelLate, send := lateIO(op, callIO, timeout)
-					if !send {
-						reply(nodeReply{node: i, err: notSent(err)})
-						return
-					}
-					defer cancelLate()
-					callIO = late
-				}
-				sent := time.Now()
-				v, vs, err := op.run(callIO, nd.rdb, nd.scripts, c.cfg.replicaAck, timeout)
-				reply(nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(sent)})
-			}()
+			f.deliver(nodeReply{node: i, skipped: true})
+			continue
 		}
+		c.calls.add()
+		f.call(i, nd, settled, after)
 	}
 	return settled
+}
+
+// call makes node i's call: inline for a lone node whose client cuts the
+// call at ctx's deadline, through the node's pipe, or on a goroutine of its
+// own after the node's call before.
+func (f *fan) call(i int, nd node, settled, after settlement) {
+	begun := f.deadline.Add(-f.timeout)
+	switch {
+	case nd.inline && len(f.c.nodes) == 1:
+		// One node whose client cuts the call at ctx's deadline: there
+		// is no quorum to return early with, so the call runs here.
+		v, vs, err := f.op.run(f.ctx, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
+		if err != nil && f.ctx.Err() != nil && context.Cause(f.ctx) != errNodeTimeout {
+			err = fmt.Errorf("%w: %w", errCutByCaller, err)
+		}
+		f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
+	case nd.pipe != nil:
+		nd.pipe.submit(call{ctx: f.ctx, io: f.io, timeout: f.timeout, op: f.op, reply: func(v int64, vs []int64, err error) {
+			f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
+		}})
+	default:
+		go f.callAfter(i, nd, settled, after)
+	}
+}
+
+// callAfter makes node i's call once the node's call before has returned
+// (a Client without batching).
+func (f *fan) callAfter(i int, nd node, settled, after settlement) {
+	callIO := f.io
+	if dl := settled.deadlines[i]; !dl.Equal(f.deadline) {
+		// Its own timeout after the call before: the node's
+		// calls finish in order in the background.
+		var cancelCall context.CancelFunc
+		callIO, cancelCall = context.WithDeadline(context.WithoutCancel(f.ctx), dl)
+		defer cancelCall()
+	}
+	after.waitNode(i)
+	if err := f.ctx.Err(); err != nil && time.Now().Before(f.deadline) {
+		// The caller gave up while this call waited: a write of
+		// a hold is not sent, a delete is (see lateIO). (Past
+		// the node timeout, the call before took all of it, and
+		// this one has its own.)
+		late, cancelLate, send := lateIO(f.op, callIO, f.timeout)
+		if !send {
+			f.reply(settled, nodeReply{node: i, err: notSent(err)})
+			return
+		}
+		defer cancelLate()
+		callIO = late
+	}
+	sent := time.Now()
+	v, vs, err := f.op.run(callIO, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
+	f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(sent)})
+}
+
+// reply takes node i's reply (r): it settles the node's call, notes what
+// the reply tells of the node, and delivers it once the node's server is
+// identified (a reply counts only then).
+func (f *fan) reply(settled settlement, r nodeReply) {
+	c := f.c
+	close(settled.done[r.node])
+	c.calls.done()
+	c.noteReply(r.node, r.err, r.took, f.timeout)
+	if r.err == nil && !c.idents.all.Load() {
+		// A reply counts once its node's server is identified; the
+		// wait is not the pipe's (it runs the node's next calls).
+		go func() {
+			if r.err = c.awaitIdentity(r.node, f.deadline); r.err == nil {
+				r.err = c.refusedNode(r.node)
+			}
+			c.noteMisconfigured(f.ctx, r.node, r.value, r.err)
+			f.deliver(r)
+		}()
+		return
+	}
+	if r.err == nil {
+		r.err = c.refusedNode(r.node) // a replica's answer does not count
+	}
+	c.noteMisconfigured(f.ctx, r.node, r.value, r.err)
+	f.deliver(r)
+}
+
+// deliver hands a reply to the collector; the last frees the timers.
+func (f *fan) deliver(r nodeReply) {
+	f.replies <- r
+	if f.running.Add(-1) == 0 {
+		f.cancel() // every call has returned: free the timers
+	}
 }
 
 // collect counts the replies until stop says enough, every node has
