@@ -381,67 +381,13 @@ func (p *pipe) send(batch []call) {
 
 	ctx, cancel := batchContext(live)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(live))
 	// With WithReplicaAck, one WAIT after the batch's scripts covers every
 	// write of the batch: WAIT confirms all the writes made before it on
 	// its connection.
-	var wait, waitAgain *redis.Cmd
 	ack := p.ack.on() && slices.ContainsFunc(live, func(c call) bool { return c.op.holds })
-	_, _ = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for i, c := range live {
-			if p.known.has(c.op.script) {
-				cmds[i] = c.op.script.EvalSha(ctx, pl, c.op.keys, c.op.args...)
-			} else {
-				cmds[i] = c.op.script.Eval(ctx, pl, c.op.keys, c.op.args...)
-			}
-		}
-		if ack {
-			wait = p.ack.wait(ctx, pl)
-		}
-		return nil
-	})
-
-	// The node did not know some scripts (it restarted, or its script cache
-	// was flushed): send those again with the script's text. They ran nowhere
-	// the first time, so nothing runs twice; they do run after the calls of
-	// the batch that followed them, which are on other keys (see
-	// nextBatch).
-	var again, dropped []int
-	for i, cmd := range cmds {
-		if noScript(cmd.Err()) {
-			p.known.forget(live[i].op.script)
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		if ctx.Err() != nil {
-			// The NOSCRIPT answers came after the calls' deadline: the
-			// deletes among them are still sent (see lateIO), the others
-			// answered as they are.
-			again = slices.DeleteFunc(again, func(i int) bool {
-				if live[i].op.holds {
-					dropped = append(dropped, i)
-					return true
-				}
-				return false
-			})
-			var late context.CancelFunc
-			ctx, late = context.WithTimeout(context.WithoutCancel(ctx), maxTimeout(live))
-			defer late()
-		}
-	}
-	if len(again) > 0 {
-		_, _ = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-			for _, i := range again {
-				c := live[i]
-				cmds[i] = c.op.script.Eval(ctx, pl, c.op.keys, c.op.args...)
-			}
-			if ack {
-				waitAgain = p.ack.wait(ctx, pl)
-			}
-			return nil
-		})
-	}
+	cmds := make([]*redis.Cmd, len(live))
+	wait := p.pipeline(ctx, live, cmds, nil, ack)
+	again, dropped, waitAgain := p.resend(ctx, live, cmds, ack)
 	for i, c := range live {
 		if slices.Contains(dropped, i) {
 			p.answer(c, 0, nil, notResent(context.DeadlineExceeded))
@@ -458,6 +404,62 @@ func (p *pipe) send(batch []call) {
 		}
 		p.answer(c, v, vs, err)
 	}
+}
+
+// pipeline sends the calls of live (those of only, when it is not nil) in
+// one pipeline, each as EVALSHA when the node is known to have its script,
+// as EVAL otherwise (or when resent: only), their commands into cmds, and
+// a WAIT after them when ack.
+func (p *pipe) pipeline(ctx context.Context, live []call, cmds []*redis.Cmd, only []int, ack bool) (wait *redis.Cmd) {
+	_, _ = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, c := range live {
+			switch {
+			case only != nil && !slices.Contains(only, i):
+			case only == nil && p.known.has(c.op.script):
+				cmds[i] = c.op.script.EvalSha(ctx, pl, c.op.keys, c.op.args...)
+			default:
+				cmds[i] = c.op.script.Eval(ctx, pl, c.op.keys, c.op.args...)
+			}
+		}
+		if ack {
+			wait = p.ack.wait(ctx, pl)
+		}
+		return nil
+	})
+	return wait
+}
+
+// resend sends again, with the script's text, the calls the node answered
+// NOSCRIPT (it restarted, or its script cache was flushed): they ran
+// nowhere the first time, so nothing runs twice; they do run after the
+// calls of the batch that followed them, which are on other keys (see
+// nextBatch). When those answers came after the calls' deadline, the
+// deletes among them are still sent (see lateIO), and the writes of a hold
+// are dropped, answered as they are. It returns the calls resent, those
+// dropped, and the resend's WAIT when ack.
+func (p *pipe) resend(ctx context.Context, live []call, cmds []*redis.Cmd, ack bool) (again, dropped []int, wait *redis.Cmd) {
+	for i, cmd := range cmds {
+		if noScript(cmd.Err()) {
+			p.known.forget(live[i].op.script)
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 && ctx.Err() != nil {
+		again = slices.DeleteFunc(again, func(i int) bool {
+			if live[i].op.holds {
+				dropped = append(dropped, i)
+				return true
+			}
+			return false
+		})
+		var late context.CancelFunc
+		ctx, late = context.WithTimeout(context.WithoutCancel(ctx), maxTimeout(live))
+		defer late()
+	}
+	if len(again) > 0 {
+		wait = p.pipeline(ctx, live, cmds, again, ack)
+	}
+	return again, dropped, wait
 }
 
 // batchContext is the context a pipeline is sent under: the values of the
