@@ -20,9 +20,7 @@ if type(v) == 'table' then
 elseif v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 elseif v == ARGV[1] then
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  end
+  lengthen(KEYS[1], tonumber(ARGV[2]))
 else
   local n = 0
   for i = 1, math.min(8, #v) do

@@ -8,9 +8,7 @@
 -- Returns 1 if the key holds our token, 0 if it is gone, holds another
 -- token or is held by a lock of another kind.
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  end
+  lengthen(KEYS[1], tonumber(ARGV[2]))
   return 1
 end
 return 0

@@ -31,9 +31,7 @@ elseif v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 elseif v == ARGV[1] then
   r = 4
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  end
+  lengthen(KEYS[1], tonumber(ARGV[2]))
 else
   return 0
 end

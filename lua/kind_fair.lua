@@ -36,14 +36,7 @@ if op == 'ticket' then
   end
   return string.format('%d', n) .. f
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- a lock's time to live is lengthened, never shortened (see extend.lua)
-local function lengthen(k)
-  if redis.call('PTTL', k) < px then
-    redis.call('PEXPIRE', k, px)
-  end
-end
+local now = node_ms()
 -- enqueue puts us in line with our ticket, for our patience
 local function enqueue()
   local patience = tonumber(ARGV[7])
@@ -62,7 +55,7 @@ if op == 'acquire' then
   end
   local v = redis.pcall('GET', key)
   if v == token then
-    lengthen(key)
+    lengthen(key, px)
   else
     enqueue()
     if v or redis.call('ZRANGE', q, 0, 0)[1] ~= waiter then
@@ -80,7 +73,7 @@ elseif op == 'dequeue' then
   return 1
 elseif op == 'extend' then
   if redis.pcall('GET', key) == token then
-    lengthen(key)
+    lengthen(key, px)
     return 1
   end
   return 0

@@ -24,12 +24,6 @@
 -- Extend returns 1 if every key held our token; release and drop return 1 if
 -- any key held it.
 local op, token, px, m = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
--- a lock's time to live is lengthened, never shortened (see extend.lua)
-local function lengthen(k)
-  if redis.call('PTTL', k) < px then
-    redis.call('PEXPIRE', k, px)
-  end
-end
 -- Takes every key for our token when none is held by another than us or
 -- from (nil but for handoff); returns 0 when one is, else the fencing
 -- counter, and whether from's token was on any key.
@@ -45,7 +39,7 @@ local function take(from)
     local v = redis.pcall('GET', KEYS[i])
     if v == token then
       r = 4 -- a resend: its first run is the one that knew
-      lengthen(KEYS[i])
+      lengthen(KEYS[i], px)
     else
       if v == from and r == 0 then
         r = 1
@@ -86,7 +80,7 @@ elseif op == 'extend' then
     end
   end
   for i = 1, m do
-    lengthen(KEYS[i])
+    lengthen(KEYS[i], px)
   end
   return 1
 end

@@ -20,11 +20,6 @@ local kind = redis.call('TYPE', h).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return 0 -- a lock of another kind holds the key
 end
-local function stretch(k)
-  if redis.call('PTTL', k) < px then
-    redis.call('PEXPIRE', k, px)
-  end
-end
 if op == 'acquire' then
   if redis.call('SISMEMBER', g, token) == 0 then
     if redis.call('EXISTS', h) == 1 and redis.call('HEXISTS', h, owner) == 0 then
@@ -33,8 +28,8 @@ if op == 'acquire' then
     redis.call('HINCRBY', h, owner, 1)
     redis.call('SADD', g, token)
   end
-  stretch(h)
-  stretch(g)
+  lengthen(h, px)
+  lengthen(g, px)
   if ARGV[5] ~= '0' then
     return counter_next(KEYS[3], ARGV[5])
   end
@@ -43,8 +38,8 @@ elseif op == 'extend' then
   if redis.call('SISMEMBER', g, token) == 0 then
     return 0
   end
-  stretch(h)
-  stretch(g)
+  lengthen(h, px)
+  lengthen(g, px)
   return 1
 end
 -- release, drop

@@ -29,8 +29,7 @@
 -- was there.
 local k, ww = KEYS[1], KEYS[2]
 local op, token, px, role, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6], ARGV[7]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = node_ms()
 local kind = redis.call('TYPE', k).ok
 local readers = kind == 'zset' and redis.call('ZSCORE', k, 'readers') ~= false
 local function fence()
@@ -45,12 +44,8 @@ local function announce()
   end
 end
 -- A hold's end and the key's time to live are lengthened, never shortened
--- (see extend.lua).
-local function lengthen()
-  if redis.call('PTTL', k) < px then
-    redis.call('PEXPIRE', k, px)
-  end
-end
+-- (lengthen, prelude.lua).
+
 -- Drops the readers whose hold has ended; deletes the set when none is
 -- left, and reports whether it did.
 local function purge()
@@ -94,7 +89,7 @@ if role == 'r' then
   if not ends or ends < now + px then
     redis.call('ZADD', k, now + px, token)
   end
-  lengthen()
+  lengthen(k, px)
   if op == 'acquire' then
     return fence()
   end
@@ -106,7 +101,7 @@ local held = kind == 'string' and redis.call('GET', k)
 local ours = held == token
 local function take()
   if ours then
-    lengthen()
+    lengthen(k, px)
     return fence()
   end
   if kind ~= 'none' and not readers then
@@ -150,7 +145,7 @@ elseif op == 'handoff' then
   return string.format('%d', c) .. (2 * w + r)
 elseif op == 'extend' then
   if ours then
-    lengthen()
+    lengthen(k, px)
     return 1
   end
   return 0

@@ -22,15 +22,9 @@ local kind = redis.call('TYPE', z).ok
 if kind ~= 'none' and (kind ~= 'zset' or redis.call('ZSCORE', z, 'readers')) then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = node_ms()
 -- A permit's end and the keys' time to live are lengthened, never
--- shortened (see extend.lua).
-local function stretch(key)
-  if redis.call('PTTL', key) < px then
-    redis.call('PEXPIRE', key, px)
-  end
-end
+-- shortened (lengthen, prelude.lua).
 local function hold()
   local ends = tonumber(redis.call('ZSCORE', z, token))
   if not ends or ends < now + px then
@@ -50,8 +44,8 @@ if op == 'acquire' then
   if not had then
     redis.call('SET', lim, ARGV[6])
   end
-  stretch(z)
-  stretch(lim)
+  lengthen(z, px)
+  lengthen(lim, px)
   if ARGV[5] ~= '0' then
     return counter_next(KEYS[3], ARGV[5])
   end
@@ -61,8 +55,8 @@ elseif op == 'extend' then
     return 0
   end
   hold()
-  stretch(z)
-  stretch(lim)
+  lengthen(z, px)
+  lengthen(lim, px)
   return 1
 end
 if redis.call('ZREM', z, token) == 0 then

@@ -1,5 +1,22 @@
--- The prelude, put before every script (see scripts.go): fencing and
--- ticket counters, and the comparison of fencing tokens.
+-- The prelude, put before every script (see scripts.go): the node's time,
+-- lengthening a key, fencing and ticket counters, and the comparison of
+-- fencing tokens.
+
+-- node_ms is the node's time in milliseconds.
+local function node_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- lengthen sets key k's time to live to px milliseconds unless it is
+-- longer already: a lock's keys are lengthened, never shortened (a call
+-- that lands late must not end a key before the validity its holder
+-- still reports; see extend.lua).
+local function lengthen(k, px)
+  if redis.call('PTTL', k) < px then
+    redis.call('PEXPIRE', k, px)
+  end
+end
 --
 -- Fencing and ticket counters. A counter's next value is one more
 -- than its last, or the node's clock in microseconds when that is more.
