@@ -427,15 +427,7 @@ func TestClient_Acquire_loneNodeCutAtDeadline(t *testing.T) {
 // answer and gave up.
 func TestClient_TryAcquire_otherCallersDeadlines(t *testing.T) {
 	c := newCluster(t, 3)
-	var links []*lateLink
-	var clients []redis.UniversalClient
-	for _, addr := range c.addrs {
-		link := newLateLink(t, addr)
-		links = append(links, link)
-		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		clients = append(clients, rdb)
-	}
+	clients, links := linkedNodes(t, c)
 	// Without batching each call has its own connection: the calls the
 	// deadline ended are still out when the next TryAcquire's are sent.
 	rc := mustNew(t, clients, redlock.WithBatching(false))
@@ -580,15 +572,7 @@ func TestClient_TryAcquire_hungFromTheStart(t *testing.T) {
 // it could not give the lock back.
 func TestLock_Extend_notPastUntil(t *testing.T) {
 	c := newCluster(t, 3)
-	var nodes []redis.UniversalClient
-	var links []*lateLink
-	for _, addr := range c.addrs {
-		link := newLateLink(t, addr)
-		links = append(links, link)
-		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		nodes = append(nodes, rdb)
-	}
+	nodes, links := linkedNodes(t, c)
 	rc := mustNew(t, nodes, redlock.WithNodeTimeout(20*time.Second))
 	ctx := context.Background()
 	lock := mustTryAcquire(t, rc, ctx, "k", 2*time.Second)
@@ -693,15 +677,7 @@ func TestClient_Acquire_firstContactWithEveryNodeHungEndsAtTheDeadline(t *testin
 // (110 attempts in 300 ms, each logged).
 func TestClient_Acquire_majorityDownIsNotStormed(t *testing.T) {
 	c := newCluster(t, 3)
-	var links []*lateLink
-	var nodes []redis.UniversalClient
-	for _, addr := range c.addrs {
-		link := newLateLink(t, addr)
-		links = append(links, link)
-		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		nodes = append(nodes, rdb)
-	}
+	nodes, links := linkedNodes(t, c)
 	calls := &evalCount{}
 	nodes[0].AddHook(calls)
 	rec := &recorder{}
@@ -735,15 +711,9 @@ func TestClient_Acquire_majorityDownIsNotStormed(t *testing.T) {
 // no quorum can form, announcements do not cut its wait short.
 func TestClient_Acquire_majorityDownIsNotStormedByItsOwnCleanup(t *testing.T) {
 	c := newCluster(t, 3)
-	var links []*lateLink
-	var nodes []redis.UniversalClient
+	nodes, links := linkedNodes(t, c)
 	var calls []*evalCount
-	for _, addr := range c.addrs {
-		link := newLateLink(t, addr)
-		links = append(links, link)
-		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		nodes = append(nodes, rdb)
+	for _, rdb := range nodes {
 		calls = append(calls, &evalCount{})
 		rdb.AddHook(calls[len(calls)-1])
 	}
@@ -776,4 +746,20 @@ func TestClient_Acquire_majorityDownIsNotStormedByItsOwnCleanup(t *testing.T) {
 	if len(got) != 1 || got[0].Attempts > 15 {
 		t.Fatalf("acquire %+v: want at most 15 attempts in 2 s with a majority down", got)
 	}
+}
+
+// linkedNodes returns clients for every node of c, each reached through a
+// lateLink, and the links.
+func linkedNodes(t *testing.T, c *cluster) ([]redis.UniversalClient, []*lateLink) {
+	t.Helper()
+	var nodes []redis.UniversalClient
+	var links []*lateLink
+	for _, addr := range c.addrs {
+		link := newLateLink(t, addr)
+		links = append(links, link)
+		rdb := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		nodes = append(nodes, rdb)
+	}
+	return nodes, links
 }
