@@ -64,10 +64,7 @@ if op == 'acquire' then
     redis.call('SET', key, token, 'PX', px)
     unqueue(waiter)
   end
-  if ARGV[5] ~= '0' then
-    return counter_next(KEYS[5], ARGV[5])
-  end
-  return 1
+  return counter_or_one(KEYS[5], ARGV[5])
 elseif op == 'dequeue' then
   unqueue(waiter)
   return 1

@@ -30,10 +30,7 @@ if op == 'acquire' then
   end
   lengthen(h, px)
   lengthen(g, px)
-  if ARGV[5] ~= '0' then
-    return counter_next(KEYS[3], ARGV[5])
-  end
-  return 1
+  return counter_or_one(KEYS[3], ARGV[5])
 elseif op == 'extend' then
   if redis.call('SISMEMBER', g, token) == 0 then
     return 0

@@ -33,10 +33,7 @@ local now = node_ms()
 local kind = redis.call('TYPE', k).ok
 local readers = kind == 'zset' and redis.call('ZSCORE', k, 'readers') ~= false
 local function fence()
-  if ARGV[5] ~= '0' then
-    return counter_next(KEYS[3], ARGV[5])
-  end
-  return 1
+  return counter_or_one(KEYS[3], ARGV[5])
 end
 local function announce()
   if ARGV[4] ~= '' then

@@ -46,10 +46,7 @@ if op == 'acquire' then
   end
   lengthen(z, px)
   lengthen(lim, px)
-  if ARGV[5] ~= '0' then
-    return counter_next(KEYS[3], ARGV[5])
-  end
-  return 1
+  return counter_or_one(KEYS[3], ARGV[5])
 elseif op == 'extend' then
   if not redis.call('ZSCORE', z, token) then
     return 0

@@ -76,3 +76,13 @@ end
 local function token_below(a, b)
   return #a < #b or (#a == #b and a < b)
 end
+
+-- counter_or_one is the fencing token of an acquire: the next value of
+-- counter k, kept keep ms once passed (counter_next), or 1 when the lock
+-- is not fenced (keep is '0').
+local function counter_or_one(k, keep)
+  if keep ~= '0' then
+    return counter_next(k, keep)
+  end
+  return 1
+end
