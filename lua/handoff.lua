@@ -39,8 +39,4 @@ local c = 1
 if #KEYS > 1 then
   c = counter_next(KEYS[2], ARGV[5])
 end
-local w = 0
-if redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2] > 0 then
-  w = 1
-end
-return string.format('%d', c) .. (2 * w + r)
+return handoff_result(c, r, ARGV[4])

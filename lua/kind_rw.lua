@@ -135,11 +135,7 @@ elseif op == 'handoff' then
       return 0
     end
   end
-  local w = 0
-  if redis.call('PUBSUB', 'NUMSUB', ARGV[4])[2] > 0 then
-    w = 1
-  end
-  return string.format('%d', c) .. (2 * w + r)
+  return handoff_result(c, r, ARGV[4])
 elseif op == 'extend' then
   if ours then
     lengthen(k, px)

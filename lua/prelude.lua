@@ -86,3 +86,14 @@ local function counter_or_one(k, keep)
   end
   return 1
 end
+
+-- handoff_result is a hand-off's answer: the fencing counter c, then one
+-- digit, 2*w + r, w 1 when a process listens on channel (its release
+-- channel) and r what the hand-off found (see handoff.lua).
+local function handoff_result(c, r, channel)
+  local w = 0
+  if redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
+    w = 1
+  end
+  return string.format('%d', c) .. (2 * w + r)
+end
