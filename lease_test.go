@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -29,23 +30,30 @@ func waiters(t *testing.T, clock *manualClock, n int) {
 	if err := clock.BlockUntilContext(ctx, n); err != nil {
 		// What the Client's goroutines were doing instead, to tell a
 		// stuck renewal from a slow machine.
-		var ours []string
-		for _, g := range leaktest.Stacks() {
-			if strings.Contains(g, "quorumlock/redlock.") {
-				ours = append(ours, g)
-			}
-		}
-		t.Fatalf("waiting for %d clock waiters: %v; the Client's goroutines:\n%s", n, err, strings.Join(ours, "\n\n"))
+		t.Fatalf("waiting for %d clock waiters: %v; the Client's goroutines:\n%s", n, err, clientStacks())
 	}
 }
 
+// clientStacks is the stacks of the goroutines in the library's code.
+func clientStacks() string {
+	var ours []string
+	for _, g := range leaktest.Stacks() {
+		if strings.Contains(g, "quorumlock/redlock.") {
+			ours = append(ours, g)
+		}
+	}
+	return strings.Join(ours, "\n\n")
+}
+
 // closed waits for ch to close; the bound is generous and only catches a
-// channel that never closes.
+// channel that never closes, and then prints what the Client's goroutines
+// were doing.
 func closed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
 	case <-time.After(10 * time.Second):
+		fmt.Fprintf(os.Stderr, "never closed; the Client's goroutines:\n%s\n", clientStacks())
 		return false
 	}
 }
