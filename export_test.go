@@ -98,3 +98,7 @@ func Subscriber(c *Client, i int) (running, deaf bool) {
 	defer s.mu.Unlock()
 	return s.running, s.deaf.Load()
 }
+
+// Failing reports whether c takes node i for failing (it did not answer
+// its last call within the node timeout).
+func Failing(c *Client, i int) bool { return c.failing[i].Load() != nil }

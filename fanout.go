@@ -209,7 +209,34 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 	replies := make(chan nodeReply, len(c.nodes))
 	f := &fan{c: c, ctx: ctx, io: io, cancel: func() { cancel(); cancelIO() }, timeout: timeout, deadline: deadline, op: op, replies: replies}
 	settled := f.send(skip, after)
-	return c.collect(ctx, timeout, stop, replies, unknownCut, tm.base), settled
+	t := c.collect(ctx, timeout, stop, replies, unknownCut, tm.base)
+	for i := range c.nodes {
+		if settled.out(i) {
+			// Decided before every node answered: a node whose call is
+			// still out at its timeout is failing, as if the operation
+			// had waited. (Its late reply tells only after the client's
+			// own read timeout, and until then every operation gave it a
+			// grace: 5 ms per Release with a node frozen.)
+			context.AfterFunc(io, func() { c.markOverdue(io, settled, timeout) })
+			break
+		}
+	}
+	return t, settled
+}
+
+// markOverdue marks failing the nodes whose call of settled is still out
+// once io, the calls' node timeout, has ended by its deadline (not by the
+// calls all returning).
+func (c *Client) markOverdue(io context.Context, settled settlement, timeout time.Duration) {
+	if io.Err() != context.DeadlineExceeded {
+		return
+	}
+	for i := range c.nodes {
+		if settled.out(i) {
+			err := noReply(timeout, context.DeadlineExceeded)
+			c.failing[i].Store(&err)
+		}
+	}
 }
 
 // anyUnknown reports whether some node has neither answered nor timed out
