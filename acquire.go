@@ -159,7 +159,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
 		var ok bool
-		if ok, w.first, w.woken = c.waitRetry(ctx, k, listen, delay, failed); !ok {
+		if ok, w.first, w.woken = c.waitRetry(ctx, k, listen, delay); !ok {
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
 	}
