@@ -1,7 +1,7 @@
 // The fan-out: an operation's calls to every node at once, each under the
 // node timeout, and the tally of their answers until the outcome is known
-// (or a stop condition says enough). The arithmetic that judges a tally is
-// in quorum.go.
+// (or a stop condition says enough). The stop conditions and the arithmetic
+// that judges a tally are in quorum.go.
 
 package redlock
 
@@ -114,46 +114,6 @@ func (s settlement) wait(ctx context.Context) bool {
 		t.Stop()
 	}
 	return ctx.Err() == nil
-}
-
-// Stop conditions for fanOut: when it may return before every node replied.
-
-// decidedAt stops once q of n nodes hold, or so many do not that q can no
-// longer be reached.
-func decidedAt(n, q int) func(*tally) bool {
-	return func(t *tally) bool {
-		won, lost := decide(n, q, t.yes, t.notYes)
-		return won || lost
-	}
-}
-
-// graceFloor is the least withGrace waits for the nodes yet to answer
-// once the outcome is known: on loopback a round trip is well under a
-// millisecond, and a node that answers within a few is not worth leaving.
-const graceFloor = 5 * time.Millisecond
-
-// withGrace stops when stop does, or once decided says the outcome is
-// known and as long again has passed (at least graceFloor): the nodes that
-// answer about as fast as the deciding ones are still waited for, so that
-// their keys are known (and a release confirmed there), but a frozen or
-// slow node is not; its call finishes in the background, in order with
-// the node's next ones (see fanOut).
-func withGrace(stop, decided func(*tally) bool) func(*tally) bool {
-	return func(t *tally) bool {
-		if stop(t) {
-			return true
-		}
-		if t.graceEnd.IsZero() && decided(t) {
-			d := time.Since(t.begun)
-			t.graceEnd = t.begun.Add(d + max(d, graceFloor))
-		}
-		return !t.graceEnd.IsZero() && !time.Now().Before(t.graceEnd)
-	}
-}
-
-// wonAt stops once q nodes hold.
-func wonAt(q int) func(*tally) bool {
-	return func(t *tally) bool { return t.yes >= q }
 }
 
 // fanOut runs op on every node at once, each under the same per-node
@@ -579,97 +539,4 @@ func (t *tally) failUnanswered(c *Client, timeout time.Duration, ctx context.Con
 		}
 		t.fail(c, i, err)
 	}
-}
-
-// onlyFailingLeft says when every node yet to answer is failing (frozen or
-// cut off), or still out past the deadline of the operation's previous
-// call there (before), or there is none. As a withGrace decision: such
-// nodes are not waited out, but a node still marked failing that answers
-// again about as fast as the others (it recovered; its mark goes with its
-// first answer) still counts.
-func (c *Client) onlyFailingLeft(before settlement) func(*tally) bool {
-	return func(t *tally) bool { return !c.awaits(t, before) }
-}
-
-// attemptDone is an attempt's stop condition: q nodes hold, or only nodes
-// that are failing (frozen or cut off) have yet to answer; or, after a
-// grace (withGrace), the attempt has failed (so many nodes did not take the
-// key that q can not be reached). A failed attempt does not wait out the
-// failing nodes' timeout: its cleanup's delete follows each one's SET there
-// (see fanOut). An eager attempt returns at once when q is won or out of
-// reach, and waits only the grace for failing nodes.
-//
-// Unlike a Release, an attempt does not give failing nodes a grace once the
-// others have answered: on a machine so loaded that nodes time out, every
-// failed attempt then lasted twice as long, and the calls of the attempts
-// waiting behind them piled up on the nodes (a chaos run made no progress).
-func (c *Client) attemptDone(q int, eager bool) func(*tally) bool {
-	decided, failing := decidedAt(len(c.nodes), q), c.onlyFailingLeft(settlement{})
-	if eager {
-		return withGrace(decided, failing)
-	}
-	return withGrace(func(t *tally) bool {
-		return t.yes >= q || t.yes+t.notYes > 0 && failing(t)
-	}, decided)
-}
-
-// releasedAt is Release's stop condition: every node has answered, or q
-// nodes (counting base confirmed before) deleted the token and the nodes
-// yet to answer are failing, or still out past the deadline of the lock's
-// previous operation there (before); or, once q nodes (with base) are known
-// to be free of the token, the grace of withGrace has passed. Release
-// waits for the nodes that answer about as fast as the quorum, so that a
-// program that closes its clients or exits right after Release leaves no
-// key behind on them; it does not wait for a node that is frozen, cut off
-// or much slower, whose delete finishes in the background (and whose key
-// expires with the ttl anyway). Waiters are woken by each node's delete,
-// so the wait costs the next holder nothing. skipped is how many nodes the
-// fan-out skips (they count as holdsNot in its tally); baseNo of them were
-// found without the token before.
-//
-// Unless known (the outcome is settled already: the lock was found lost,
-// or its validity ran out), the grace starts only once the answers also
-// tell whether the lock held to the end: a quorum deleted the token, or a
-// majority did not have it. Answers that are mixed so far (the key expired
-// on some nodes) are waited for up to the node timeout, so that a loss the
-// slower nodes show is reported. Nodes known to be failing are not waited
-// out, even when the others are too few to tell: once only they are left,
-// the grace starts (onlyFailingLeft).
-func (c *Client) releasedAt(q, base, baseNo, skipped int, known bool, before settlement) func(*tally) bool {
-	n := len(c.nodes)
-	failing := c.onlyFailingLeft(before)
-	return withGrace(func(t *tally) bool {
-		return base+t.yes >= q && !c.awaits(t, before)
-	}, func(t *tally) bool {
-		free := base+baseNo+t.yes+t.no-skipped >= q
-		return free && (known || base+t.yes >= q || baseNo+t.no-skipped > n-q) || failing(t)
-	})
-}
-
-// awaits reports whether a node yet to answer in t is worth waiting for:
-// it is not failing, and its call of the operation before (if any) is not
-// still out past its deadline.
-func (c *Client) awaits(t *tally, before settlement) bool {
-	for i, a := range t.answers {
-		if a == unanswered && c.failing[i].Load() == nil && !before.overdue(i) {
-			return true
-		}
-	}
-	return false
-}
-
-// takenByOne returns the holder that the nodes that refused name on at
-// least q of them (the acquire scripts return a negative number naming it),
-// and whether there is one.
-func takenByOne(t tally, q int) (holder int64, taken bool) {
-	count := map[int64]int{}
-	for i, a := range t.answers {
-		if a == holdsNot && t.values[i] < 0 {
-			count[t.values[i]]++
-			if count[t.values[i]] >= q {
-				return t.values[i], true
-			}
-		}
-	}
-	return 0, false
 }

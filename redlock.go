@@ -1,4 +1,39 @@
-// Acquiring a lock: the algorithm's five steps, in order.
+// Package redlock implements distributed locks over N independent Redis
+// masters with the Redlock algorithm: a lock is held when a majority of the
+// nodes took it, and it is valid for its TTL less the time the acquisition
+// took and an allowance for clock drift.
+//
+// A Client acquires a lock in five steps (see docs/algorithm.md):
+//
+//  1. note the start time on a monotonic Clock;
+//  2. run SET-if-absent with the TTL on every node at once, each under a
+//     small per-node timeout;
+//  3. count the nodes that took the lock and compute the validity:
+//     ttl − elapsed − (ttl·driftFactor + 2ms); the lock is acquired only if a
+//     quorum (N/2+1) took it and the validity is positive;
+//  4. otherwise release it on every node that may have taken it, with a
+//     context of its own;
+//  5. retry after a random delay until the caller's context ends (Acquire),
+//     or give up after one attempt (TryAcquire).
+//
+// The lock key is stored under the key as given, with a random token of 128
+// bits or more as its value, so `redis-cli GET key` shows the holder.
+//
+// The algorithm is safe only under the assumptions in docs/safety.md:
+// bounded clock rate error, nodes that persist every write or stay down
+// longer than the largest TTL, and a holder that stops working when its
+// validity ends.
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+)
+
+// Acquiring a lock: the algorithm's five steps, in order, in this file.
 //
 //  1. attempt notes the start on the Client's Clock and draws a new token
 //     (newAcquisition);
@@ -13,16 +48,9 @@
 //  5. acquireLoop waits (the retry policy, or until the release is heard:
 //     wakeup.go) and tries again until ctx ends; TryAcquire stops after one
 //     attempt.
-
-package redlock
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	mrand "math/rand/v2"
-	"time"
-)
+//
+// The Client and New are in client.go; a Lock's Extend and Release, which
+// follow the same steps, in lock.go.
 
 // Acquire acquires the lock on key for ttl, retrying after failed attempts
 // (see WithRetry) until it succeeds or ctx ends. The Lock is valid for ttl
