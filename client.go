@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/pubsub"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock/internal/rtt"
@@ -47,10 +48,10 @@ type Client struct {
 	// something (see anyUnknown)
 	rtts        []rtt.Estimate
 	allKnown    atomic.Bool
-	idents      identities    // see identity.go
-	subscribers []*subscriber // by node: the waiters' release subscriptions (see wakeup.go)
-	calls       inflight      // node calls sent and not yet returned (see Drain)
-	sched       *scheduler    // renewals and ends of its locks (see renewal.go)
+	idents      identities           // see identity.go
+	subscribers []*pubsub.Subscriber // by node: the waiters' release subscriptions (see wakeup.go)
+	calls       inflight             // node calls sent and not yet returned (see Drain)
+	sched       *scheduler           // renewals and ends of its locks (see renewal.go)
 	// batchRenewals: plain locks due for renewal together are renewed in
 	// one script call per node (batching is on, and no node is a Redis
 	// Cluster, where their keys would span slots)
@@ -112,10 +113,10 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.subscribers = make([]*subscriber, len(c.nodes))
+	c.subscribers = make([]*pubsub.Subscriber, len(c.nodes))
 	c.batchRenewals = !c.cfg.unbatched
 	for i := range c.nodes {
-		c.subscribers[i] = newSubscriber(c.nodes[i].rdb)
+		c.subscribers[i] = pubsub.New(c.nodes[i].rdb)
 		if !c.cfg.unbatched {
 			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, ack: c.cfg.replicaAck}
 		}

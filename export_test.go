@@ -93,10 +93,7 @@ func ScriptSource(file string) string { return scriptSource(file) }
 // Subscriber reports whether c's subscriber of node i runs, and whether it
 // is deaf (its connection stopped receiving).
 func Subscriber(c *Client, i int) (running, deaf bool) {
-	s := c.subscribers[i]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.running, s.deaf.Load()
+	return c.subscribers[i].Running(), c.subscribers[i].Deaf()
 }
 
 // Failing reports whether c takes node i for failing (it did not answer

@@ -3,13 +3,11 @@ package redlock
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"hash/fnv"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/pubsub"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,12 +32,8 @@ type releaseWatch struct {
 	node     int
 	channels []string
 	own      string // the waiter's own channel, where a release names it among the first two in line; "" when none
-	sub      *subscriber
-	ch       chan *redis.Message // announcements, once subscribed
-	ready    chan struct{}       // closed once every channel is subscribed
-	heard    []bool              // by channel: its subscription is confirmed (under sub.mu)
-	unheard  int                 // channels not yet confirmed (under sub.mu)
-	stop     func()
+	sub      *pubsub.Subscriber
+	w        *pubsub.Watch
 }
 
 // watchRelease subscribes to a lock's release channels on node, and waits
@@ -52,21 +46,12 @@ func (c *Client) watchRelease(ctx context.Context, channels []string, ln *waitLi
 	if own := ln.channel(); own != "" {
 		channels = append(slices.Clip(channels), own)
 	}
-	w := &releaseWatch{
-		node:     node,
-		own:      ln.channel(),
-		channels: channels,
-		sub:      c.subscribers[node],
-		ch:       make(chan *redis.Message, 1),
-		ready:    make(chan struct{}),
-		heard:    make([]bool, len(channels)),
-	}
-	w.stop = sync.OnceFunc(func() { w.sub.remove(w) })
-	w.sub.add(w)
+	sub := c.subscribers[node]
+	w := &releaseWatch{node: node, own: ln.channel(), channels: channels, sub: sub, w: sub.Watch(channels)}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case <-w.ready:
+	case <-w.w.Ready():
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -79,18 +64,18 @@ func (w *releaseWatch) released() <-chan *redis.Message {
 	if w == nil {
 		return nil
 	}
-	return w.ch
+	return w.w.Messages()
 }
 
 // subscribed reports whether every channel's subscription is confirmed
 // and the connection still receives: a release is then heard as it is
 // announced.
 func (w *releaseWatch) subscribed() bool {
-	if w == nil || w.sub.deaf.Load() {
+	if w == nil || w.sub.Deaf() {
 		return false
 	}
 	select {
-	case <-w.ready:
+	case <-w.w.Ready():
 		return true
 	default:
 		return false
@@ -98,9 +83,9 @@ func (w *releaseWatch) subscribed() bool {
 }
 
 // deaf reports whether the watch's connection has stopped receiving (see
-// subscriber.deaf): its node's releases are not heard.
+// pubsub.Subscriber.Deaf): its node's releases are not heard.
 func (w *releaseWatch) deaf() bool {
-	return w != nil && w.sub.deaf.Load()
+	return w != nil && w.sub.Deaf()
 }
 
 // waitLine is a plain lock's waiter's place in the key's line on the node it
@@ -182,7 +167,7 @@ func (w *releaseWatch) drain() {
 	}
 	for {
 		select {
-		case <-w.ch:
+		case <-w.w.Messages():
 		default:
 			return
 		}
@@ -191,294 +176,13 @@ func (w *releaseWatch) drain() {
 
 func (w *releaseWatch) close() {
 	if w != nil {
-		w.stop()
+		w.w.Stop()
 	}
-}
-
-// subscriberLinger is how long a subscriber keeps its connection once no
-// waiter is left, for the next one.
-const subscriberLinger = 250 * time.Millisecond
-
-// subscriber multiplexes the release watches of one Client on one node
-// over one pub/sub connection. A goroutine runs it while it has watches
-// (and subscriberLinger after the last): it sends the SUBSCRIBE and
-// UNSUBSCRIBE commands the watches call for, batched, and hands each
-// announcement to the watches of its channel.
-//
-// The commands run in that goroutine because a go-redis client without
-// ContextTimeoutEnabled ignores context deadlines while it dials and
-// greets a new connection (HELLO): a frozen node would otherwise hold an
-// Acquire for the client's ReadTimeout.
-type subscriber struct {
-	rdb redis.UniversalClient
-
-	mu       sync.Mutex
-	watches  map[string]map[*releaseWatch]struct{} // by channel
-	channels map[string]*subscription              // every channel asked for and not yet given up
-	running  bool                                  // the goroutine runs
-	kick     chan struct{}                         // buffered: the watches changed
-
-	// deaf: the connection's last receive failed, and none has worked
-	// since. go-redis makes a new connection and subscribes it to every
-	// channel again by itself, but while it can not (the node refuses new
-	// clients), the subscriptions hear nothing though they were confirmed.
-	deaf atomic.Bool
-}
-
-// subscription is the state of one channel on the connection.
-type subscription struct {
-	wanted bool // the last command sent was SUBSCRIBE
-	sent   int  // commands sent for it
-	acked  int  // confirmations received for it
-	live   bool // the last confirmation was of a SUBSCRIBE
-}
-
-// confirmed reports whether the server is subscribed to the channel as
-// wanted: every command sent has been confirmed (a reconnection's
-// resubscription confirms more), and the last was a SUBSCRIBE.
-func (s *subscription) confirmed() bool { return s.wanted && s.live && s.acked >= s.sent }
-
-func newSubscriber(rdb redis.UniversalClient) *subscriber {
-	return &subscriber{
-		rdb:      rdb,
-		watches:  make(map[string]map[*releaseWatch]struct{}),
-		channels: make(map[string]*subscription),
-		kick:     make(chan struct{}, 1),
-	}
-}
-
-func (s *subscriber) add(w *releaseWatch) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	changed := false
-	for i, ch := range w.channels {
-		set := s.watches[ch]
-		if set == nil {
-			set = make(map[*releaseWatch]struct{})
-			s.watches[ch] = set
-		}
-		set[w] = struct{}{}
-		if sub := s.channels[ch]; sub != nil && sub.confirmed() {
-			w.heard[i] = true
-		} else {
-			w.unheard++
-			changed = changed || sub == nil || !sub.wanted
-		}
-	}
-	if w.unheard == 0 {
-		close(w.ready)
-	}
-	if changed {
-		s.wake()
-	}
-}
-
-func (s *subscriber) remove(w *releaseWatch) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	changed := false
-	for _, ch := range w.channels {
-		set := s.watches[ch]
-		delete(set, w)
-		if len(set) == 0 {
-			delete(s.watches, ch)
-			changed = true
-		}
-	}
-	if changed {
-		s.wake()
-	}
-}
-
-// wake tells the goroutine that the watches changed, starting it if it
-// does not run. Called with s.mu held.
-func (s *subscriber) wake() {
-	if !s.running {
-		s.running = true
-		go s.run()
-	}
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-// run is the subscriber's goroutine.
-func (s *subscriber) run() {
-	ctx := context.Background()
-	ps := s.rdb.Subscribe(ctx) // no channels yet: no connection yet
-	defer func() { _ = ps.Close() }()
-	quit := make(chan struct{})
-	defer close(quit) // before the Close above: the receiver stops handing on
-	s.deaf.Store(false)
-	var msgs <-chan any
-	linger := time.NewTimer(subscriberLinger)
-	defer linger.Stop()
-	for {
-		select {
-		case <-s.kick:
-			subscribe, unsubscribe, idle := s.changes()
-			if idle {
-				linger.Reset(subscriberLinger)
-			}
-			if len(subscribe) > 0 {
-				_ = ps.Subscribe(ctx, subscribe...) // a failure is retried by the reconnection
-			}
-			if len(unsubscribe) > 0 {
-				_ = ps.Unsubscribe(ctx, unsubscribe...)
-			}
-			if msgs == nil && len(subscribe) > 0 {
-				msgs = s.receive(ps, quit)
-			}
-		case m, ok := <-msgs:
-			if !ok {
-				return
-			}
-			s.deliver(m)
-		case <-linger.C:
-			if s.done() {
-				return
-			}
-		}
-	}
-}
-
-// receive hands on what ps receives, from a goroutine of its own, until
-// quit is closed or ps is, and keeps s.deaf: set when a receive fails,
-// cleared when one works. After a failure go-redis makes a new connection,
-// subscribed to every channel again, at the next receive; while it can
-// not, the receives are tried again at a growing pace (up to once a
-// second).
-func (s *subscriber) receive(ps *redis.PubSub, quit <-chan struct{}) <-chan any {
-	out := make(chan any)
-	go func() {
-		failures := 0
-		for {
-			m, err := ps.Receive(context.Background())
-			if err != nil {
-				select {
-				case <-quit:
-					return // the subscriber closed the connection: it went idle
-				default:
-				}
-				if errors.Is(err, redis.ErrClosed) {
-					return
-				}
-				s.deaf.Store(true)
-				failures++
-				select {
-				case <-time.After(min(time.Duration(failures)*50*time.Millisecond, time.Second)):
-				case <-quit:
-					return
-				}
-				continue
-			}
-			failures = 0
-			s.deaf.Store(false)
-			switch m.(type) {
-			case *redis.Subscription, *redis.Message:
-			default:
-				continue // a pong
-			}
-			select {
-			case out <- m:
-			case <-quit:
-				return
-			}
-		}
-	}()
-	return out
-}
-
-// changes works out the commands that bring the connection's channels to
-// the watches': the channels to subscribe and those to unsubscribe, and
-// marks them sent. idle reports that no watch is left.
-func (s *subscriber) changes() (subscribe, unsubscribe []string, idle bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.watches {
-		sub := s.channels[ch]
-		if sub == nil {
-			sub = &subscription{}
-			s.channels[ch] = sub
-		}
-		if !sub.wanted {
-			sub.wanted = true
-			sub.sent++
-			subscribe = append(subscribe, ch)
-		}
-	}
-	for ch, sub := range s.channels {
-		if _, ok := s.watches[ch]; !ok && sub.wanted {
-			sub.wanted = false
-			sub.sent++
-			unsubscribe = append(unsubscribe, ch)
-		}
-	}
-	return subscribe, unsubscribe, len(s.watches) == 0
-}
-
-// deliver handles what the connection received: a confirmation, which may
-// make watches ready, or an announcement, handed to its channel's watches.
-func (s *subscriber) deliver(m any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch m := m.(type) {
-	case *redis.Subscription:
-		sub := s.channels[m.Channel]
-		if sub == nil {
-			return
-		}
-		sub.acked++
-		sub.live = m.Kind == "subscribe"
-		if !sub.wanted && sub.acked >= sub.sent {
-			delete(s.channels, m.Channel) // given up, and the server agrees
-			return
-		}
-		if !sub.confirmed() {
-			return
-		}
-		for w := range s.watches[m.Channel] {
-			i := slices.Index(w.channels, m.Channel)
-			if !w.heard[i] {
-				w.heard[i] = true
-				if w.unheard--; w.unheard == 0 {
-					close(w.ready)
-				}
-			}
-		}
-	case *redis.Message:
-		for w := range s.watches[m.Channel] {
-			select {
-			case w.ch <- m:
-			default: // one pending announcement is enough to wake up
-			}
-		}
-	}
-}
-
-// done ends the goroutine if no watch is left, reporting whether it did.
-// A watch added later starts a new one, on a new connection.
-func (s *subscriber) done() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.watches) > 0 {
-		return false
-	}
-	s.running = false
-	s.deaf.Store(false) // no connection now: the next watch makes a new one
-	clear(s.channels)
-	// A kick left for this goroutine is for none: drop it.
-	select {
-	case <-s.kick:
-	default:
-	}
-	return true
 }
 
 // deaf reports whether the Client's subscriptions' connection to node i
-// has stopped receiving (see subscriber.deaf).
-func (c *Client) deaf(i int) bool { return c.subscribers[i].deaf.Load() }
+// has stopped receiving (see pubsub.Subscriber.Deaf).
+func (c *Client) deaf(i int) bool { return c.subscribers[i].Deaf() }
 
 // wakeSpread is the scale of the waits right after a wake-up: a woken
 // waiter still refused tries again within 0.5-2.5 ms (see waiting.delay),

@@ -60,7 +60,7 @@ func TestWatchRelease_frozenNode(t *testing.T) {
 		t.Fatalf("watchRelease took %v with a %v timeout", took, timeout)
 	}
 	select {
-	case <-w.ready:
+	case <-w.w.Ready():
 		t.Fatal("a subscription to a node that never answers was confirmed")
 	case <-w.released():
 		t.Fatal("an announcement from a node that never answers")
@@ -81,7 +81,7 @@ func TestWatchRelease_lateSubscription(t *testing.T) {
 	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, nil, 0, 0) // no wait at all
 	defer w.close()
 	select {
-	case <-w.ready:
+	case <-w.w.Ready():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the subscription was not confirmed in the background")
 	}
