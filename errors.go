@@ -4,12 +4,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlock/redlock/internal/reply"
 )
 
 var (
@@ -75,7 +74,7 @@ type NodeError struct {
 }
 
 // Error names the node, by index and address, and what went wrong.
-func (e *NodeError) Error() string { return e.describe(tidy(e.Err.Error())) }
+func (e *NodeError) Error() string { return e.describe(reply.Tidy(e.Err.Error())) }
 
 func (e *NodeError) describe(what string) string {
 	if e.Addr == "" {
@@ -83,13 +82,6 @@ func (e *NodeError) describe(what string) string {
 	}
 	return fmt.Sprintf("redlock: node %d (%s): %s", e.Node, e.Addr, what)
 }
-
-// luaNoise is what Redis adds to an error raised inside a script: the
-// script's SHA1 and the line, which say nothing to a lock's user.
-var luaNoise = regexp.MustCompile(`\s*script: [0-9a-f]{40}, on @user_script:\d+\.?|Error running script \(call to f_[0-9a-f]{40}\): @user_script:\d+: |@user_script:\d+: `)
-
-// tidy removes the script's noise from a node's error message.
-func tidy(msg string) string { return luaNoise.ReplaceAllString(msg, "") }
 
 // Unwrap returns the node's error, so that errors.Is sees through it.
 func (e *NodeError) Unwrap() error { return e.Err }
@@ -142,7 +134,7 @@ func (e *quorumError) Error() string {
 			b.WriteString(n.Error())
 			continue
 		}
-		b.WriteString(ne.describe(tidy(mc.err.Error())))
+		b.WriteString(ne.describe(reply.Tidy(mc.err.Error())))
 		if _, seen := whose[mc.hint]; !seen {
 			hints = append(hints, mc.hint)
 		}
@@ -187,52 +179,17 @@ type misconfiguration struct {
 	hint string
 }
 
-func (e *misconfiguration) Error() string        { return tidy(e.err.Error()) + " (" + e.hint + ")" }
+func (e *misconfiguration) Error() string        { return reply.Tidy(e.err.Error()) + " (" + e.hint + ")" }
 func (e *misconfiguration) Unwrap() error        { return e.err }
 func (e *misconfiguration) Is(target error) bool { return target == ErrMisconfigured }
 
 // misconfigured returns err as a *misconfiguration when it is an error that
-// retrying cannot cure, and err otherwise. Transient errors (timeouts,
-// refused or reset connections, LOADING, BUSY, TRYAGAIN, MASTERDOWN,
-// CLUSTERDOWN) are returned as they are.
+// retrying cannot cure (see reply.Hint), and err otherwise.
 func misconfigured(err error) error {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return err
+	if hint := reply.Hint(err); hint != "" {
+		return &misconfiguration{err: err, hint: hint}
 	}
-	msg := re.Error()
-	prefix, _, _ := strings.Cut(msg, " ")
-	var hint string
-	switch prefix {
-	case "NOAUTH", "WRONGPASS":
-		hint = "a configuration error: set the node's password (and user) in its client's options"
-	case "NOPERM":
-		hint = "a configuration error: the node's ACL user lacks a permission redlock needs (EVALSHA, EVAL, SCRIPT, PUBLISH, SUBSCRIBE and the lock's keys)"
-	case "READONLY":
-		hint = "a configuration error: the node is a replica; give redlock masters only"
-	case "MOVED", "ASK":
-		hint = "a configuration error: the node is a Redis Cluster master; reach it with a redis.ClusterClient"
-	case "CROSSSLOT":
-		hint = "a configuration error: the keys hash to different Cluster slots; give them one hash tag, as in {order}:a and {order}:b"
-	case "WRONGTYPE":
-		hint = "a configuration error: the key holds a value that is not a lock; choose another key"
-	case "WRONGPERMITS":
-		hint = "a configuration error: every holder of a semaphore must give the same WithPermits for its key"
-	case "NOSCRIPT":
-		hint = "a configuration error: the node does not keep the lock's scripts; it must allow SCRIPT LOAD and EVAL"
-	case "ERR":
-		if strings.HasPrefix(msg, "ERR Protocol error: unauthenticated") {
-			// A client that has not logged in may not send long commands:
-			// the server answers this rather than NOAUTH.
-			hint = "a configuration error: the node requires a password; set it (and the user) in the node's client options"
-		} else if strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "ERR unknown subcommand") {
-			hint = "a configuration error: the node does not know a command redlock needs (EVALSHA, EVAL); it must be a Redis server that runs Lua scripts"
-		}
-	}
-	if hint == "" {
-		return err
-	}
-	return &misconfiguration{err: err, hint: hint}
+	return err
 }
 
 func invalid(format string, args ...any) error {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/reply"
 )
 
 // Two node clients that reach one server (localhost:6379 and
@@ -177,8 +179,7 @@ func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 	// Redis before 7 takes at most one section.
 	info, err := rdb.Info(ctx).Result()
 	if err != nil {
-		var re redis.Error
-		if errors.As(err, &re) && !transient(re) {
+		if reply.IsReply(err) && !reply.Transient(err) {
 			// The server answered but will not tell: name it by its
 			// address. Its own calls report a misconfiguration if any;
 			// its role and memory policy are not known.
@@ -349,16 +350,6 @@ func (c *Client) refusedNode(i int) error {
 
 // recheckEvery is how often a refused node's server is read again.
 const recheckEvery = time.Second
-
-// transient reports whether a server's error reply is a passing state.
-func transient(err redis.Error) bool {
-	prefix, _, _ := strings.Cut(err.Error(), " ")
-	switch prefix {
-	case "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN":
-		return true
-	}
-	return false
-}
 
 // addrID names a server by its address, when it will not tell its run_id;
 // a client that does not reveal its address is named by nothing.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/redlock/internal/reply"
 	"github.com/quorumlock/redlock/internal/rtt"
 )
 
@@ -206,7 +206,7 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 	switch {
 	case errors.Is(err, errNotSent) || errors.Is(err, errCutByCaller) || errors.Is(err, context.Canceled):
 		return
-	case err == nil || isReply(err):
+	case err == nil || reply.IsReply(err):
 		if err == nil && c.told[i].Load() {
 			c.told[i].Store(false) // it answers again: its next failure is news
 		}
@@ -219,7 +219,7 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 		} else {
 			c.rtts[i].Sample(took)
 		}
-	case timedOut(err):
+	case reply.TimedOut(err):
 		c.rtts[i].TimedOut(timeout)
 		last := err // allocated only here, not for every reply
 		h.Store(&last)
@@ -228,13 +228,6 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 	if h.Load() != nil {
 		h.Store(nil)
 	}
-}
-
-// isReply reports whether err is the node's own answer (an error reply),
-// as opposed to no answer.
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
 }
 
 // noteMisconfigured warns, through the logger and the Observer, when node
@@ -260,20 +253,6 @@ func (c *Client) noteMisconfigured(ctx context.Context, i int, value int64, err 
 	// On a goroutine of its own: this runs on the goroutine that sends the
 	// node's calls, which a slow Observer must not hold up.
 	go c.observe(ctx, Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: c.nodes[i].addr})
-}
-
-// timedOut reports whether err is a call that got no reply in time: a
-// context deadline, or a socket timeout in a client with its own
-// ReadTimeout.
-func timedOut(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func noReply(timeout time.Duration, err error) error {

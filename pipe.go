@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/reply"
 )
 
 // Calls bound for one node go through its pipe. A call that finds the node
@@ -134,7 +136,7 @@ func (s *scripts) has(sc *redis.Script) bool {
 // note records what the node's answer to a call of sc (err) tells: any
 // answer but NOSCRIPT shows that it now holds the script.
 func (s *scripts) note(sc *redis.Script, err error) {
-	if s != nil && (err == nil || isReply(err) && !noScript(err)) && !s.has(sc) {
+	if s != nil && (err == nil || reply.IsReply(err) && !noScript(err)) && !s.has(sc) {
 		s.m.Store(sc, struct{}{})
 	}
 }

@@ -31,6 +31,8 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/reply"
 )
 
 // Acquiring a lock: the algorithm's five steps, in order, in this file.
@@ -455,7 +457,7 @@ func (c *Client) notAcquired(ctx context.Context, k kind, t tally, q int, detail
 // no reply in time.
 func allTimedOut(errs []error) bool {
 	for _, err := range errs {
-		if !timedOut(err) {
+		if !reply.TimedOut(err) {
 			return false
 		}
 	}

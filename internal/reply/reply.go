@@ -1,0 +1,98 @@
+// Package reply classifies what a node's call ended with: the server's
+// own error reply or no reply, a timeout, a passing state, or an error that
+// retrying cannot cure (with what to do about it). It knows nothing of
+// locks.
+package reply
+
+import (
+	"context"
+	"errors"
+	"net"
+	"regexp"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// IsReply reports whether err is the server's own answer (an error reply),
+// as opposed to no answer.
+func IsReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// TimedOut reports whether err is a call that got no reply in time: a
+// context deadline, or a socket timeout in a client with its own
+// ReadTimeout.
+func TimedOut(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Transient reports whether err is a server's error reply that tells of a
+// passing state (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN).
+func Transient(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	prefix, _, _ := strings.Cut(re.Error(), " ")
+	switch prefix {
+	case "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN":
+		return true
+	}
+	return false
+}
+
+// Hint returns what to do about err when it is a server's error reply that
+// retrying cannot cure (a configuration error), and "" otherwise: no
+// reply, a timeout, a passing state, or an error a retry may cure.
+func Hint(err error) string {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return ""
+	}
+	msg := re.Error()
+	prefix, _, _ := strings.Cut(msg, " ")
+	var hint string
+	switch prefix {
+	case "NOAUTH", "WRONGPASS":
+		hint = "a configuration error: set the node's password (and user) in its client's options"
+	case "NOPERM":
+		hint = "a configuration error: the node's ACL user lacks a permission redlock needs (EVALSHA, EVAL, SCRIPT, PUBLISH, SUBSCRIBE and the lock's keys)"
+	case "READONLY":
+		hint = "a configuration error: the node is a replica; give redlock masters only"
+	case "MOVED", "ASK":
+		hint = "a configuration error: the node is a Redis Cluster master; reach it with a redis.ClusterClient"
+	case "CROSSSLOT":
+		hint = "a configuration error: the keys hash to different Cluster slots; give them one hash tag, as in {order}:a and {order}:b"
+	case "WRONGTYPE":
+		hint = "a configuration error: the key holds a value that is not a lock; choose another key"
+	case "WRONGPERMITS":
+		hint = "a configuration error: every holder of a semaphore must give the same WithPermits for its key"
+	case "NOSCRIPT":
+		hint = "a configuration error: the node does not keep the lock's scripts; it must allow SCRIPT LOAD and EVAL"
+	case "ERR":
+		if strings.HasPrefix(msg, "ERR Protocol error: unauthenticated") {
+			// A client that has not logged in may not send long commands:
+			// the server answers this rather than NOAUTH.
+			hint = "a configuration error: the node requires a password; set it (and the user) in the node's client options"
+		} else if strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "ERR unknown subcommand") {
+			hint = "a configuration error: the node does not know a command redlock needs (EVALSHA, EVAL); it must be a Redis server that runs Lua scripts"
+		}
+	}
+	return hint
+}
+
+// luaNoise is what Redis adds to an error raised inside a script: the
+// script's SHA1 and the line, which say nothing to a lock's user.
+var luaNoise = regexp.MustCompile(`\s*script: [0-9a-f]{40}, on @user_script:\d+\.?|Error running script \(call to f_[0-9a-f]{40}\): @user_script:\d+: |@user_script:\d+: `)
+
+// Tidy removes a script's noise from a node's error message.
+func Tidy(msg string) string { return luaNoise.ReplaceAllString(msg, "") }
