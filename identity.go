@@ -1,19 +1,15 @@
 package redlock
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/redlock/internal/reply"
+	"github.com/quorumlock/redlock/internal/identity"
 )
 
 // Two node clients that reach one server (localhost:6379 and
@@ -37,25 +33,25 @@ type identities struct {
 	all    atomic.Bool           // every node is identified
 	broken atomic.Pointer[error] // set once two nodes are found on one server
 	// refused: by node, why its replies do not count, when its server is
-	// one that can not hold a lock (a replica: see serverFacts.refusal)
+	// one that can not hold a lock (a replica: see refusal)
 	refused []atomic.Pointer[error]
 
 	mu    sync.Mutex
-	nodes []identity // by node
+	nodes []serverOf // by node
 }
 
-type identity struct {
+type serverOf struct {
 	known   bool
-	ids     []string      // the IDs that name the node's server(s)
-	how     string        // how it was identified, for messages
-	facts   serverFacts   // what its INFO told of its configuration
-	pending chan struct{} // non-nil while an identification runs; closed when it ends
-	lastErr error         // why the last identification failed
-	checked time.Time     // when its server was last identified
+	ids     []string       // the IDs that name the node's server(s)
+	how     string         // how it was identified, for messages
+	facts   identity.Facts // what its INFO told of its configuration
+	pending chan struct{}  // non-nil while an identification runs; closed when it ends
+	lastErr error          // why the last identification failed
+	checked time.Time      // when its server was last identified
 }
 
 func (ids *identities) init(n int) {
-	ids.nodes = make([]identity, n)
+	ids.nodes = make([]serverOf, n)
 	ids.refused = make([]atomic.Pointer[error], n)
 }
 
@@ -91,7 +87,7 @@ func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 	defer close(done)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	ids, how, facts, err := serverIDs(ctx, c.nodes[i].rdb, c.nodes[i].addr)
+	ids, how, facts, err := identity.ServerIDs(ctx, c.nodes[i].rdb, c.nodes[i].addr)
 
 	var tell func() // the Observer is told once the lock is let go: it may call the Client
 	defer func() {
@@ -114,7 +110,7 @@ func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 	for j := range c.idents.nodes {
 		other := &c.idents.nodes[j]
 		all = all && other.known
-		if j == i || !other.known || !overlap(ids, other.ids) || c.idents.broken.Load() != nil {
+		if j == i || !other.known || !identity.Overlap(ids, other.ids) || c.idents.broken.Load() != nil {
 			continue
 		}
 		a, b := min(i, j), max(i, j)
@@ -161,128 +157,22 @@ func (c *Client) awaitIdentity(i int, deadline time.Time) error {
 // server could be identified: its answer cannot count.
 var errNotIdentified = errors.New("its server could not be identified yet (INFO), so its answer does not count")
 
-// serverIDs returns the IDs that name rdb's server, and what its INFO
-// tells of its configuration: for a plain client its run_id and, in
-// cluster mode, its Cluster node ID; for a ClusterClient the node IDs of
-// its cluster (and no facts: its masters are its own to choose). A server
-// that will not tell (a server without run_id, or an ACL user without
-// INFO) is named by its address.
-func serverIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids []string, how string, facts serverFacts, err error) {
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		if ids, err = clusterIDs(ctx, cc); err != nil {
-			return nil, "", facts, err
-		}
-		return ids, "the same cluster", facts, nil
-	}
-	// INFO without arguments: its default sections hold run_id,
-	// cluster_enabled, the memory, persistence and replication facts, and
-	// Redis before 7 takes at most one section.
-	info, err := rdb.Info(ctx).Result()
-	if err != nil {
-		if reply.IsReply(err) && !reply.Transient(err) {
-			// The server answered but will not tell: name it by its
-			// address. Its own calls report a misconfiguration if any;
-			// its role and memory policy are not known.
-			facts.denied = err.Error()
-			return addrID(addr), "address " + addr, facts, nil
-		}
-		return nil, "", facts, err // no answer, or a passing state: tried again later
-	}
-	runID, clusterOn, facts := readInfo(info)
-	if runID == "" {
-		return addrID(addr), "address " + addr, facts, nil
-	}
-	ids = []string{"run:" + runID}
-	if clusterOn == "1" {
-		if id, err := rdb.Do(ctx, "CLUSTER", "MYID").Text(); err == nil {
-			ids = append(ids, "node:"+id)
-		}
-	}
-	return ids, "run_id " + runID, facts, nil
-}
-
-// clusterIDs names a cluster by the IDs of its nodes (CLUSTER NODES).
-func clusterIDs(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
-	nodes, err := cc.ClusterNodes(ctx).Result()
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for line := range strings.Lines(nodes) {
-		if id, _, _ := strings.Cut(strings.TrimSpace(line), " "); id != "" {
-			ids = append(ids, "node:"+id)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, errors.New("CLUSTER NODES named no node")
-	}
-	return ids, nil
-}
-
-// readInfo reads what identifies a server and what its configuration says
-// from an INFO reply.
-func readInfo(info string) (runID, clusterOn string, facts serverFacts) {
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		switch k {
-		case "run_id":
-			runID = v
-		case "cluster_enabled":
-			clusterOn = v
-		case "role":
-			facts.role = v
-		case "master_host":
-			facts.master = v + facts.master
-		case "master_port":
-			facts.master += ":" + v
-		case "maxmemory":
-			facts.maxmemory, _ = strconv.ParseInt(v, 10, 64)
-		case "maxmemory_policy":
-			facts.policy = v
-		case "aof_enabled":
-			facts.aof = v
-		}
-	}
-	return runID, clusterOn, facts
-}
-
-// serverFacts is what a node's INFO tells of the settings that decide
-// whether it can keep a lock (docs/safety.md): empty where it does not
-// tell (an embedded server, an INFO without those sections).
-type serverFacts struct {
-	role      string // "master", or "slave" for a replica
-	master    string // a replica's master, host:port
-	maxmemory int64  // bytes; 0: no limit
-	policy    string // maxmemory-policy
-	aof       string // "1" when the append-only file is on
-	denied    string // INFO's error reply, when the server would not tell
-}
-
 // refusal is why a node on this server can not count towards a lock: a
 // replica, read-only or not, takes no write of its own that lasts (its
 // master's replication overwrites it) and may be the copy of another node;
 // nil for a master, or a server that did not say.
-func (f serverFacts) refusal() error {
-	if f.role == "" || f.role == "master" {
+func refusal(f identity.Facts) error {
+	if f.Role == "" || f.Role == "master" {
 		return nil
 	}
 	of := ""
-	if f.master != "" {
-		of = " of " + f.master
+	if f.Master != "" {
+		of = " of " + f.Master
 	}
 	return &misconfiguration{
-		err:  fmt.Errorf("the node is a replica%s (INFO role:%s)", of, f.role),
+		err:  fmt.Errorf("the node is a replica%s (INFO role:%s)", of, f.Role),
 		hint: "a configuration error: give redlock masters only, each independent of the others",
 	}
-}
-
-// evicts reports whether the server may evict keys that have a time to
-// live, as every lock key has: a memory limit with a policy other than
-// noeviction. Under memory pressure the lock's keys then go before their
-// time, and another client takes a lock that is held.
-func (f serverFacts) evicts() bool {
-	return f.maxmemory > 0 && f.policy != "" && f.policy != "noeviction"
 }
 
 // judgeServer acts on what node i's INFO told (facts), the first time it
@@ -292,9 +182,9 @@ func (f serverFacts) evicts() bool {
 // without the append-only file is noted at the Debug level, once. Called
 // with c.idents.mu held; it returns what to tell the Observer, to be
 // called once that is let go (or nil).
-func (c *Client) judgeServer(i int, facts serverFacts, first bool) (tell func()) {
+func (c *Client) judgeServer(i int, facts identity.Facts, first bool) (tell func()) {
 	addr := c.nodes[i].addr
-	if err := facts.refusal(); err != nil {
+	if err := refusal(facts); err != nil {
 		if c.idents.refused[i].Swap(&err) == nil {
 			c.cfg.logger.Warn("redlock: a node is a replica; it does not count towards any lock until it is a master",
 				"node", i, "addr", addr, "err", err)
@@ -305,21 +195,21 @@ func (c *Client) judgeServer(i int, facts serverFacts, first bool) (tell func())
 	if !first {
 		return nil
 	}
-	if strings.HasPrefix(facts.denied, "NOPERM") || strings.HasPrefix(facts.denied, "ERR unknown command") {
+	if strings.HasPrefix(facts.Denied, "NOPERM") || strings.HasPrefix(facts.Denied, "ERR unknown command") {
 		// An ACL user without INFO (a password missing is told by the
 		// node's own calls).
 		c.cfg.logger.Warn("redlock: a node does not answer INFO; whether it is a replica or evicts keys is not checked",
-			"node", i, "addr", addr, "err", facts.denied)
+			"node", i, "addr", addr, "err", facts.Denied)
 	}
-	if facts.aof == "0" {
+	if facts.AOF == "0" {
 		c.cfg.logger.Debug("redlock: a node keeps no append-only file; after a crash it must stay down longer than the largest ttl (docs/safety.md)",
 			"node", i, "addr", addr)
 	}
-	if !facts.evicts() {
+	if !facts.Evicts() {
 		return nil
 	}
 	err := &misconfiguration{
-		err:  fmt.Errorf("maxmemory %d with maxmemory-policy %s: the node evicts keys with a time to live under memory pressure, lock keys among them", facts.maxmemory, facts.policy),
+		err:  fmt.Errorf("maxmemory %d with maxmemory-policy %s: the node evicts keys with a time to live under memory pressure, lock keys among them", facts.Maxmemory, facts.Policy),
 		hint: "a configuration error: another client can take a lock the node evicted while it is held; set maxmemory-policy noeviction (or maxmemory 0)",
 	}
 	c.cfg.logger.Warn("redlock: a node may evict lock keys", "node", i, "addr", addr, "err", err)
@@ -350,23 +240,3 @@ func (c *Client) refusedNode(i int) error {
 
 // recheckEvery is how often a refused node's server is read again.
 const recheckEvery = time.Second
-
-// addrID names a server by its address, when it will not tell its run_id;
-// a client that does not reveal its address is named by nothing.
-func addrID(addr string) []string {
-	if addr == "" {
-		return nil
-	}
-	return []string{"addr:" + addr}
-}
-
-func overlap(a, b []string) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				return true
-			}
-		}
-	}
-	return false
-}
