@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -192,6 +193,7 @@ type call struct {
 	io      context.Context
 	timeout time.Duration
 	op      nodeOp
+	sent    *atomic.Bool // set once the call is sent (may be nil)
 	reply   func(value int64, values []int64, err error)
 }
 
@@ -368,6 +370,9 @@ func (p *pipe) send(batch []call) {
 			}
 			defer cancel()
 			c.io = io
+		}
+		if c.sent != nil {
+			c.sent.Store(true)
 		}
 		live = append(live, c)
 	}

@@ -519,3 +519,38 @@ func TestNextBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkOverdue_onlyCallsSent: a call still out at its node timeout
+// marks its node failing only if it was sent; one still queued behind
+// this Client's other calls tells nothing of the node. (Marking queued
+// calls failed deadline-free TryAcquires under a flood of tiny-deadline
+// callers, with every node answering within milliseconds: the explorer's
+// schedule 20261270, 19 of 20 replays under load.)
+func TestMarkOverdue_onlyCallsSent(t *testing.T) {
+	var rdbs []*redis.Client
+	for range 3 {
+		m := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdbs = append(rdbs, rdb)
+	}
+	c, err := New(rdbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := settlement{done: make([]chan struct{}, 3), deadlines: make([]time.Time, 3), sent: make([]atomic.Bool, 3)}
+	for i := range 3 {
+		settled.done[i] = make(chan struct{})
+	}
+	close(settled.done[0])      // node 0 answered
+	settled.sent[1].Store(true) // node 1 was sent its call and has not answered; node 2's is queued
+	io, cancel := context.WithDeadline(context.Background(), time.Now())
+	defer cancel()
+	<-io.Done()
+	c.markOverdue(io, settled, 50*time.Millisecond)
+	for i, want := range []bool{false, true, false} {
+		if got := c.failing[i].Load() != nil; got != want {
+			t.Errorf("node %d failing: %v, want %v", i, got, want)
+		}
+	}
+}
