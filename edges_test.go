@@ -765,9 +765,9 @@ func linkedNodes(t *testing.T, c *cluster) ([]redis.UniversalClient, []*lateLink
 }
 
 // TestClient_frozenNodeIsFailingAtItsTimeout: a node that does not answer
-// an operation that was decided without it is taken for failing once its
-// node timeout has passed, not only when its client's read timeout ends
-// the call (here never): until then every Release gave it a grace, and a
+// an operation that was decided without it is taken for failing by the
+// first call after its node timeout has passed, not only when its client's
+// read timeout ends the call (here never): until then every Release gave it a grace, and a
 // frozen node of three cut the acquire + release rate from about 3,000/s
 // to 170/s.
 func TestClient_frozenNodeIsFailingAtItsTimeout(t *testing.T) {
@@ -795,11 +795,13 @@ func TestClient_frozenNodeIsFailingAtItsTimeout(t *testing.T) {
 	l := mustTryAcquire(t, rc, context.Background(), "k", 10*time.Second)
 	mustRelease(t, l)
 	deadline := time.Now().Add(10 * time.Second)
-	for !redlock.Failing(rc, 2) {
+	for n := 0; !redlock.Failing(rc, 2); n++ {
 		if time.Now().After(deadline) {
 			t.Fatal("the frozen node is not taken for failing 10 s after its calls' 50 ms timeout")
 		}
 		time.Sleep(10 * time.Millisecond)
+		// The next call finds the send to the frozen node overdue.
+		mustRelease(t, mustTryAcquire(t, rc, context.Background(), fmt.Sprint("k", n), 10*time.Second))
 	}
 	if redlock.Failing(rc, 0) || redlock.Failing(rc, 1) {
 		t.Fatal("a node that answers is taken for failing")

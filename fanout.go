@@ -56,7 +56,6 @@ type nodeReply struct {
 type settlement struct {
 	done      []chan struct{} // by node, closed when its call returns
 	deadlines []time.Time     // by node: a call that first waited for the call before it has its own timeout after that one's deadline
-	sent      []atomic.Bool   // by node: its call was sent, not only queued
 }
 
 // out reports whether node i's call has not returned yet.
@@ -170,37 +169,7 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 	replies := make(chan nodeReply, len(c.nodes))
 	f := &fan{c: c, ctx: ctx, io: io, cancel: func() { cancel(); cancelIO() }, timeout: timeout, deadline: deadline, op: op, replies: replies}
 	settled := f.send(skip, after)
-	t := c.collect(ctx, timeout, stop, replies, unknownCut, tm.base)
-	for i := range c.nodes {
-		if settled.out(i) {
-			// Decided before every node answered: a node whose call is
-			// still out at its timeout is failing, as if the operation
-			// had waited. (Its late reply tells only after the client's
-			// own read timeout, and until then every operation gave it a
-			// grace: 5 ms per Release with a node frozen.)
-			context.AfterFunc(io, func() { c.markOverdue(io, settled, timeout) })
-			break
-		}
-	}
-	return t, settled
-}
-
-// markOverdue marks failing the nodes whose call of settled was sent and
-// is still out once io, the calls' node timeout, has ended by its deadline
-// (not by the calls all returning). A call still queued behind others of
-// this Client tells nothing of the node: under a flood of callers with
-// tiny deadlines, marking such nodes failed deadline-free TryAcquires with
-// a quorum of nodes answering within milliseconds.
-func (c *Client) markOverdue(io context.Context, settled settlement, timeout time.Duration) {
-	if io.Err() != context.DeadlineExceeded {
-		return
-	}
-	for i := range c.nodes {
-		if settled.out(i) && settled.sent[i].Load() {
-			err := noReply(timeout, context.DeadlineExceeded)
-			c.failing[i].Store(&err)
-		}
-	}
+	return c.collect(ctx, timeout, stop, replies, unknownCut, tm.base), settled
 }
 
 // anyUnknown reports whether some node has neither answered nor timed out
@@ -249,7 +218,7 @@ type fan struct {
 func (f *fan) send(skip []bool, after settlement) settlement {
 	c := f.c
 	n := len(c.nodes)
-	settled := settlement{done: make([]chan struct{}, n), deadlines: make([]time.Time, n), sent: make([]atomic.Bool, n)}
+	settled := settlement{done: make([]chan struct{}, n), deadlines: make([]time.Time, n)}
 	f.running.Store(int32(n))
 	for i, nd := range c.nodes {
 		settled.done[i] = make(chan struct{})
@@ -285,14 +254,13 @@ func (f *fan) call(i int, nd node, settled, after settlement) {
 	case nd.inline && len(f.c.nodes) == 1:
 		// One node whose client cuts the call at ctx's deadline: there
 		// is no quorum to return early with, so the call runs here.
-		settled.sent[i].Store(true)
 		v, vs, err := f.op.run(f.ctx, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
 		if err != nil && f.ctx.Err() != nil && context.Cause(f.ctx) != errNodeTimeout {
 			err = fmt.Errorf("%w: %w", errCutByCaller, err)
 		}
 		f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
 	case nd.pipe != nil:
-		nd.pipe.submit(call{ctx: f.ctx, io: f.io, timeout: f.timeout, op: f.op, sent: &settled.sent[i], reply: func(v int64, vs []int64, err error) {
+		nd.pipe.submit(call{ctx: f.ctx, io: f.io, timeout: f.timeout, op: f.op, reply: func(v int64, vs []int64, err error) {
 			f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
 		}})
 	default:
@@ -325,7 +293,6 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 		defer cancelLate()
 		callIO = late
 	}
-	settled.sent[i].Store(true)
 	sent := time.Now()
 	v, vs, err := f.op.run(callIO, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
 	f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(sent)})

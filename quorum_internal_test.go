@@ -520,37 +520,46 @@ func TestNextBatch(t *testing.T) {
 	}
 }
 
-// TestMarkOverdue_onlyCallsSent: a call still out at its node timeout
-// marks its node failing only if it was sent; one still queued behind
-// this Client's other calls tells nothing of the node. (Marking queued
-// calls failed deadline-free TryAcquires under a flood of tiny-deadline
-// callers, with every node answering within milliseconds: the explorer's
-// schedule 20261270, 19 of 20 replays under load.)
-func TestMarkOverdue_onlyCallsSent(t *testing.T) {
-	var rdbs []*redis.Client
-	for range 3 {
-		m := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { _ = rdb.Close() })
-		rdbs = append(rdbs, rdb)
-	}
-	c, err := New(rdbs)
+// TestPipe_overdueSendMarksTheNode: a call submitted while the node's send
+// in flight is past its deadline takes the node for failing; one queued
+// behind a send still within its deadline (this Client's own backlog,
+// however long) does not. (Taking queued calls for the node's failures
+// failed deadline-free TryAcquires under a flood of tiny-deadline callers
+// with every node answering within milliseconds: the explorer's schedule
+// 20261270.)
+func TestPipe_overdueSendMarksTheNode(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := New([]*redis.Client{rdb})
 	if err != nil {
 		t.Fatal(err)
 	}
-	settled := settlement{done: make([]chan struct{}, 3), deadlines: make([]time.Time, 3), sent: make([]atomic.Bool, 3)}
-	for i := range 3 {
-		settled.done[i] = make(chan struct{})
+	p := c.nodes[0].pipe
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	queued := func() call { // a hold its caller gave up on: never sent
+		return call{ctx: gone, io: gone, timeout: time.Second, op: nodeOp{holds: true}, reply: func(int64, []int64, error) {}}
 	}
-	close(settled.done[0])      // node 0 answered
-	settled.sent[1].Store(true) // node 1 was sent its call and has not answered; node 2's is queued
-	io, cancel := context.WithDeadline(context.Background(), time.Now())
-	defer cancel()
-	<-io.Done()
-	c.markOverdue(io, settled, 50*time.Millisecond)
-	for i, want := range []bool{false, true, false} {
-		if got := c.failing[i].Load() != nil; got != want {
-			t.Errorf("node %d failing: %v, want %v", i, got, want)
+	for _, tc := range []struct {
+		deadline time.Time
+		failing  bool
+	}{
+		{deadline: time.Now().Add(time.Hour), failing: false}, // a backlog behind a send within its deadline
+		{deadline: time.Now().Add(-time.Millisecond), failing: true},
+	} {
+		c.failing[0].Store(nil)
+		p.mu.Lock()
+		p.busy, p.deadline, p.sender = true, tc.deadline, p.sender+1 // a send in flight (its sender left behind)
+		p.mu.Unlock()
+		for range 100 {
+			p.submit(queued())
 		}
+		if got := c.failing[0].Load() != nil; got != tc.failing {
+			t.Errorf("send in flight until %v: node failing %v, want %v", tc.deadline.Format(time.StampMilli), got, tc.failing)
+		}
+		p.mu.Lock()
+		p.queue, p.busy = nil, false
+		p.mu.Unlock()
 	}
 }
