@@ -103,13 +103,16 @@ type waitLine struct {
 	node int           // where it joined; -1 when it has not
 }
 
-// newLine is a place in key's line that lasts ttl after each join. (A
-// lock's ttl shorter than a subscribed waiter's wait between attempts lets
-// the line expire between them; its next release then wakes everyone, as a
-// line would not. Keeping lines 3 s at least moved no figure: 20 waiters
-// on a 500 ms lock held 5 s made 149-157 attempts either way.)
+// lineLinger is the least a line lasts after its last join: more than a
+// subscribed waiter's wait between attempts (subscribedPoll and its
+// random part), which renews its place. Without it, a line of a lock whose
+// ttl is shorter than that wait expires between the waiters' attempts, and
+// each release wakes every waiter (20 waiters on a 100 ms lock held 300
+// ms: 608-787 attempts, 373-445 with it).
+const lineLinger = 3 * time.Second
+
 func newLine(key string, ttl time.Duration) *waitLine {
-	return &waitLine{key: key, name: rand.Text(), ttl: ttl, node: -1}
+	return &waitLine{key: key, name: rand.Text(), ttl: max(ttl, lineLinger), node: -1}
 }
 
 // channel is the waiter's own channel for key.
