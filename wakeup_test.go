@@ -884,3 +884,30 @@ func TestWaiters_releaseWakesTwo(t *testing.T) {
 		t.Fatalf("a release was heard on %v, want %v: the first two in line", heard, want)
 	}
 }
+
+// TestWaiters_placeInLineOutlivesAShortTTL: a waiter's place in line lasts
+// longer than its wait between attempts (the subscribed poll, 1-1.5 s),
+// even for a lock whose ttl is shorter: otherwise the line expires between
+// the attempts and each release wakes every waiter (20 waiters on a 100 ms
+// lock held 300 ms: 608-787 attempts, 373-445 with their places kept).
+func TestWaiters_placeInLineOutlivesAShortTTL(t *testing.T) {
+	c := newCluster(t, 3)
+	holder := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Minute)
+	defer holder.Release(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = c.client(t).Acquire(ctx, "k", 100*time.Millisecond)
+	}()
+	waitFor(t, "the waiter in line", func() bool { return c.lineSize("k") == 1 })
+	for _, s := range c.servers {
+		s.FastForward(1500 * time.Millisecond) // a subscribed waiter's longest wait between attempts
+	}
+	if n := c.lineSize("k"); n != 1 {
+		t.Fatalf("%d waiters in line once 1.5 s passed on the nodes, want the one still waiting", n)
+	}
+	cancel()
+	<-done
+}
