@@ -811,7 +811,7 @@ func TestClient_Acquire_listenerThatNeverTries(t *testing.T) {
 func TestHandOff_nodeItNeverReachedIsFreed(t *testing.T) {
 	c, links, rc := lateCluster(t)
 	ctx := context.Background()
-	links[2].setDelay(300 * time.Millisecond)       // over the 50 ms node timeout
+	links[2].setDelay(300 * time.Millisecond) // over the 50 ms node timeout
 	first, err := rc.Acquire(ctx, "k", time.Minute) // node 2's call still out
 	if err != nil {
 		t.Fatal(err)
