@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -171,15 +170,6 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	h := c.handOff(ctx, l, w.kind.(handsOver), w)
 	yes, no, unknown := h.count()
 	if h.next != nil {
-		if slices.Contains(unknown, true) {
-			// The hand-off may never reach a node it did not hear from:
-			// a hold is not written once its time is up, and l's token
-			// would stay there until its ttl. l's token is deleted there,
-			// after the hand-off's call (a hand-off that lands first has
-			// swapped it, and the delete finds nothing of l's); in the
-			// background, as a Release's calls to slow nodes are.
-			c.fanOut(context.WithoutCancel(ctx), tm, func(*tally) bool { return true }, invert(unknown), l.settled, l.kind.drop(l.token))
-		}
 		t.qs.handOver(t.q, w, h.next, h.contended)
 		l.finish()
 		return true, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, tm.ttl, h.errs)

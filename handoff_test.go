@@ -800,36 +800,3 @@ func TestClient_Acquire_listenerThatNeverTries(t *testing.T) {
 		t.Fatalf("4 goroutines took the key %d times in 6 s beside a listener that never tries, %d times in 2 s alone", listened, alone)
 	}
 }
-
-// TestHandOff_nodeItNeverReachedIsFreed: a hand-off won on a quorum that
-// was never sent to a slow node (its call waited there behind the slow
-// acquire of the same key until its time was up: a hold is not written
-// late) leaves the released lock's token on that node; the releasing lock
-// deletes it there, so that no key is left behind when the next holder
-// releases. (It stayed until its ttl: another Client then waited for it
-// with a node of the quorum down.)
-func TestHandOff_nodeItNeverReachedIsFreed(t *testing.T) {
-	c, links, rc := lateCluster(t)
-	ctx := context.Background()
-	links[2].setDelay(300 * time.Millisecond) // over the 50 ms node timeout
-	first, err := rc.Acquire(ctx, "k", time.Minute) // node 2's call still out
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := queuedAcquire(t, rc, ctx, "k", time.Minute)
-	mustRelease(t, first) // handed over on nodes 0 and 1
-	got := <-next
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
-	l := got.lock
-	links[2].setDelay(0)
-	links[2].delivered(t)
-	mustRelease(t, l)
-	if err := rc.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if left := c.holdersAny("k"); len(left) > 0 {
-		t.Fatalf("the key is left on nodes %v after both locks were released", left)
-	}
-}
