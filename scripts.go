@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"embed"
+	"regexp"
 	"strings"
 	"time"
 
@@ -40,17 +41,58 @@ var luaFiles embed.FS
 // loadScript is lua/file after the prelude.
 func loadScript(file string) *redis.Script { return redis.NewScript(scriptSource(file)) }
 
-// scriptSource is the text run for lua/file: the prelude, then the file.
+// scriptSource is the text run for lua/file: the prelude's functions that
+// the file uses (directly or through one another), then the file. Only
+// those: a script runs its whole text on every call, and defining every
+// function of the prelude each time cost a lock on one node 10 % of its
+// rate (K at N = 1: 0.63 of the pipelined floor with the whole prelude,
+// 0.65-0.72 with its functions in use, 0.65-0.70 before the prelude).
 func scriptSource(file string) string {
-	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
-	if err != nil {
-		panic(err)
-	}
 	body, err := luaFiles.ReadFile("lua/" + file)
 	if err != nil {
 		panic(err) // a name below that is not a file of lua/: caught by every test
 	}
-	return string(prelude) + string(body)
+	funcs := preludeFuncs()
+	used := make([]bool, len(funcs))
+	for text, grown := string(body), true; grown; {
+		grown = false
+		for i, f := range funcs {
+			if !used[i] && strings.Contains(text, f.name+"(") {
+				used[i], grown, text = true, true, text+f.text
+			}
+		}
+	}
+	var b strings.Builder
+	for i, f := range funcs {
+		if used[i] {
+			b.WriteString(f.text)
+		}
+	}
+	b.Write(body)
+	return b.String()
+}
+
+// luaFunc is a function of lua/prelude.lua: from its "local function" line
+// to the next one's (its comment goes with the function before it).
+type luaFunc struct{ name, text string }
+
+var localFunction = regexp.MustCompile(`(?m)^local function (\w+)`)
+
+func preludeFuncs() []luaFunc {
+	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
+	if err != nil {
+		panic(err)
+	}
+	at := localFunction.FindAllSubmatchIndex(prelude, -1)
+	funcs := make([]luaFunc, len(at))
+	for i, m := range at {
+		end := len(prelude)
+		if i+1 < len(at) {
+			end = at[i+1][0]
+		}
+		funcs[i] = luaFunc{name: string(prelude[m[2]:m[3]]), text: string(prelude[m[0]:end])}
+	}
+	return funcs
 }
 
 // companion names a key or channel that belongs to the lock key key (its
