@@ -87,7 +87,7 @@ func localWaiters(c *Client, queue string) int {
 }
 
 // ScriptSource returns the text the Client runs for a script file of
-// lua/: the prelude, then the file.
+// lua/: the prelude's functions it uses, then the file.
 func ScriptSource(file string) string { return scriptSource(file) }
 
 // Subscriber reports whether c's subscriber of node i runs, and whether it

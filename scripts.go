@@ -31,9 +31,9 @@ var (
 	fairScript       = loadScript("kind_fair.lua")
 )
 
-// The scripts are the files of lua/, each run after lua/prelude.lua (the
-// fencing and ticket counters, the comparison of tokens), which every
-// script shares.
+// The scripts are the files of lua/, each run after the functions of
+// lua/prelude.lua it uses (the node's time, lengthening a key, the fencing
+// and ticket counters, the comparison of tokens), which the scripts share.
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS

@@ -1,4 +1,5 @@
--- The prelude, put before every script (see scripts.go): the node's time,
+-- The prelude: its functions that a script uses are put before it (see
+-- scripts.go, scriptSource): the node's time,
 -- lengthening a key, fencing and ticket counters, and the comparison of
 -- fencing tokens.
 
