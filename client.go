@@ -118,7 +118,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 	for i := range c.nodes {
 		c.subscribers[i] = pubsub.New(c.nodes[i].rdb)
 		if !c.cfg.unbatched {
-			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, ack: c.cfg.replicaAck, overdue: func() { c.sendOverdue(i) }}
+			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, ack: c.cfg.replicaAck}
 		}
 		if _, cluster := any(nodes[i]).(*redis.ClusterClient); cluster {
 			c.batchRenewals = false // the keys of a batch span slots

@@ -97,5 +97,5 @@ func Subscriber(c *Client, i int) (running, deaf bool) {
 }
 
 // Failing reports whether c takes node i for failing (it did not answer
-// its last call within the node timeout).
+// an operation that waited for it within the node timeout).
 func Failing(c *Client, i int) bool { return c.failing[i].Load() != nil }

@@ -261,10 +261,3 @@ func noReply(timeout time.Duration, err error) error {
 	}
 	return fmt.Errorf("no reply: %w", err)
 }
-
-// sendOverdue marks node i failing: a send to it went past its deadline
-// unanswered (see pipe.submit). Its next answer clears the mark.
-func (c *Client) sendOverdue(i int) {
-	err := fmt.Errorf("no reply to a send past its deadline: %w", context.DeadlineExceeded)
-	c.failing[i].Store(&err)
-}

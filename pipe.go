@@ -221,27 +221,19 @@ type pipe struct {
 	out      map[string]int // the keys of the acquires and hand-offs being sent, by every sender: see nextBatch
 	sender   uint64         // which sender is the current one
 	deadline time.Time      // of the batch in flight; zero when it has none
-	overdue  func()         // tells the Client that a send went past its deadline unanswered
 }
 
 // submit queues c. It never blocks: the first call on an idle node starts a
 // sender goroutine, which goes on sending what queued behind it and ends
 // when the queue is empty. A send that is past its deadline (a connection
 // that hangs) no longer holds up the calls behind it: the next call starts
-// a new sender and the old one ends with its send, and the node is taken
-// for failing (p.overdue) now rather than when the client's own read
-// timeout ends that send (3 s, twice with a retry): until then every
-// operation gave the node a grace (one node of three frozen: 164 acquire +
-// release a second, 2,700 with the mark).
+// a new sender and the old one ends with its send.
 func (p *pipe) submit(c call) {
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
 	if p.busy && (p.deadline.IsZero() || time.Now().Before(p.deadline)) {
 		p.mu.Unlock()
 		return
-	}
-	if p.busy && p.overdue != nil {
-		p.overdue()
 	}
 	p.busy = true
 	p.deadline = time.Time{} // until the new sender takes its batch
