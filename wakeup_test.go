@@ -179,12 +179,8 @@ func TestWaiters_pollAboutOncePerSecond(t *testing.T) {
 	// The waiter's attempts, as its Acquire reports them when it returns
 	// (counting the nodes' commands would count its other calls too: its
 	// place in line, its subscription's checks).
-	var attempts atomic.Int64
-	rc := mustNew(t, c.connect(t), redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
-		if e.Op == redlock.OpAcquire {
-			attempts.Add(int64(e.Attempts))
-		}
-	})))
+	attempts, counting := countAttempts()
+	rc := mustNew(t, c.connect(t), counting)
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -216,12 +212,8 @@ func TestWithRetry_givenPolicyIsFollowed(t *testing.T) {
 	ctx := context.Background()
 	held := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
 	defer mustRelease(t, held)
-	var attempts atomic.Int64
-	rc := mustNew(t, c.connect(t), redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
-		if e.Op == redlock.OpAcquire {
-			attempts.Add(int64(e.Attempts))
-		}
-	})))
+	attempts, counting := countAttempts()
+	rc := mustNew(t, c.connect(t), counting)
 	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	_, err := rc.Acquire(actx, "k", time.Minute, redlock.WithRetry(redlock.ExponentialBackoff(10*time.Millisecond, 320*time.Millisecond)))
@@ -298,12 +290,7 @@ func TestWaiters_releaseWakesTheFirstInLine(t *testing.T) {
 	c := newCluster(t, 3)
 	holder := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Minute)
 	redlock.WaitSettled(holder)
-	var attempts atomic.Int64
-	observer := redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
-		if e.Op == redlock.OpAcquire {
-			attempts.Add(int64(e.Attempts))
-		}
-	}))
+	attempts, observer := countAttempts()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan error, waiters)
@@ -910,4 +897,15 @@ func TestWaiters_placeInLineOutlivesAShortTTL(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// countAttempts returns an Observer option that adds up the attempts every
+// Acquire reports when it returns, and the sum.
+func countAttempts() (*atomic.Int64, redlock.Option) {
+	var attempts atomic.Int64
+	return &attempts, redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+		if e.Op == redlock.OpAcquire {
+			attempts.Add(int64(e.Attempts))
+		}
+	}))
 }
