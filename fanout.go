@@ -287,6 +287,7 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 		// this one has its own.)
 		late, cancelLate, send := lateIO(f.op, callIO, f.timeout)
 		if !send {
+			nd.stand.dropped(f.op)
 			f.reply(settled, nodeReply{node: i, err: notSent(err)})
 			return
 		}
@@ -294,7 +295,11 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 		callIO = late
 	}
 	sent := time.Now()
-	v, vs, err := f.op.run(callIO, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
+	op := nd.stand.sending(f.op)
+	v, vs, err := op.run(callIO, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
+	if unrun(err) {
+		nd.stand.dropped(op)
+	}
 	f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(sent)})
 }
 

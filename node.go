@@ -21,6 +21,7 @@ type node struct {
 	addr    string   // "" when the client does not reveal it
 	pipe    *pipe    // nil when batching is off
 	scripts *scripts // the scripts it is known to hold
+	stand   *standIns
 	// inline: the client itself ends a call at its context's deadline
 	// (ContextTimeoutEnabled), so a lone node's call may run in the
 	// calling goroutine without losing the per-node timeout.

@@ -2,7 +2,9 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -58,6 +60,13 @@ type nodeOp struct {
 	// hand-off); a later call that takes away what was ours is not sent
 	// while it is out (see nextBatch)
 	takes bool
+	// find is where in args (from 1) the token is that the op looks for on
+	// the node (a release's, a delete's, a hand-off's holder's), 0 for
+	// none; next is the token a hand-off writes. A node that was never
+	// sent a hand-off may hold the holder's token in place of next's (see
+	// standIns).
+	find int
+	next string
 }
 
 // run sends op alone: EVALSHA when the node is known to hold the script,
@@ -209,10 +218,74 @@ func lateIO(op nodeOp, io context.Context, timeout time.Duration) (_ context.Con
 	return io, cancel, true
 }
 
+// standIns are the hand-offs of locks a node was never sent (their
+// operation ended while they queued behind a slow call there): the node
+// may still hold the token a run of hand-offs began with, in place of the
+// current holder's. A later release, delete or hand-off of the current
+// holder's token is sent with the token the node may hold instead, so that
+// it does not stay until its ttl. Every token of the run was our own and
+// given up along it, so taking it away takes nothing from anyone. The
+// hand-offs are noted in any order (a queue answers a call it drops before
+// an earlier one that still waits for its key).
+type standIns struct {
+	mu sync.Mutex
+	m  map[string]string // by key and the hand-off's new token: the holder's token it was to replace
+}
+
+// dropped notes that op did not run on the node (see unrun).
+func (s *standIns) dropped(op nodeOp) {
+	if op.next == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || len(s.m) >= 1<<12 { // a bound: a key it forgets stays until its ttl
+		s.m = map[string]string{}
+	}
+	s.m[op.keys[0]+"\x00"+op.next] = op.args[op.find-1].(string)
+}
+
+// unrun reports whether err says that a call did not run on its node: it
+// was not sent, or the client gave up on it before it was written (the
+// context's own error, where a call cut while it was out fails with the
+// network's).
+func unrun(err error) bool {
+	var cut *net.OpError
+	return (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !errors.As(err, &cut)
+}
+
+// sending returns op as it is sent to the node: with the token the node
+// may hold in place of the one op looks for.
+func (s *standIns) sending(op nodeOp) nodeOp {
+	if op.find == 0 || op.holds && op.next == "" {
+		return op // an acquire, an extend: they look for no token of a run
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.m) == 0 {
+		return op
+	}
+	tok := op.args[op.find-1].(string)
+	for {
+		from, ok := s.m[op.keys[0]+"\x00"+tok]
+		if !ok {
+			break
+		}
+		delete(s.m, op.keys[0]+"\x00"+tok)
+		tok = from
+	}
+	if tok != op.args[op.find-1] {
+		op.args = slices.Clone(op.args)
+		op.args[op.find-1] = tok
+	}
+	return op
+}
+
 // pipe sends the calls bound for one node.
 type pipe struct {
 	rdb      redis.UniversalClient
-	known    *scripts // the node's
+	known    *scripts  // the node's
+	stand    *standIns // the node's
 	ack      replicaAck
 	mu       sync.Mutex
 	queue    []call
@@ -301,6 +374,9 @@ func (p *pipe) keysOut(batch []call) {
 // answer replies to c, a call of a batch being sent, once its keys are
 // back (see keysOut).
 func (p *pipe) answer(c call, v int64, vs []int64, err error) {
+	if unrun(err) {
+		p.stand.dropped(c.op)
+	}
 	if c.op.takes {
 		p.mu.Lock()
 		for _, k := range c.op.keys {
@@ -369,6 +445,7 @@ func (p *pipe) send(batch []call) {
 			defer cancel()
 			c.io = io
 		}
+		c.op = p.stand.sending(c.op)
 		live = append(live, c)
 	}
 	switch len(live) {
