@@ -1,0 +1,411 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/pubsub"
+	"github.com/quorumlock/redlock/internal/rtt"
+)
+
+// Leader election over the quorum: a leadership is a lock on the
+// election's name, acquired WithFencing and WithAutoRenew, whose fencing
+// token is the term; a record beside the key, written only where the key
+// holds the leader's token, tells observers the leader's value, term and
+// since when (lua/leader.lua). See docs/election.md.
+
+var leaderScript = loadScript("leader.lua")
+
+// ErrNoLeader is returned by Election.Leader when a quorum of the nodes
+// answered and no candidate leads: none holds the election on a quorum, or
+// the one that does has not announced itself yet (Campaign returns once it
+// has).
+var ErrNoLeader = errors.New("redlock: no leader")
+
+// Election is the leader election of one name, among candidates in any
+// number of processes: at most one leads at a time, under the same
+// assumptions as a lock (docs/safety.md). Get one with Client.Election.
+// It is safe for concurrent use.
+type Election struct {
+	c    *Client
+	name string
+	ttl  time.Duration
+}
+
+// Election returns the election of name, whose leaderships are leases of
+// ttl renewed automatically (see WithAutoRenew): a leader whose process
+// dies is followed within ttl plus a retry of the candidates' Campaign. The
+// name is the key of the election's lock on the nodes (an election and a
+// lock must not share a key); its leader record is kept beside it under
+// "{name}:leader", and announced on "{name}:leader-changed" (see
+// companion key names in docs/election.md). An empty name or a ttl that
+// Acquire would refuse gives ErrInvalidArgument; no node is contacted.
+func (c *Client) Election(name string, ttl time.Duration) (*Election, error) {
+	if _, err := c.checkLease(name, ttl); err != nil {
+		return nil, err
+	}
+	if _, err := c.acquireConfig(name, ttl, []AcquireOption{WithAutoRenew()}); err != nil {
+		return nil, err
+	}
+	return &Election{c: c, name: name, ttl: ttl}, nil
+}
+
+// Name returns the election's name.
+func (e *Election) Name() string { return e.name }
+
+// Leader is a leadership as observers see it.
+type Leader struct {
+	Value string    // what the leader proclaimed (Campaign's value, or its last Proclaim)
+	Term  uint64    // the leadership's fencing token: higher than every earlier leader's
+	Since time.Time // when it was elected, on the leader's wall clock
+	// Revision counts the leader's proclamations: 1 for Campaign's value,
+	// one more for each Proclaim. (Term, Revision) only grows.
+	Revision uint64
+}
+
+// newer reports whether l comes after m: a later term, or a later
+// proclamation in the same term.
+func (l Leader) newer(m Leader) bool {
+	return l.Term > m.Term || l.Term == m.Term && l.Revision > m.Revision
+}
+
+// record is how the nodes keep a leader: "token term since rev value".
+func (l Leader) record(token string) string {
+	return fmt.Sprintf("%s %d %d %d %s", token, l.Term, l.Since.UnixMicro(), l.Revision, l.Value)
+}
+
+// parseRecord reads a record; ok is false for one that is not.
+func parseRecord(s string) (token string, l Leader, ok bool) {
+	f := strings.SplitN(s, " ", 5)
+	if len(f) != 5 {
+		return "", l, false
+	}
+	term, err1 := strconv.ParseUint(f[1], 10, 64)
+	since, err2 := strconv.ParseInt(f[2], 10, 64)
+	rev, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return "", l, false
+	}
+	return f[0], Leader{Value: f[4], Term: term, Since: time.UnixMicro(since), Revision: rev}, true
+}
+
+func (e *Election) recordKey() string { return companion(e.name, "leader") }
+func (e *Election) channel() string   { return companion(e.name, "leader-changed") }
+
+// Campaign blocks until this candidate leads the election, with value as
+// what it proclaims (at most MaxMetadata bytes), or until ctx ends. The
+// Leadership is renewed automatically until Resign; its Done channel and
+// Context say when it is lost, at the latest the renewal margin before its
+// validity ends.
+//
+// It returns what Acquire returns when it does not lead (an error matching
+// ErrNotAcquired, and ctx's error when ctx ended); a value that is too
+// long gives ErrInvalidArgument. Elected, it writes the leader record on
+// the nodes; when that is not confirmed on a quorum, it resigns and
+// returns that error (matching ErrNotConfirmed or ErrLockLost).
+func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	if len(value) > MaxMetadata {
+		return nil, invalid("value of %d bytes is longer than MaxMetadata (%d)", len(value), MaxMetadata)
+	}
+	lock, err := e.c.Acquire(ctx, e.name, e.ttl, WithFencing(), WithAutoRenew())
+	if err != nil {
+		return nil, err
+	}
+	l := &Leadership{e: e, lock: lock, leader: Leader{Term: lock.FencingToken(), Since: time.Now()}}
+	var cancel context.CancelCauseFunc
+	l.ctx, cancel = context.WithCancelCause(context.Background())
+	lock.Done() // its end is watched, and cancels the context with why
+	lock.afterEnd(func() { cancel(cmp.Or(lock.lossCause(), errResigned)) })
+	if err := l.Proclaim(ctx, value); err != nil {
+		return nil, errors.Join(err, l.Resign(context.WithoutCancel(ctx)))
+	}
+	return l, nil
+}
+
+// errResigned is the cause of a Leadership's context after Resign.
+var errResigned = errors.New("redlock: resigned")
+
+// Leadership is a candidate's term as leader, from Campaign until Resign
+// or its loss. It is safe for concurrent use.
+type Leadership struct {
+	e    *Election
+	lock *Lock
+	ctx  context.Context
+
+	mu     sync.Mutex // serialises Proclaim
+	leader Leader
+}
+
+// Term returns the leadership's term: its fencing token, higher than every
+// earlier leader's of the election. Give it to the resources the leader
+// writes to (FencedSet), so that a deposed leader's late writes are
+// refused.
+func (l *Leadership) Term() uint64 { return l.lock.FencingToken() }
+
+// Leader returns the leadership as observers see it once proclaimed.
+func (l *Leadership) Leader() Leader {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leader
+}
+
+// Lock returns the lock that holds the leadership (for Until, Validity,
+// Confirmed).
+func (l *Leadership) Lock() *Lock { return l.lock }
+
+// Done returns a channel that is closed when the leadership ends: on
+// Resign, or when it is lost, at the latest the renewal margin before its
+// validity ends (see WithAutoRenew).
+func (l *Leadership) Done() <-chan struct{} { return l.lock.Done() }
+
+// Context returns a context that is cancelled when the leadership ends;
+// its context.Cause matches ErrLockLost when it was lost.
+func (l *Leadership) Context() context.Context { return l.ctx }
+
+// Leading reports whether this candidate still leads: the leadership has
+// not ended and its validity has not run out.
+func (l *Leadership) Leading() bool {
+	return isOpen(l.lock.Done()) && l.lock.Validity() > 0
+}
+
+// Proclaim sets the leader's value (at most MaxMetadata bytes) on the
+// nodes, without an election: observers see it with the same term and a
+// higher Revision. It returns nil once a quorum wrote it; an error
+// matching ErrLockLost when the leadership is over or a majority of the
+// nodes no longer hold it, ErrNotConfirmed when too few nodes answered,
+// ErrInvalidArgument for a value that is too long.
+func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+	if len(value) > MaxMetadata {
+		return invalid("value of %d bytes is longer than MaxMetadata (%d)", len(value), MaxMetadata)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := l.leader
+	next.Value, next.Revision = value, next.Revision+1
+	lk, c := l.lock, l.e.c
+	lk.op.Lock()
+	defer lk.op.Unlock()
+	if err := lk.over(); err != nil {
+		return err
+	}
+	tm, _ := lk.lease()
+	op := nodeOp{script: leaderScript, keys: []string{l.e.name, l.e.recordKey()}, args: []any{"write", lk.token, next.record(lk.token), l.e.channel()}}
+	t, settled := c.fanOut(ctx, tm, decidedAt(len(c.nodes), lk.quorum), nil, lk.settled, op)
+	lk.settled = settled
+	if t.yes >= lk.quorum {
+		l.leader = next
+		return nil
+	}
+	sentinel := ErrNotConfirmed
+	if t.no > len(c.nodes)-lk.quorum {
+		sentinel = ErrLockLost
+	}
+	return &quorumError{sentinel: sentinel, cause: ctx.Err(), nodes: t.errs, heldOn: -1,
+		detail: fmt.Sprintf("proclaim %q: written on %d of %d nodes, quorum %d", l.e.name, t.yes, len(c.nodes), lk.quorum)}
+}
+
+// Resign ends the leadership: the lock is released, and the candidates
+// campaigning are woken at once. It returns what Lock.Release returns.
+func (l *Leadership) Resign(ctx context.Context) error { return l.lock.Release(ctx) }
+
+// Leader returns the election's current leader: the record of the
+// candidate that holds the election on a quorum of the nodes. It writes
+// nothing. It returns ErrNoLeader when a quorum answered and none leads,
+// an error with each failed node's *NodeError when too few answered to
+// tell, ErrInvalidArgument for nothing, and ctx's error when ctx ended.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if err := ctx.Err(); err != nil {
+		return Leader{}, err
+	}
+	reads := e.c.readNodes(ctx, leaderScript, []string{e.name, e.recordKey()}, "read")
+	q := e.c.quorum
+	held := map[string]int{}
+	var errs []error
+	for _, r := range reads {
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
+		}
+		if v, ok := r.value(0); ok {
+			held[v]++
+		}
+	}
+	var best Leader
+	found := false
+	for _, r := range reads {
+		rec, ok := r.value(1)
+		if r.err != nil || !ok {
+			continue
+		}
+		token, l, ok := parseRecord(rec)
+		if ok && held[token] >= q && (!found || l.newer(best)) {
+			best, found = l, true
+		}
+	}
+	switch {
+	case found:
+		return best, nil
+	case len(reads)-len(errs) >= q:
+		return Leader{}, ErrNoLeader
+	}
+	return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d nodes answered, quorum %d: %w",
+		e.name, len(reads)-len(errs), len(reads), q, errors.Join(append(errs, ctx.Err())...))
+}
+
+// Observe returns a channel that receives the election's leader each time
+// it changes (a new term, or a Proclaim), starting with the current one,
+// until ctx ends; then it is closed. It always holds the latest: a reader
+// that falls behind gets the newest leader, never an older one, and the
+// terms it sees never go backwards. Changes are announced by the nodes
+// (each node's pub/sub connection, shared with the Client's waiters), and
+// the leader is read again at least every pollEvery, for a node whose
+// announcement was lost. A time without a leader is not sent.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	out := make(chan Leader, 1)
+	poke := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	for _, s := range e.c.subscribers {
+		w := s.Watch([]string{e.channel(), releaseChannel(e.name)})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer w.Stop()
+			forward(ctx, w, poke)
+		}()
+	}
+	go func() {
+		defer close(out)
+		defer wg.Wait()
+		var last Leader
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-poke:
+			case <-t.C:
+			}
+			if l, err := e.Leader(ctx); err == nil && l.newer(last) {
+				last = l
+				latest(out, l)
+			}
+			t.Reset(e.pollEvery())
+		}
+	}()
+	return out
+}
+
+// forward pokes for each message of w until ctx ends.
+func forward(ctx context.Context, w *pubsub.Watch, poke chan<- struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.Messages():
+			select {
+			case poke <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// latest puts l in out, in place of a value not yet taken.
+func latest(out chan Leader, l Leader) {
+	for {
+		select {
+		case out <- l:
+			return
+		default:
+		}
+		select {
+		case <-out:
+		default:
+		}
+	}
+}
+
+// pollEvery is how often Observe reads the leader without an
+// announcement: a third of the ttl, at most a second.
+func (e *Election) pollEvery() time.Duration { return min(e.ttl/3, time.Second) }
+
+// nodeRead is one node's answer to readNodes.
+type nodeRead struct {
+	raw []any
+	err error // a *NodeError
+}
+
+// value returns the i-th string of the answer; ok is false when it is not
+// one (a nil for a key that is not there).
+func (r nodeRead) value(i int) (v string, ok bool) {
+	if i < len(r.raw) {
+		v, ok = r.raw[i].(string)
+	}
+	return v, ok
+}
+
+// readNodes runs script, which writes nothing, on every node at once, each
+// within readTimeout, and returns the answers by node.
+func (c *Client) readNodes(ctx context.Context, script *redis.Script, keys []string, args ...any) []nodeRead {
+	timeout := c.readTimeout()
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
+	defer cancel()
+	type reply struct {
+		i int
+		nodeRead
+	}
+	// Buffered: a client that ignores context deadlines may reply after
+	// the read returned, and its goroutine must still end.
+	replies := make(chan reply, len(c.nodes))
+	for i, nd := range c.nodes {
+		go func() {
+			sent := time.Now()
+			raw, err := script.Run(ctx, nd.rdb, keys, args...).Slice()
+			if err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
+				err = fmt.Errorf("%w: %w", errCutByCaller, err)
+			}
+			c.noteReply(i, err, time.Since(sent), timeout)
+			if err != nil {
+				err = c.nodeError(i, err)
+			}
+			replies <- reply{i, nodeRead{raw, err}}
+		}()
+	}
+	reads := make([]nodeRead, len(c.nodes))
+	got := make([]bool, len(c.nodes))
+	for range c.nodes {
+		select {
+		case r := <-replies:
+			reads[r.i], got[r.i] = r.nodeRead, true
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	for i := range reads {
+		if !got[i] {
+			reads[i].err = c.nodeError(i, noReply(timeout, ctx.Err()))
+		}
+	}
+	return reads
+}
+
+// readTimeout is how long a read of every node (Inspect, Election.Leader)
+// waits for each: WithNodeTimeout, or, with no ttl to derive it from, the
+// longest derived timeout or what the nodes' round trips ask for (see
+// nodeTimeout), up to a minute.
+func (c *Client) readTimeout() time.Duration {
+	if c.cfg.nodeTimeout > 0 {
+		return c.cfg.nodeTimeout
+	}
+	return rtt.Timeout(c.rtts, c.quorum, maxDerivedNodeTimeout, maxAdaptedTimeout, maxDerivedNodeTimeout)
+}

@@ -1,0 +1,329 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/redlock"
+)
+
+func mustElection(t *testing.T, rc *redlock.Client, name string, ttl time.Duration) *redlock.Election {
+	t.Helper()
+	e, err := rc.Election(name, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestElection_campaignLeaderProclaimResign(t *testing.T) {
+	c := newCluster(t, 3)
+	e := mustElection(t, c.client(t), "scheduler", 2*time.Second)
+	ctx := context.Background()
+	if _, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) {
+		t.Fatalf("Leader before any campaign: %v, want ErrNoLeader", err)
+	}
+	before := time.Now()
+	l, err := e.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Leading() || l.Term() == 0 || l.Term() != l.Lock().FencingToken() {
+		t.Fatalf("Leading %v, term %d (fencing token %d)", l.Leading(), l.Term(), l.Lock().FencingToken())
+	}
+	got, err := e.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Value != "host-a" || got.Term != l.Term() || got.Revision != 1 || got.Since.Before(before.Add(-time.Second)) || got.Since.After(time.Now()) {
+		t.Fatalf("Leader = %+v, want host-a, term %d, revision 1, since about now", got, l.Term())
+	}
+	if err := l.Proclaim(ctx, "host-a with a new value"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.Leader(ctx); got.Value != "host-a with a new value" || got.Term != l.Term() || got.Revision != 2 {
+		t.Fatalf("after Proclaim, Leader = %+v", got)
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l.Leading() {
+		t.Fatal("Leading after Resign")
+	}
+	select {
+	case <-l.Context().Done():
+	default:
+		t.Fatal("the leadership's context is not cancelled after Resign")
+	}
+	if cause := context.Cause(l.Context()); errors.Is(cause, redlock.ErrLockLost) {
+		t.Fatalf("cause after Resign %v: not a loss", cause)
+	}
+	if _, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) {
+		t.Fatalf("Leader after Resign: %v, want ErrNoLeader", err)
+	}
+	if err := l.Proclaim(ctx, "x"); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Proclaim after Resign: %v, want ErrLockLost", err)
+	}
+}
+
+// TestElection_oneLeaderAndTermsGrow: candidates of three Clients campaign
+// again and again; at no time do two lead, each term is higher than the
+// one before, and a resignation hands the leadership to a waiting
+// candidate.
+func TestElection_oneLeaderAndTermsGrow(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		leading  int
+		terms    []uint64
+		overlaps int
+	)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		e := mustElection(t, c.client(t), "singleton", 2*time.Second)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				l, err := e.Campaign(ctx, strings.Repeat("x", i+1))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				leading++
+				if leading > 1 {
+					overlaps++
+				}
+				terms = append(terms, l.Term())
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+				mu.Lock()
+				leading--
+				mu.Unlock()
+				if err := l.Resign(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if overlaps > 0 {
+		t.Fatalf("two leaders at once %d times", overlaps)
+	}
+	if len(terms) != 15 {
+		t.Fatalf("%d terms, want 15", len(terms))
+	}
+	for i := 1; i < len(terms); i++ {
+		if terms[i] <= terms[i-1] {
+			t.Fatalf("terms %v do not grow", terms)
+		}
+	}
+}
+
+// TestElection_resignWakesTheNextCandidate: a candidate waiting in
+// Campaign is elected as soon as the leader resigns, not at its next poll
+// (about a second on the default retry policy).
+func TestElection_resignWakesTheNextCandidate(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	a := mustElection(t, c.client(t), "job", 5*time.Second)
+	b := mustElection(t, c.client(t), "job", 5*time.Second)
+	la, err := a.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *redlock.Leadership
+		err error
+		at  time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := b.Campaign(ctx, "b")
+		done <- result{l, err, time.Now()}
+	}()
+	waitFor(t, "b to wait for the release", func() bool { return len(c.subscribedChannels()) > 0 })
+	time.Sleep(50 * time.Millisecond) // b is between attempts, subscribed
+	resigned := time.Now()
+	if err := la.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.l.Resign(ctx)
+	if d := r.at.Sub(resigned); d > 700*time.Millisecond {
+		t.Fatalf("b was elected %v after a resigned: at its poll, not at the release", d)
+	}
+	if r.l.Term() <= la.Term() {
+		t.Fatalf("b's term %d is not above a's %d", r.l.Term(), la.Term())
+	}
+}
+
+// TestElection_lostLeadershipIsSignalled: the nodes lose the election's key
+// (a majority flushed); the leader's next renewal finds it gone: Done
+// closes, the Context's cause matches ErrLockLost, Leading turns false, and
+// Leader no longer reports it.
+func TestElection_lostLeadershipIsSignalled(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	e := mustElection(t, c.client(t), "lost", 900*time.Millisecond)
+	l, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range c.servers[:2] {
+		s.FlushAll()
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after the key was lost on a majority")
+	}
+	if l.Leading() {
+		t.Fatal("still Leading after the loss")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, redlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	if _, err := e.Leader(ctx); !errors.Is(err, redlock.ErrNoLeader) {
+		t.Fatalf("Leader after the loss: %v, want ErrNoLeader", err)
+	}
+}
+
+// TestElection_observe: an observer gets the current leader, each
+// proclamation and each new term, never one older than the last, and its
+// channel closes when its context ends.
+func TestElection_observe(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	e := mustElection(t, c.client(t), "watched", 2*time.Second)
+	l, err := e.Campaign(ctx, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, stop := context.WithCancel(ctx)
+	obs := mustElection(t, c.client(t), "watched", 2*time.Second).Observe(octx)
+	next := func(want string) redlock.Leader {
+		t.Helper()
+		select {
+		case got := <-obs:
+			if got.Value != want {
+				t.Fatalf("observed %+v, want value %q", got, want)
+			}
+			return got
+		case <-time.After(5 * time.Second):
+			t.Fatalf("nothing observed, want %q", want)
+		}
+		return redlock.Leader{}
+	}
+	first := next("v1")
+	if err := l.Proclaim(ctx, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := next("v2"); got.Term != first.Term || got.Revision != 2 {
+		t.Fatalf("after Proclaim observed %+v", got)
+	}
+	// A reader that falls behind gets the latest.
+	for _, v := range []string{"v3", "v4", "v5"} {
+		if err := l.Proclaim(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "v5 to be observed", func() bool {
+		select {
+		case got := <-obs:
+			return got.Value == "v5"
+		default:
+			return false
+		}
+	})
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := e.Campaign(ctx, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Resign(ctx)
+	if got := next("w1"); got.Term <= first.Term || got.Revision != 1 {
+		t.Fatalf("new term observed as %+v after term %d", got, first.Term)
+	}
+	stop()
+	for range obs {
+	}
+}
+
+// TestElection_leaderWithTooFewNodes: with a majority of the nodes down,
+// Leader says it cannot tell, not that there is no leader.
+func TestElection_leaderWithTooFewNodes(t *testing.T) {
+	c := newCluster(t, 3)
+	e := mustElection(t, c.client(t, redlock.WithNodeTimeout(200*time.Millisecond)), "down", time.Second)
+	c.servers[0].Close()
+	c.servers[1].Close()
+	_, err := e.Leader(context.Background())
+	if err == nil || errors.Is(err, redlock.ErrNoLeader) {
+		t.Fatalf("Leader with 2 of 3 nodes down: %v, want an error other than ErrNoLeader", err)
+	}
+	var ne *redlock.NodeError
+	if !errors.As(err, &ne) {
+		t.Fatalf("%v has no *NodeError", err)
+	}
+}
+
+func TestElection_badInput(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t)
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"", time.Second}, {"x", 0}, {"x", -time.Second}, {"x", time.Millisecond}} {
+		if _, err := rc.Election(tc.name, tc.ttl); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Errorf("Election(%q, %v): %v, want ErrInvalidArgument", tc.name, tc.ttl, err)
+		}
+	}
+	e := mustElection(t, rc, "x", time.Second)
+	if _, err := e.Campaign(context.Background(), strings.Repeat("v", redlock.MaxMetadata+1)); !errors.Is(err, redlock.ErrInvalidArgument) {
+		t.Errorf("Campaign with a value too long: %v", err)
+	}
+	if n := c.commands(); n != 0 {
+		t.Errorf("bad input sent %d commands", n)
+	}
+}
+
+// TestElection_termFencesADeposedLeader: a leader's term, given to
+// FencedSet, refuses the writes of the leader before it.
+func TestElection_termFencesADeposedLeader(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	e := mustElection(t, c.client(t), "fenced", time.Second)
+	old, err := e.Campaign(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldTerm := old.Term()
+	if err := old.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := e.Campaign(ctx, "new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Resign(ctx)
+	store := c.clients[0]
+	if err := redlock.FencedSet(ctx, store, "resource", "new", cur.Term()); err != nil {
+		t.Fatal(err)
+	}
+	if err := redlock.FencedSet(ctx, store, "resource", "old", oldTerm); err == nil {
+		t.Fatal("the deposed leader's write was accepted")
+	}
+}
