@@ -31,12 +31,14 @@ const (
 )
 
 type execConfig struct {
-	nodes *nodeFlags
-	key   string
-	ttl   time.Duration
-	wait  time.Duration
-	grace time.Duration
-	argv  []string
+	nodes   *nodeFlags
+	key     string
+	ttl     time.Duration
+	wait    time.Duration
+	grace   time.Duration
+	fencing bool
+	permits int
+	argv    []string
 }
 
 const execHelp = `Usage: redlock exec --key KEY --ttl TTL [flags] -- COMMAND [ARGS...]
@@ -47,8 +49,18 @@ put the same line on every host. The lock is renewed every third of TTL
 while the command runs and released when it exits. If the lock is lost
 (a majority of the nodes no longer hold it, or it could not be renewed in
 time), the command gets SIGTERM, and SIGKILL after --grace. The lock
-carries this host, pid and command as its metadata: 'redlock status KEY'
-shows who holds it.
+carries this host, the command's pid and its command line as its
+metadata: 'redlock status KEY' shows who holds it, and so does exit 75's
+message.
+
+The command finds its lock in its environment: REDLOCK_KEY, REDLOCK_TOKEN
+(what 'redlock unlock --token' takes), and with --fencing
+REDLOCK_FENCING_TOKEN, a number larger than every earlier holder's, for
+the resources it writes to. It does not inherit the nodes' password:
+REDLOCK_PASSWORD and REDISCLI_AUTH are removed from its environment, and
+REDLOCK_ADDRS too when it holds a URL with a password. With --permits N
+it runs while holding one of N permits of a semaphore named KEY (as
+many as N commands run at once).
 
 Signals: SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to redlock are passed
 to the command, and the lock is renewed until the command exits. A Ctrl-C
@@ -83,6 +95,8 @@ func parseExec(args []string, stdout, stderr io.Writer) (execConfig, int, bool) 
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "the lock's time to live, renewed every third of it (required)")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait for the lock when another host holds it (0: do not wait)")
 	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL (0: SIGKILL at once)")
+	fs.BoolVar(&cfg.fencing, "fencing", false, "also take a fencing token, passed as REDLOCK_FENCING_TOKEN")
+	fs.IntVar(&cfg.permits, "permits", 0, "hold one of N permits of a semaphore rather than the lock (0: the lock)")
 	if exit, ok := fs.parse(args, argsAfter); !ok {
 		return cfg, exit, false
 	}
@@ -96,6 +110,8 @@ func parseExec(args []string, stdout, stderr io.Writer) (execConfig, int, bool) 
 		fmt.Fprintf(stderr, "redlock exec: --wait %v: cannot be negative (0: do not wait)\n", cfg.wait)
 	case cfg.grace < 0:
 		fmt.Fprintf(stderr, "redlock exec: --grace %v: cannot be negative (0: SIGKILL at once)\n", cfg.grace)
+	case cfg.permits < 0:
+		fmt.Fprintf(stderr, "redlock exec: --permits %d: cannot be negative (0: the lock)\n", cfg.permits)
 	case len(cfg.nodes.addrList()) == 0:
 		fmt.Fprintln(stderr, "redlock exec: no nodes: give --addrs or set REDLOCK_ADDRS (a lock shared across hosts needs shared nodes)")
 	case len(cfg.argv) == 0:
@@ -128,13 +144,30 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 
+	// The command is started first, held back until the lock is taken, so
+	// that the lock's metadata names its own pid (see heldCommand).
+	path, err := exec.LookPath(cfg.argv[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitNotExecutable
+	}
+	held, err := holdCommand(path, cfg.argv, commandEnv(os.Environ()), stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
+		return exitNotExecutable
+	}
+
 	// A SIGINT or SIGTERM while waiting ends the wait (run's context);
 	// once the command runs, signals are the command's (see below).
-	lock, err := acquireForExec(ctx, locker, cfg)
+	lock, err := acquireForExec(ctx, locker, cfg, held.pid())
 	if err == nil {
 		if s, ok := interruptedBy(ctx); ok {
 			// The signal came while the lock was being taken: the command
 			// was not started, so it is not run.
+			held.drop()
 			_ = lock.Release(context.Background())
 			drain(locker, cfg.ttl)
 			fmt.Fprintf(stderr, "redlock exec: interrupted (%v) while taking %q; %s not run\n", s, cfg.key, cfg.argv[0])
@@ -142,6 +175,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
+		held.drop()
 		// The failed attempts' deletes must land before this process
 		// exits, or a node keeps a key until its ttl.
 		drain(locker, cfg.ttl)
@@ -153,7 +187,11 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 			return 2
 		}
-		exit := notAcquiredStatus(locker, cfg.key, err)
+		exit, holder := notAcquiredStatus(locker, cfg.key, err)
+		if holder != "" {
+			fmt.Fprintf(stderr, "redlock exec: lock %q is held by %s; %s not run\n", cfg.key, holder, cfg.argv[0])
+			return exit
+		}
 		fmt.Fprintf(stderr, "redlock exec: lock %q not acquired, %s not run: %s\n", cfg.key, cfg.argv[0], explain(err))
 		return exit
 	}
@@ -168,15 +206,26 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cfg.key, len(failed), len(clients), strings.Join(failed, "; "))
 	}
 
-	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	if err := cmd.Start(); err != nil {
+	cmd := held.cmd
+	if err := held.run(lockEnv(cfg, lock)); err != nil {
+		held.drop()
 		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
 		return exitNotExecutable
 	}
+	status, lost := supervise(cmd, lock.Done, lock.Validity, cfg.grace, func() {
+		fmt.Fprintf(stderr, "redlock exec: lock %q lost; stopping %s\n", cfg.key, cfg.argv[0])
+	})
+	if lost {
+		return exitLockLost
+	}
+	return status
+}
+
+// supervise waits for the started cmd to exit, passing it the signals
+// redlock gets, and stops it (SIGTERM, SIGKILL after grace) if its lock
+// ends with validity left at zero (lost: lost is then true, after told).
+// It returns the command's exit status.
+func supervise(cmd *exec.Cmd, done func() <-chan struct{}, validity func() time.Duration, grace time.Duration, told func()) (status int, lost bool) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -188,28 +237,36 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
+	end := done()
 	for {
 		select {
 		case err := <-exited:
-			return exitStatus(err)
+			return exitStatus(err), false
 		case s := <-sigs:
 			if s != syscall.SIGTERM && inTerminalForeground() {
 				continue
 			}
 			_ = cmd.Process.Signal(s)
-		case <-lock.Done():
-			if lock.Validity() > 0 {
+		case <-end:
+			end = nil
+			if validity() > 0 {
 				continue // released: cannot happen before the command exits
 			}
-			fmt.Fprintf(stderr, "redlock exec: lock %q lost; stopping %s\n", cfg.key, cfg.argv[0])
-			stopCommand(cmd, exited, cfg.grace)
-			return exitLockLost
+			told()
+			stopCommand(cmd, exited, grace)
+			return 0, true
 		}
 	}
 }
 
-func acquireForExec(ctx context.Context, locker *redlock.Client, cfg execConfig) (*redlock.Lock, error) {
-	opts := []redlock.AcquireOption{redlock.WithAutoRenew(), redlock.WithMetadata(execMetadata(cfg.argv))}
+func acquireForExec(ctx context.Context, locker *redlock.Client, cfg execConfig, pid int) (*redlock.Lock, error) {
+	opts := []redlock.AcquireOption{redlock.WithAutoRenew(), redlock.WithMetadata(execMetadata(cfg.argv, pid))}
+	if cfg.fencing {
+		opts = append(opts, redlock.WithFencing())
+	}
+	if cfg.permits > 0 {
+		opts = append(opts, redlock.WithPermits(cfg.permits))
+	}
 	if cfg.wait == 0 {
 		return locker.TryAcquire(ctx, cfg.key, cfg.ttl, opts...)
 	}
@@ -218,15 +275,47 @@ func acquireForExec(ctx context.Context, locker *redlock.Client, cfg execConfig)
 	return locker.Acquire(ctx, cfg.key, cfg.ttl, opts...)
 }
 
-// execMetadata tells who holds an exec's lock: host, pid and command, cut
-// to fit the library's limit.
-func execMetadata(argv []string) string {
+// execMetadata tells who holds an exec's lock: host, the command's pid and
+// its command line, cut to fit the library's limit.
+func execMetadata(argv []string, pid int) string {
 	host, _ := os.Hostname()
-	m := fmt.Sprintf("host=%s pid=%d cmd=%s", host, os.Getpid(), strings.Join(argv, " "))
+	m := fmt.Sprintf("host=%s pid=%d cmd=%s", host, pid, strings.Join(argv, " "))
 	if len(m) > redlock.MaxMetadata {
 		m = m[:redlock.MaxMetadata]
 	}
 	return m
+}
+
+// secretVars are the nodes' credentials, which the command does not
+// inherit.
+var secretVars = []string{"REDLOCK_PASSWORD", "REDISCLI_AUTH"}
+
+// commandEnv is the command's environment: env without the nodes'
+// credentials (and REDLOCK_ADDRS when a URL in it holds a password) and
+// without variables that would name another lock.
+func commandEnv(env []string) []string {
+	drop := append(slices.Clone(secretVars), "REDLOCK_KEY", "REDLOCK_TOKEN", "REDLOCK_FENCING_TOKEN")
+	if strings.Contains(os.Getenv("REDLOCK_ADDRS"), "@") {
+		drop = append(drop, "REDLOCK_ADDRS")
+	}
+	for _, v := range drop {
+		env = withoutVar(env, v)
+	}
+	return env
+}
+
+// withoutVar returns env without the variable name.
+func withoutVar(env []string, name string) []string {
+	return slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+}
+
+// lockEnv is what the command is told of its lock.
+func lockEnv(cfg execConfig, lock *redlock.Lock) []string {
+	env := []string{"REDLOCK_KEY=" + cfg.key, "REDLOCK_TOKEN=" + lock.Token()}
+	if cfg.fencing {
+		env = append(env, fmt.Sprintf("REDLOCK_FENCING_TOKEN=%d", lock.FencingToken()))
+	}
+	return env
 }
 
 // drain waits, at most the node timeout (ttl) and a little, for the calls
@@ -239,17 +328,17 @@ func drain(locker *redlock.Client, ttl time.Duration) {
 
 // notAcquiredStatus is exec's exit status when the lock was not acquired
 // with err: a configuration error (78), nodes that do not answer (69), or
-// another holder (75).
-func notAcquiredStatus(locker *redlock.Client, key string, err error) int {
+// another holder (75), with who that is when its metadata says.
+func notAcquiredStatus(locker *redlock.Client, key string, err error) (status int, holder string) {
 	if errors.Is(err, redlock.ErrMisconfigured) {
-		return exitConfig
+		return exitConfig, ""
 	}
 	// Ask the nodes: another holder, or nodes out of reach?
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	in, ierr := locker.Inspect(ctx, key)
 	if ierr != nil {
-		return exitUnavailable
+		return exitUnavailable, ""
 	}
 	answered, misconfigured, held := 0, 0, 0
 	for _, nd := range in.Nodes {
@@ -265,13 +354,19 @@ func notAcquiredStatus(locker *redlock.Client, key string, err error) int {
 	}
 	switch {
 	case answered >= in.Quorum && held > 0:
-		return exitNotAcquired // the nodes answer: the lock is another's
+		// The nodes answer: the lock is another's.
+		for _, h := range in.Holders {
+			if h.Metadata != "" {
+				return exitNotAcquired, h.Metadata
+			}
+		}
+		return exitNotAcquired, ""
 	case misconfigured > 0 || configError(err):
-		return exitConfig // out of reach because of how nodes are reached
+		return exitConfig, "" // out of reach because of how nodes are reached
 	default:
 		// Too few nodes answered, or they answer but hold nothing: the
 		// attempts did not get their answers in time.
-		return exitUnavailable
+		return exitUnavailable, ""
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,4 +220,162 @@ func TestStatusAndUnlock(t *testing.T) {
 	if exit, out, _ := runCmd(t, "status", "--addrs", addrs, "job"); exit != 0 || !strings.Contains(out, "not held") {
 		t.Fatalf("status after unlock: exit %d\n%s", exit, out)
 	}
+}
+
+// TestExec_commandKnowsItsLock: the command finds its lock's key, token
+// and fencing token in its environment, not the nodes' password; the
+// lock's metadata names the command's own pid, and exit 75 says who holds
+// the lock.
+func TestExec_commandKnowsItsLock(t *testing.T) {
+	_, addrs := execNodes(t)
+	t.Setenv("REDLOCK_PASSWORD", "")
+	t.Setenv("REDISCLI_AUTH", "")
+	dir := t.TempDir()
+	envFile, pidFile, goFile := filepath.Join(dir, "env"), filepath.Join(dir, "pid"), filepath.Join(dir, "go")
+	// The command records its environment and pid, then waits (at most
+	// 20 s) for the test to look at the lock.
+	script := "env > " + envFile + "; echo $$ > " + pidFile + "; i=0; while [ ! -e " + goFile + " ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done"
+	type result struct {
+		exit        int
+		out, errOut string
+	}
+	done := make(chan result, 1)
+	go func() {
+		exit, out, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "job", "--ttl", "5s", "--fencing", "--", "sh", "-c", script)
+		done <- result{exit, out, errOut}
+	}()
+	waitForFile(t, pidFile)
+	pid := strings.TrimSpace(readFile(t, pidFile))
+	env := readFile(t, envFile)
+
+	clients := dialAll(t, addrs)
+	other, err := redlock.New(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := other.Inspect(context.Background(), "job")
+	if err != nil || !in.Held() {
+		t.Fatalf("Inspect: %+v, %v", in, err)
+	}
+	h := in.Holders[0]
+	if !strings.Contains(h.Metadata, "pid="+pid+" ") {
+		t.Errorf("metadata %q does not name the command's pid %s", h.Metadata, pid)
+	}
+	for _, want := range []string{"REDLOCK_KEY=job\n", "REDLOCK_TOKEN=" + h.Token + "\n", "REDLOCK_FENCING_TOKEN="} {
+		if !strings.Contains(env, want) {
+			t.Errorf("the command's environment lacks %q", want)
+		}
+	}
+	// Another exec on the key is told who holds it.
+	exit, _, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "job", "--ttl", "5s", "--", "true")
+	if exit != exitNotAcquired || !strings.Contains(errOut, "held by host=") || !strings.Contains(errOut, "pid="+pid) || !strings.Contains(errOut, "cmd=sh -c") {
+		t.Errorf("second exec: exit %d, %q; want %d naming the holder's host, pid and command", exit, errOut, exitNotAcquired)
+	}
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.exit != 0 {
+		t.Fatalf("exit %d: %s", r.exit, r.errOut)
+	}
+}
+
+// TestExec_passwordIsNotInherited: the nodes' password reaches redlock but
+// not the command.
+func TestExec_passwordIsNotInherited(t *testing.T) {
+	servers, addrs := execNodes(t)
+	for _, s := range servers {
+		s.RequireAuth("s3cret")
+	}
+	envFile := filepath.Join(t.TempDir(), "env")
+	for _, v := range []string{"REDLOCK_PASSWORD", "REDISCLI_AUTH"} {
+		t.Run(v, func(t *testing.T) {
+			t.Setenv("REDLOCK_PASSWORD", "")
+			t.Setenv("REDISCLI_AUTH", "")
+			t.Setenv(v, "s3cret")
+			t.Setenv("OTHER_VAR", "kept")
+			exit, _, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "pw", "--ttl", "5s", "--", "sh", "-c", "env > "+envFile)
+			if exit != 0 {
+				t.Fatalf("exit %d: %s", exit, errOut)
+			}
+			env := readFile(t, envFile)
+			if strings.Contains(env, "s3cret") {
+				t.Errorf("the command inherited the password:\n%s", env)
+			}
+			if !strings.Contains(env, "OTHER_VAR=kept") {
+				t.Errorf("the command lost the rest of the environment")
+			}
+		})
+	}
+}
+
+// TestExec_permits: with --permits 2, two commands run at once, a third
+// is refused.
+func TestExec_permits(t *testing.T) {
+	_, addrs := execNodes(t)
+	dir := t.TempDir()
+	goFile := filepath.Join(dir, "go")
+	var started []string
+	done := make(chan int, 2)
+	for i := range 2 {
+		f := filepath.Join(dir, fmt.Sprint("started", i))
+		started = append(started, f)
+		go func() {
+			exit, _, _ := runCmd(t, "exec", "--addrs", addrs, "--key", "pool", "--ttl", "5s", "--permits", "2", "--",
+				"sh", "-c", "touch "+f+"; i=0; while [ ! -e "+goFile+" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done")
+			done <- exit
+		}()
+	}
+	for _, f := range started {
+		waitForFile(t, f)
+	}
+	if exit, _, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "pool", "--ttl", "5s", "--permits", "2", "--", "true"); exit != exitNotAcquired {
+		t.Errorf("a third holder of 2 permits: exit %d (%s), want %d", exit, errOut, exitNotAcquired)
+	}
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if exit := <-done; exit != 0 {
+			t.Errorf("a permit holder exited %d", exit)
+		}
+	}
+	if exit, _, _ := runCmd(t, "exec", "--addrs", addrs, "--key", "pool", "--ttl", "5s", "--permits", "-1", "--", "true"); exit != 2 {
+		t.Errorf("--permits -1: exit %d, want 2", exit)
+	}
+}
+
+func waitForFile(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(name); err == nil {
+			if b, _ := os.ReadFile(name); len(b) > 0 || strings.Contains(name, "started") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func dialAll(t *testing.T, addrs string) []redis.UniversalClient {
+	t.Helper()
+	var clients []redis.UniversalClient
+	for _, a := range strings.Split(addrs, ",") {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	return clients
 }

@@ -6,6 +6,10 @@
 //	redlock demo [flags]    flash sale over a quorum of nodes, a minority of which fail
 //	redlock exec [flags] -- COMMAND [ARGS...]
 //	                        run a command while holding a lock, like flock(1) across hosts
+//	redlock elect NAME -- COMMAND
+//	                        run a command while this host leads an election
+//	redlock elect --observe NAME
+//	                        print each change of leader
 //	redlock status KEY      who holds a lock on each node
 //	redlock unlock --token T KEY
 //	                        release a lock taken elsewhere
@@ -43,6 +47,10 @@ Usage:
   redlock demo [flags]   flash sale: many buyers, one stock, nodes failing mid-sale
   redlock exec --key K --ttl D [flags] -- COMMAND [ARGS...]
                          run COMMAND while holding lock K (cron jobs on one host only)
+  redlock elect NAME --ttl D -- COMMAND [ARGS...]
+                         run COMMAND while this host leads election NAME (one of many)
+  redlock elect --observe NAME
+                         print each change of leader of election NAME
   redlock status KEY     who holds lock KEY on each node, and whether a quorum agrees
   redlock unlock --token T KEY
                          release lock KEY held under token T, from any host
@@ -54,15 +62,17 @@ Usage:
 Run 'redlock <command> --help' for the flags of a command.
 Node addresses: --addrs or REDLOCK_ADDRS, each host:port or a redis:// or
 rediss:// URL; a password from REDLOCK_PASSWORD or REDISCLI_AUTH; --tls-ca,
---tls-cert, --tls-key, --tls-server-name for TLS (exec, status, unlock).
+--tls-cert, --tls-key, --tls-server-name for TLS (exec, elect, status, unlock).
 The demo runs on real servers only when --addrs names them (it never reads
 REDLOCK_ADDRS); without addresses, demo and chaos start embedded nodes in
 this process; lab starts redis-server processes of its own.
 `
 
 func main() {
-	// The chaos suite's embedded nodes are this program, started again.
+	// The chaos suite's embedded nodes are this program, started again, and
+	// so is the command of redlock exec until its lock is taken.
 	chaos.ServeEmbeddedFromEnv()
+	runHeldCommand()
 	// go-redis logs every failed dial; the commands fail nodes on purpose
 	// and report what matters themselves.
 	redis.SetLogger(quietLogger{})
@@ -84,6 +94,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "exec":
 		return runExec(ctx, args[1:], stdout, stderr)
+	case "elect":
+		return runElect(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "unlock":

@@ -16,6 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	runHeldCommand()             // so is the held copy of exec's command
 	runTestChild()               // a command for redlock exec is this test binary
 	chaos.ServeEmbeddedFromEnv() // so are embedded chaos nodes
 	redis.SetLogger(quietLogger{})

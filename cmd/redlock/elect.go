@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/quorumlock/redlock"
+)
+
+const electHelp = `Usage: redlock elect NAME --ttl TTL [flags] -- COMMAND [ARGS...]
+       redlock elect --observe NAME [flags]
+
+Runs COMMAND while this process leads the election NAME over a quorum of
+the Redis masters: start the same line on several hosts, and one of them
+runs the command at a time (a scheduler, a consumer, a singleton worker).
+The leadership is renewed every third of TTL; when the leader's host dies,
+another takes over within TTL and a second or so. When the command exits,
+this process resigns (the next candidate takes over at once) and
+campaigns again, unless --once. When the leadership is lost, the command
+gets SIGTERM, and SIGKILL after --grace.
+
+The command finds its leadership in its environment: REDLOCK_ELECTION
+(NAME), REDLOCK_TERM, a number larger than every earlier leader's, to give
+the resources it writes to as a fencing token (REDLOCK_FENCING_TOKEN holds
+the same), and REDLOCK_VALUE. It does not inherit the nodes' password.
+
+With --observe, it prints the leader each time it changes, one line each
+(term, since, value), until interrupted; a time without a leader is not
+printed.
+
+Signals: as redlock exec, SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed
+to the command while it runs; the command's exit after one ends redlock.
+While campaigning, SIGINT or SIGTERM ends the campaign.
+
+Exit status:
+  the command's own with --once (128+n when a signal n ended it), or when
+       a signal passed to it ended it
+  76   the leadership was lost (--once) and the command was stopped
+  69   nodes unreachable (the campaign could not go on)
+  78   a configuration error: a bad address, a wrong or missing password
+  126  the command cannot be run; 127 the command was not found
+  0    --observe interrupted; 130, 143 a campaign interrupted (SIGINT, SIGTERM)
+  2    bad usage
+
+Flags:
+`
+
+type electConfig struct {
+	nodes   *nodeFlags
+	name    string
+	ttl     time.Duration
+	value   string
+	grace   time.Duration
+	once    bool
+	observe bool
+	argv    []string
+}
+
+func parseElect(args []string, stdout, stderr io.Writer) (electConfig, int, bool) {
+	var cfg electConfig
+	fs := newFlags("elect", electHelp, stdout, stderr)
+	cfg.nodes = registerNodeFlags(fs.FlagSet, "required")
+	fs.DurationVar(&cfg.ttl, "ttl", 10*time.Second, "the leadership's time to live, renewed every third of it")
+	fs.StringVar(&cfg.value, "value", "", "what this candidate proclaims as leader (default: host=HOST pid=PID)")
+	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL (0: SIGKILL at once)")
+	fs.BoolVar(&cfg.once, "once", false, "run the command once as leader, then exit with its status")
+	fs.BoolVar(&cfg.observe, "observe", false, "print each change of leader instead of campaigning")
+	// The name and the flags in any order, the command after "--".
+	before, after, _ := cutArgs(args, "--")
+	if exit, ok := fs.parse(before, interspersed); !ok {
+		return cfg, exit, false
+	}
+	names := fs.Args()
+	if len(names) > 1 {
+		fmt.Fprintf(stderr, "redlock elect: unexpected argument %q: put the command after --\n", names[1])
+		return cfg, 2, false
+	}
+	if len(names) == 1 {
+		cfg.name = names[0]
+	}
+	cfg.argv = after
+	if cfg.value == "" {
+		host, _ := os.Hostname()
+		cfg.value = fmt.Sprintf("host=%s pid=%d", host, os.Getpid())
+	}
+	switch {
+	case cfg.name == "":
+		fmt.Fprintln(stderr, "redlock elect: no election name, e.g. redlock elect scheduler --ttl 10s -- ./scheduler")
+	case cfg.ttl <= 0:
+		fmt.Fprintf(stderr, "redlock elect: --ttl %v: must be positive\n", cfg.ttl)
+	case cfg.grace < 0:
+		fmt.Fprintf(stderr, "redlock elect: --grace %v: cannot be negative (0: SIGKILL at once)\n", cfg.grace)
+	case len(cfg.nodes.addrList()) == 0:
+		fmt.Fprintln(stderr, "redlock elect: no nodes: give --addrs or set REDLOCK_ADDRS")
+	case !cfg.observe && len(cfg.argv) == 0:
+		fmt.Fprintln(stderr, "redlock elect: no command: put it after --, or give --observe")
+	case cfg.observe && len(cfg.argv) > 0:
+		fmt.Fprintln(stderr, "redlock elect: --observe runs no command")
+	default:
+		return cfg, 0, true
+	}
+	return cfg, 2, false
+}
+
+func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	stdout, stderr = lockedUnlessFile(stdout), lockedUnlessFile(stderr)
+	cfg, exit, ok := parseElect(args, stdout, stderr)
+	if !ok {
+		return exit
+	}
+	clients, err := cfg.nodes.clients(cfg.ttl)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
+		return exitConfig
+	}
+	defer closeAll(clients)
+	locker, err := redlock.New(clients)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
+		return exitConfig
+	}
+	defer drain(locker, cfg.ttl)
+	e, err := locker.Election(cfg.name, cfg.ttl)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
+		return 2
+	}
+	if cfg.observe {
+		for l := range e.Observe(ctx) {
+			fmt.Fprintf(stdout, "term=%d since=%s value=%s\n", l.Term, l.Since.UTC().Format(time.RFC3339Nano), l.Value)
+		}
+		return 0
+	}
+	path, err := exec.LookPath(cfg.argv[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
+		return exitNotFound
+	}
+	for {
+		l, err := e.Campaign(ctx, cfg.value)
+		if err != nil {
+			if s, ok := interruptedBy(ctx); ok {
+				return 128 + int(s)
+			}
+			fmt.Fprintf(stderr, "redlock elect: campaign for %q: %s\n", cfg.name, explain(err))
+			if errors.Is(err, redlock.ErrMisconfigured) {
+				return exitConfig
+			}
+			return exitUnavailable
+		}
+		fmt.Fprintf(stderr, "redlock elect: leading %q, term %d\n", cfg.name, l.Term())
+		status, lost, signalled := leadCommand(ctx, path, cfg, l, stdout, stderr)
+		if err := l.Resign(context.Background()); err != nil && !lost && !errors.Is(err, redlock.ErrLockLost) {
+			fmt.Fprintf(stderr, "redlock elect: resigning %q: %v\n", cfg.name, err)
+		}
+		switch {
+		case status < 0:
+			return -status // the command could not start
+		case cfg.once && lost:
+			return exitLockLost
+		case cfg.once || signalled:
+			return status
+		}
+	}
+}
+
+// leadCommand runs the command while l leads; status is negative (the
+// exit status, negated) when it could not start, signalled tells that a
+// signal redlock passed on ended it.
+func leadCommand(ctx context.Context, path string, cfg electConfig, l *redlock.Leadership, stdout, stderr io.Writer) (status int, lost, signalled bool) {
+	cmd := exec.Command(path, cfg.argv[1:]...)
+	cmd.Args[0] = cfg.argv[0]
+	term := fmt.Sprint(l.Term())
+	cmd.Env = append(commandEnv(os.Environ()), "REDLOCK_ELECTION="+cfg.name, "REDLOCK_TERM="+term,
+		"REDLOCK_FENCING_TOKEN="+term, "REDLOCK_VALUE="+cfg.value)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
+		return -exitNotExecutable, false, false
+	}
+	status, lost = supervise(cmd, l.Done, l.Lock().Validity, cfg.grace, func() {
+		fmt.Fprintf(stderr, "redlock elect: leadership of %q lost; stopping %s\n", cfg.name, cfg.argv[0])
+	})
+	_, signalled = interruptedBy(ctx)
+	return status, lost, signalled
+}
+
+// cutArgs splits args at the first sep.
+func cutArgs(args []string, sep string) (before, after []string, found bool) {
+	for i, a := range args {
+		if a == sep {
+			return args[:i], args[i+1:], true
+		}
+	}
+	return args, nil, false
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestElect_oneLeaderRunsTheCommand: three candidates with --once; each
+// runs the command once, never two at a time, with a term larger than
+// the one before.
+func TestElect_oneLeaderRunsTheCommand(t *testing.T) {
+	_, addrs := execNodes(t)
+	dir := t.TempDir()
+	busy, log := filepath.Join(dir, "busy"), filepath.Join(dir, "log")
+	// mkdir fails when another leader's command is still running.
+	script := "mkdir " + busy + " || { echo overlap >> " + log + "; exit 1; }; echo $REDLOCK_TERM $REDLOCK_FENCING_TOKEN $REDLOCK_ELECTION >> " + log + "; sleep 0.2; rmdir " + busy
+	var wg sync.WaitGroup
+	exits := make([]int, 3)
+	errs := make([]string, 3)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			exits[i], _, errs[i] = runCmd(t, "elect", "sched", "--addrs", addrs, "--ttl", "3s", "--once", "--", "sh", "-c", script)
+		}()
+	}
+	wg.Wait()
+	for i, e := range exits {
+		if e != 0 {
+			t.Errorf("candidate %d: exit %d: %s", i, e, errs[i])
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(readFile(t, log)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("log %q: want 3 terms", lines)
+	}
+	var last uint64
+	for _, l := range lines {
+		var term, fence uint64
+		var name string
+		if _, err := fmt.Sscan(l, &term, &fence, &name); err != nil || term != fence || name != "sched" || term <= last {
+			t.Fatalf("log line %q (after term %d): want a growing term, the same fencing token, the name", l, last)
+		}
+		last = term
+	}
+}
+
+// TestElect_observe: an observer prints the leader, then the next one.
+func TestElect_observe(t *testing.T) {
+	_, addrs := execNodes(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut bytes.Buffer
+	w := &lockedWriter{w: &out}
+	done := make(chan int, 1)
+	go func() { done <- runElect(ctx, []string{"--observe", "jobs", "--addrs", addrs, "--ttl", "2s"}, w, &errOut) }()
+	dir := t.TempDir()
+	for i := range 2 {
+		marker := filepath.Join(dir, fmt.Sprint("ran", i))
+		if exit, _, e := runCmd(t, "elect", "jobs", "--addrs", addrs, "--ttl", "2s", "--once", "--value", fmt.Sprint("leader-", i), "--", "sh", "-c", "touch "+marker+"; sleep 0.3"); exit != 0 {
+			t.Fatalf("exit %d: %s", exit, e)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(w.String(), "value=leader-1") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if exit := <-done; exit != 0 {
+		t.Fatalf("--observe exit %d: %s", exit, errOut.String())
+	}
+	got := w.String()
+	if !strings.Contains(got, "value=leader-0") || !strings.Contains(got, "value=leader-1") || !strings.HasPrefix(got, "term=") {
+		t.Fatalf("observed:\n%s", got)
+	}
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.(*bytes.Buffer).String()
+}
+
+func TestElect_usage(t *testing.T) {
+	t.Setenv("REDLOCK_ADDRS", "")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"elect", "--addrs", "a:1", "--", "true"}, "no election name"},
+		{[]string{"elect", "x", "--addrs", "a:1"}, "no command"},
+		{[]string{"elect", "x", "--", "true"}, "no nodes"},
+		{[]string{"elect", "x", "--addrs", "a:1", "--ttl", "-1s", "--", "true"}, "must be positive"},
+		{[]string{"elect", "--observe", "x", "--addrs", "a:1", "--", "true"}, "runs no command"},
+	} {
+		exit, out, errOut := runCmd(t, tt.args...)
+		if exit != 2 || !strings.Contains(out+errOut, tt.want) {
+			t.Errorf("redlock %v: exit %d, output %q; want 2 mentioning %q", tt.args, exit, out+errOut, tt.want)
+		}
+	}
+	if exit, out, errOut := runCmd(t, "elect", "--help"); exit != 0 || !strings.Contains(out+errOut, "REDLOCK_TERM") {
+		t.Errorf("elect --help: exit %d, %q", exit, out+errOut)
+	}
+}
