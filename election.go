@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,7 +128,37 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	if err := l.Proclaim(ctx, value); err != nil {
 		return nil, errors.Join(err, l.Resign(context.WithoutCancel(ctx)))
 	}
+	go l.keep()
 	return l, nil
+}
+
+// recordLife is how long a leader record lives after it was written or
+// kept (see keep): two ttls, so that it outlives a keep that fails.
+func (e *Election) recordLife() int64 {
+	if e.ttl > math.MaxInt64/2 {
+		return pxMillis(e.ttl)
+	}
+	return pxMillis(2 * e.ttl)
+}
+
+// keep keeps the leader record alive as long as the leadership: every
+// third of the ttl it lengthens it where the election's key holds the
+// leader's token. (The record outlives the leadership by two ttls at most;
+// a reader trusts it only while its token holds the key on a quorum.)
+func (l *Leadership) keep() {
+	t := time.NewTicker(l.e.ttl / 3)
+	defer t.Stop()
+	lk, c := l.lock, l.e.c
+	op := nodeOp{script: leaderScript, keys: []string{l.e.name, l.e.recordKey()}, args: []any{"keep", lk.token, l.e.recordLife()}}
+	for {
+		select {
+		case <-lk.Done():
+			return
+		case <-t.C:
+			tm, _ := lk.lease()
+			c.fanOut(context.Background(), tm, nil, nil, settlement{}, op)
+		}
+	}
 }
 
 // errResigned is the cause of a Leadership's context after Resign.
@@ -197,7 +228,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	tm, _ := lk.lease()
-	op := nodeOp{script: leaderScript, keys: []string{l.e.name, l.e.recordKey()}, args: []any{"write", lk.token, next.record(lk.token), l.e.channel()}}
+	op := nodeOp{script: leaderScript, keys: []string{l.e.name, l.e.recordKey()}, args: []any{"write", lk.token, l.e.recordLife(), next.record(lk.token), l.e.channel()}}
 	t, settled := c.fanOut(ctx, tm, decidedAt(len(c.nodes), lk.quorum), nil, lk.settled, op)
 	lk.settled = settled
 	if t.yes >= lk.quorum {

@@ -327,3 +327,31 @@ func TestElection_termFencesADeposedLeader(t *testing.T) {
 		t.Fatal("the deposed leader's write was accepted")
 	}
 }
+
+// TestElection_recordLivesAsLongAsTheLeadership: the leader record has a
+// time to live (it never stays for good), and it is kept alive while the
+// leadership lasts, well past its ttl.
+func TestElection_recordLivesAsLongAsTheLeadership(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	e := mustElection(t, c.client(t), "kept", 600*time.Millisecond)
+	l, err := e.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	for i, s := range c.servers {
+		if ttl := s.TTL("{kept}:leader"); ttl <= 0 {
+			t.Fatalf("node %d: the record's ttl is %v", i, ttl)
+		}
+	}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		for _, s := range c.servers {
+			s.FastForward(100 * time.Millisecond) // miniredis ages keys only so
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got, err := e.Leader(ctx); err != nil || got.Value != "v" {
+		t.Fatalf("after 3 s (5 ttls) Leader = %+v, %v", got, err)
+	}
+}

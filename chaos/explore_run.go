@@ -537,6 +537,8 @@ func (r *runner) step(ctx context.Context, rc *redlock.Client, h *hold) {
 		lock, err = rc.AcquireAll(acqCtx, st.Keys, ttl, opts...)
 	case st.Call == "try":
 		lock, err = rc.TryAcquire(acqCtx, st.Keys[0], ttl, opts...)
+	case st.Call == "campaign": // a fenced, renewed lock; its release resigns
+		lock, err = campaign(acqCtx, rc, st.Keys[0], ttl, h.client)
 	default:
 		lock, err = rc.Acquire(acqCtx, st.Keys[0], ttl, opts...)
 	}

@@ -239,6 +239,22 @@ func Scenarios(size int) []Scenario {
 				func(e *env, idx []int) error { return e.each(idx, (*Node).freeze) },
 				func(e *env, idx []int) error { return e.each(idx, (*Node).thaw) }),
 		}),
+		generic(Scenario{
+			Name: "election-minority-kill", Fault: "each section a leadership (Campaign to Resign), its term the fencing token; an observer's terms never go back; kill -9 a minority at 30%, restart it empty after 2×TTL",
+			kind: kindElection, keys: 1, fenced: true,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).kill) },
+				func(e *env, idx []int) error {
+					return e.each(idx, func(n *Node) error { return errors.Join(n.wipe(), n.start()) })
+				}),
+		}),
+		generic(Scenario{
+			Name: "election-minority-freeze", Fault: "each section a leadership, its term the fencing token; an observer's terms never go back; SIGSTOP a minority for 2×TTL at 30%, then SIGCONT",
+			kind: kindElection, keys: 1, fenced: true,
+			faults: minorityFor(size,
+				func(e *env, idx []int) error { return e.each(idx, (*Node).freeze) },
+				func(e *env, idx []int) error { return e.each(idx, (*Node).thaw) }),
+		}),
 		directed(Scenario{
 			Name: "restart-aof-always", Fault: "kill -9 a majority while a holder works, restart at once with its AOF",
 			Safe: true, redisOnly: true, persist: true,

@@ -53,7 +53,7 @@ type planRetry struct {
 // planStep is one lock taken, used and given up by an actor.
 type planStep struct {
 	At      jsonDur      `json:"at"`   // starts no earlier than this after the schedule's start
-	Call    string       `json:"call"` // acquire, try (TryAcquire) or do (Client.Do)
+	Call    string       `json:"call"` // acquire, try (TryAcquire), do (Client.Do) or campaign (Election.Campaign)
 	Kind    string       `json:"kind"` // plain, reentrant, read, write, semaphore, multi, fair
 	Keys    []string     `json:"keys"`
 	Owner   string       `json:"owner,omitempty"` // reentrant

@@ -23,6 +23,9 @@ import (
 //   - remote waiter: a Client whose links are a millisecond or two slower
 //     waiting for a key that another Client's goroutines hand each other
 //     over and over;
+//   - election: candidates of several Clients campaigning for one name
+//     again and again (each leadership a fenced, renewed lock), writing
+//     under their terms, with the mix's faults;
 //   - extreme values: ttls, extends and resumes of math.MaxInt64 and
 //     near it, WithNodeTimeout and WithFenceHorizon of as much, WithPermits
 //     near math.MaxInt, retry policies at their limits: each either
@@ -34,6 +37,7 @@ const (
 	shapeTiny    = "tiny deadlines"
 	shapeChurn   = "remote waiter"
 	shapeExtreme = "extreme values"
+	shapeElect   = "election"
 )
 
 // shapeNames and shapeWeights say how often each shape is drawn, of 100:
@@ -41,14 +45,15 @@ const (
 // alone (see Schedule.exclusive), which holds the other lanes up: it is
 // drawn least.
 var (
-	shapeNames   = []string{"", shapeSlow, shapeStarve, shapeTiny, shapeChurn, shapeExtreme}
-	shapeWeights = []int{80, 5, 2, 4, 3, 6}
+	shapeNames   = []string{"", shapeSlow, shapeStarve, shapeTiny, shapeChurn, shapeExtreme, shapeElect}
+	shapeWeights = []int{76, 5, 2, 4, 3, 6, 4}
 	shapes       = map[string]func(*rand.Rand, bool) Schedule{
 		shapeSlow:    genSlow,
 		shapeStarve:  genStarve,
 		shapeTiny:    genTiny,
 		shapeChurn:   genChurn,
 		shapeExtreme: genExtreme,
+		shapeElect:   genElection,
 	}
 )
 
@@ -460,5 +465,22 @@ func genExtreme(rng *rand.Rand, persist bool) Schedule {
 		}
 		s.Clients = []clientPlan{holder, rival(holder.Actors[0][0].Keys[0], 100*time.Millisecond, time.Second, stepPlain)}
 	}
+	return s
+}
+
+// genElection draws candidates of 2 to 4 Clients campaigning for the
+// election "a" for 3 s, each leadership working a little and writing
+// under its term, with the general mix's faults.
+func genElection(rng *rand.Rand, persist bool) Schedule {
+	s := newShape(rng, persist)
+	const span = 3 * time.Second
+	ttl := pick(rng, []time.Duration{500 * time.Millisecond, time.Second}, []int{1, 1})
+	for range 2 + rng.IntN(3) {
+		st := planStep{Call: "campaign", Kind: stepPlain, Keys: []string{"a"}, TTL: jsonDur(ttl), Wait: jsonDur(span + time.Second),
+			Fenced: true, Renew: true, Repeat: jsonDur(span),
+			Actions: []planAction{{Op: "work", D: jsonDur(dur(rng, 5*time.Millisecond, 50*time.Millisecond))}, {Op: "write"}}}
+		s.Clients = append(s.Clients, clientPlan{Batching: rng.IntN(4) != 0, HandOff: rng.IntN(2) == 0, Actors: [][]planStep{{st}}})
+	}
+	s.Faults = genFaults(rng, s)
 	return s
 }

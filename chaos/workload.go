@@ -59,7 +59,7 @@ func (w *workload) init() {
 
 // run runs the workers until target sections are done or ctx ends. It
 // returns an error only for something other than ctx ending.
-func (w *workload) run(ctx context.Context) error {
+func (w *workload) run(ctx context.Context) (ret error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -92,6 +92,18 @@ func (w *workload) run(ctx context.Context) error {
 		locker, err := redlock.New(clients, opts...)
 		if err != nil {
 			return err
+		}
+		if w.kind == kindElection && first == 0 {
+			// Until the workers are done (observe ends with them).
+			octx, stop := context.WithCancel(ctx)
+			observed := make(chan error, 1)
+			go func() { observed <- observeTerms(octx, locker, w.ttl) }()
+			defer func() {
+				stop()
+				if err := <-observed; err != nil && ret == nil {
+					ret = err
+				}
+			}()
 		}
 		var group sync.WaitGroup
 		for i := first; i < min(first+per, w.workers); i++ {
@@ -134,6 +146,7 @@ const (
 	kindSemaphore = "semaphore"
 	kindMultiKey  = "multi-key"
 	kindFair      = "fair"
+	kindElection  = "election" // a section is a leadership: Campaign to Resign
 )
 
 // lockFor picks the keys and options of one section.
@@ -171,9 +184,12 @@ func (w *workload) section(ctx context.Context, locker *redlock.Client, worker i
 		lock, inner *redlock.Lock
 		err         error
 	)
-	if w.kind == kindMultiKey {
+	switch w.kind {
+	case kindMultiKey:
 		lock, err = locker.AcquireAll(ctx, keys, w.ttl, opts...)
-	} else {
+	case kindElection:
+		lock, err = campaign(ctx, locker, keys[0], w.ttl, worker)
+	default:
 		lock, err = locker.Acquire(ctx, keys[0], w.ttl, opts...)
 	}
 	if err == nil && w.kind == kindReentrant {
@@ -237,6 +253,36 @@ func (w *workload) section(ctx context.Context, locker *redlock.Client, worker i
 		ks := s
 		ks.Key, ks.Read, ks.Wrote = k, reads[i], wrote[i]
 		w.record(ks)
+	}
+	return nil
+}
+
+// campaign is an election's section: this worker's leadership of key.
+func campaign(ctx context.Context, locker *redlock.Client, key string, ttl time.Duration, worker int) (*redlock.Lock, error) {
+	e, err := locker.Election(key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	l, err := e.Campaign(ctx, fmt.Sprint("worker-", worker))
+	if err != nil {
+		return nil, err
+	}
+	return l.Lock(), nil // the section's Release resigns
+}
+
+// observeTerms watches the election of the workload's key until ctx ends:
+// an observer must never see a leadership older than one it saw.
+func observeTerms(ctx context.Context, locker *redlock.Client, ttl time.Duration) error {
+	e, err := locker.Election("chaos:0", ttl)
+	if err != nil {
+		return err
+	}
+	var last redlock.Leader
+	for l := range e.Observe(ctx) {
+		if l.Term < last.Term || l.Term == last.Term && l.Revision <= last.Revision {
+			return fmt.Errorf("observer saw term %d (revision %d) after term %d (revision %d)", l.Term, l.Revision, last.Term, last.Revision)
+		}
+		last = l
 	}
 	return nil
 }

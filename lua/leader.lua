@@ -3,11 +3,12 @@
 -- and written only where that key holds the leader's token.
 -- KEYS[1]: the election's lock key
 -- KEYS[2]: its leader record
--- ARGV[1]: 'read' or 'write'
+-- ARGV[1]: 'read', 'write' or 'keep'
 -- read returns {the lock key's value or false, the record or false}.
--- write: ARGV[2] the leader's token, ARGV[3] the record, ARGV[4] the
--- channel on which the record is announced; returns 1 if the key holds the
--- token (the record is written and announced), 0 if not.
+-- write: ARGV[2] the leader's token, ARGV[3] how long the record lives
+-- (ms), ARGV[4] the record, ARGV[5] the channel on which it is announced;
+-- keep: ARGV[2] the token, ARGV[3] how long the record lives from now.
+-- Both return 1 if the key holds the token (and do it), 0 if not.
 local function get(key)
   local v = redis.pcall('GET', key)
   if type(v) == 'table' then
@@ -21,6 +22,10 @@ end
 if get(KEYS[1]) ~= ARGV[2] then
   return 0
 end
-redis.call('SET', KEYS[2], ARGV[3])
-redis.call('PUBLISH', ARGV[4], ARGV[3])
+if ARGV[1] == 'keep' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return 1
+end
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
+redis.call('PUBLISH', ARGV[5], ARGV[4])
 return 1
