@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,18 +132,13 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 }
 
 // recordLife is how long a leader record lives after it was written or
-// kept (see keep): two ttls, so that it outlives a keep that fails.
-func (e *Election) recordLife() int64 {
-	if e.ttl > math.MaxInt64/2 {
-		return pxMillis(e.ttl)
-	}
-	return pxMillis(2 * e.ttl)
-}
+// kept (see keep): the ttl, as the lock key; it is kept every third of it.
+func (e *Election) recordLife() int64 { return pxMillis(e.ttl) }
 
 // keep keeps the leader record alive as long as the leadership: every
 // third of the ttl it lengthens it where the election's key holds the
-// leader's token. (The record outlives the leadership by two ttls at most;
-// a reader trusts it only while its token holds the key on a quorum.)
+// leader's token. (The record outlives the leadership by a ttl at most; a
+// reader trusts it only while its token holds the key on a quorum.)
 func (l *Leadership) keep() {
 	t := time.NewTicker(l.e.ttl / 3)
 	defer t.Stop()
