@@ -8,6 +8,7 @@
 //	cd bench && go run . -probe wait|leftovers|renewal|handover [-size N] [-hold 1m]
 //	cd bench && go run . -probe slownet|starved|deadlines|handoff [-runs N] [-cases REGEXP]
 //	cd bench && go run . -probe wakeups [-runs N] [-cases REGEXP]
+//	cd bench && go run . -probe election [-runs N]
 //
 // The first probes measure what a workload costs the nodes and the process
 // (probes.go); the others reproduce liveness defects at the edges, beside
@@ -76,7 +77,7 @@ func main() {
 	workloads := flag.String("workloads", "UKC", "which workloads to run")
 	only := flag.String("cases", "", "run only the cases (with an edge probe, the rows \"scenario library\"; with wakeups, the rows) whose name matches this regular expression")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers, renewal or handover (see probes.go); slownet, starved, deadlines or handoff (see edges.go); wakeups (see wakeups.go)")
+	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers, renewal or handover (see probes.go); slownet, starved, deadlines or handoff (see edges.go); wakeups (see wakeups.go); election (see elect.go)")
 	size := flag.Int("size", 1000, "the probe's size: waiters (wait), distinct keys (leftovers), held locks (renewal) or clients (handover)")
 	runs := flag.Int("runs", 0, "the edge probes' runs per scenario and library, deadline-free calls for deadlines, trials per row for wakeups (0: slownet 5, starved 10, deadlines 200, handoff 10, wakeups 1000)")
 	hold := flag.Duration("hold", time.Minute, "how long the renewal probe holds its locks")

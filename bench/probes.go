@@ -59,11 +59,13 @@ func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, cfg p
 		return probeHandover(ctx, w, e, cfg.size)
 	case "wakeups":
 		return probeWakeups(ctx, w, e, cfg)
+	case "election":
+		return probeElection(ctx, w, e, cfg)
 	}
 	if _, ok := edgeProbes[probe]; ok {
 		return runEdgeProbe(ctx, w, e, probe, cfg)
 	}
-	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover; slownet, starved, deadlines, handoff; wakeups)", probe)
+	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover; slownet, starved, deadlines, handoff; wakeups; election)", probe)
 }
 
 // nodeStats reads INFO from every node: connected clients, and the script
