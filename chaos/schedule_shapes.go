@@ -41,7 +41,7 @@ const (
 )
 
 // shapeNames and shapeWeights say how often each shape is drawn, of 100:
-// the general mix ("") keeps four schedules in five. The starved CPU runs
+// the general mix ("") keeps about three schedules in four. The starved CPU runs
 // alone (see Schedule.exclusive), which holds the other lanes up: it is
 // drawn least.
 var (

@@ -27,9 +27,10 @@ The exit status is 0 when every scenario showed what it must.
 With --explore, runs the randomized explorer instead: schedules drawn from
 the seed, each several lock clients mixing every kind of lock, fencing,
 renewal, Do, extends, hand-offs and cancellations over a few keys, while
-faults within the safety assumptions strike the nodes, and one schedule in
-five of a shape that tries progress (a slow network, a starved CPU, tiny
-deadlines, a remote waiter against hand-offs, extreme option values);
+faults within the safety assumptions strike the nodes, and about one schedule in
+four of a shape that tries progress (a slow network, a starved CPU, tiny
+deadlines, a remote waiter against hand-offs, extreme option values, an
+election);
 every history is checked (exclusion, fencing tokens, stale writes, loss
 signals, liveness, keys left behind, goroutines). It stops at the first failing schedule, shrinks it,
 prints it with its seed and a JSON form for --replay, and exits 1; else 0.
