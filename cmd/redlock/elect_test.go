@@ -58,7 +58,9 @@ func TestElect_observe(t *testing.T) {
 	var out, errOut bytes.Buffer
 	w := &lockedWriter{w: &out}
 	done := make(chan int, 1)
-	go func() { done <- runElect(ctx, []string{"--observe", "jobs", "--addrs", addrs, "--ttl", "2s"}, w, &errOut) }()
+	go func() {
+		done <- runElect(ctx, []string{"--observe", "jobs", "--addrs", addrs, "--ttl", "2s"}, w, &errOut)
+	}()
 	dir := t.TempDir()
 	for i := range 2 {
 		marker := filepath.Join(dir, fmt.Sprint("ran", i))
