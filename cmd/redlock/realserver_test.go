@@ -250,6 +250,16 @@ func (c child) waitReady(t *testing.T) {
 	})
 }
 
+// pid is the running command's process ID.
+func (c child) pid(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(c.file + ".ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // release tells a holding child to exit 0.
 func (c child) release(t *testing.T) {
 	if err := os.WriteFile(c.file+".go", nil, 0o644); err != nil {
@@ -279,7 +289,7 @@ func runTestChild() {
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	if err := os.WriteFile(file+".ready", nil, 0o644); err != nil {
+	if err := os.WriteFile(file+".ready", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		os.Exit(3)
 	}
 	switch mode {
@@ -428,7 +438,10 @@ func TestBinary_passwordThroughURLAndEnvironment(t *testing.T) {
 	// Held through URLs; seen and refused through the environment.
 	holder, c := holdWith(t, nil, "nightly", "--addrs", strings.Join(urls, ","))
 	exit, out, errOut := runBin(t, envPW, "status", "--addrs", strings.Join(plain, ","), "nightly")
-	want := fmt.Sprintf("pid=%d cmd=env %s=hold", holder.cmd.Process.Pid, childModeEnv)
+	want := fmt.Sprintf("pid=%s cmd=env %s=hold", c.pid(t), childModeEnv)
+	if c.pid(t) == fmt.Sprint(holder.cmd.Process.Pid) {
+		t.Fatal("the command's pid is redlock's")
+	}
 	if exit != 0 || !strings.Contains(out, "held by ") || !strings.Contains(out, want) {
 		t.Fatalf("status: exit %d, want 0 and %q\n%s%s", exit, want, out, errOut)
 	}
@@ -807,4 +820,45 @@ func TestBinary_failedAcquireLeavesNothing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBinary_electTakesOverAfterKill: two hosts run the same redlock elect
+// line on redis-server nodes; one runs the command. Killed (SIGKILL), its
+// leadership is neither renewed nor released, and the other runs the
+// command once the ttl has run out.
+func TestBinary_electTakesOverAfterKill(t *testing.T) {
+	needRedisServer(t)
+	addrs := strings.Join([]string{plainServer(t), plainServer(t), plainServer(t)}, ",")
+	const ttl = 2 * time.Second
+	var procs []*proc
+	var children []child
+	for range 2 {
+		c := newChild(t, "hold")
+		children = append(children, c)
+		procs = append(procs, startBin(t, nil, append([]string{"elect", "jobs", "--addrs", addrs, "--ttl", ttl.String(), "--"}, c.argv...)...))
+	}
+	leader := -1
+	waitFor(t, 30*time.Second, "a leader's command", func() bool {
+		for i, c := range children {
+			if _, err := os.Stat(c.file + ".ready"); err == nil {
+				leader = i
+				return true
+			}
+		}
+		return false
+	})
+	other := 1 - leader
+	if _, err := os.Stat(children[other].file + ".ready"); err == nil {
+		t.Fatal("both candidates run the command")
+	}
+	killed := time.Now()
+	_ = procs[leader].cmd.Process.Kill()
+	children[leader].release(t) // the orphaned command, which nobody stops now
+	children[other].waitReady(t)
+	if d := time.Since(killed); d > ttl+3*time.Second {
+		t.Errorf("taken over %v after the kill, ttl %v", d, ttl)
+	}
+	children[other].release(t)
+	_ = procs[other].cmd.Process.Signal(syscall.SIGTERM)
+	procs[other].wait(t, 30*time.Second)
 }
