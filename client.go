@@ -91,7 +91,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		if isNil(rdb) {
 			return nil, invalid("node %d is nil", i)
 		}
-		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb), inline: cutsAtDeadline(rdb), scripts: &scripts{}, stand: &standIns{}}
+		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb), inline: cutsAtDeadline(rdb), scripts: &scripts{}}
 		for j := range i {
 			if sameNode(c.nodes[j], c.nodes[i]) {
 				return nil, invalid("node %d is the same as node %d (%s): the nodes must be independent", i, j, c.nodes[i].describe())
@@ -111,7 +111,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 	for i := range c.nodes {
 		c.subscribers[i] = pubsub.New(c.nodes[i].rdb)
 		if !c.cfg.unbatched {
-			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, stand: c.nodes[i].stand, ack: c.cfg.replicaAck}
+			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, ack: c.cfg.replicaAck}
 		}
 		if _, cluster := any(nodes[i]).(*redis.ClusterClient); cluster {
 			c.batchRenewals = false // the keys of a batch span slots

@@ -262,7 +262,6 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 		// the node timeout, the call before took it all; this has its own.)
 		late, cancelLate, send := lateIO(f.op, callIO, f.timeout)
 		if !send {
-			nd.stand.dropped(f.op)
 			f.reply(settled, nodeReply{node: i, err: notSent(err)})
 			return
 		}
@@ -270,11 +269,7 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 		callIO = late
 	}
 	sent := time.Now()
-	op := nd.stand.sending(f.op)
-	v, vs, err := op.run(callIO, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
-	if unrun(err) {
-		nd.stand.dropped(op)
-	}
+	v, vs, err := f.op.run(callIO, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
 	f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(sent)})
 }
 

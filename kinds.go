@@ -122,19 +122,7 @@ func (s scripted) op(name, token string, ttl, fence time.Duration, announce bool
 	}
 	args := append([]any{name, token, pxMillis(ttl), channel, keep}, s.extra...)
 	takes := name == "acquire" || name == "handoff"
-	op := nodeOp{script: s.script, keys: keys, args: args, holds: takes || name == "extend", takes: takes}
-	if name == "release" || name == "drop" {
-		op.find = 2
-	}
-	return op
-}
-
-// from gives a scripted hand-off the holder's token, after the kind's own
-// arguments (kind_multi.lua, kind_rw.lua).
-func (op nodeOp) from(holder string) nodeOp {
-	op.args = append(op.args, holder)
-	op.find, op.next = len(op.args), op.args[1].(string)
-	return op
+	return nodeOp{script: s.script, keys: keys, args: args, holds: takes || name == "extend", takes: takes}
 }
 
 // The operations of a scripted kind; the kinds embed scripted and override
@@ -213,7 +201,9 @@ func (k multi) release(token string) nodeOp {
 
 // handOff takes every key from the holder of from (kind_multi.lua).
 func (k multi) handOff(token, from string, ttl, fence time.Duration) nodeOp {
-	return k.scripted.op("handoff", token, ttl, fence, false).from(from)
+	op := k.scripted.op("handoff", token, ttl, fence, false)
+	op.args = append(op.args, from)
+	return op
 }
 
 // semaphore is one of at most permits holders of a resource.
@@ -324,7 +314,9 @@ func (k readWrite) drop(token string) nodeOp {
 // handOff takes a write lock from the writer holding from (kind_rw.lua).
 // Only writers take local turns, so only a writer is handed over.
 func (k readWrite) handOff(token, from string, ttl, fence time.Duration) nodeOp {
-	return k.op("handoff", token, ttl, fence, true).from(from)
+	op := k.op("handoff", token, ttl, fence, true)
+	op.args = append(op.args, from)
+	return op
 }
 
 // marker is a kind whose waiter leaves a mark on the nodes that refuse it

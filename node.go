@@ -21,7 +21,6 @@ type node struct {
 	addr    string   // "" when the client does not reveal it
 	pipe    *pipe    // nil when batching is off
 	scripts *scripts // the scripts it is known to hold
-	stand   *standIns
 	// inline: the client ends a call at its context's deadline
 	// (ContextTimeoutEnabled), so a lone node's call may run inline.
 	inline bool

@@ -2,9 +2,7 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"time"
@@ -36,10 +34,6 @@ type nodeOp struct {
 	// takes: the op may take a key that was not ours (an acquire, a
 	// hand-off); see nextBatch
 	takes bool
-	// find: where in args (from 1) the token the op looks for on the node
-	// is, 0 for none; next: the token a hand-off writes (see standIns)
-	find int
-	next string
 }
 
 // run sends op alone: EVALSHA when the node is known to hold the script,
@@ -183,70 +177,10 @@ func lateIO(op nodeOp, io context.Context, timeout time.Duration) (_ context.Con
 	return io, cancel, true
 }
 
-// standIns are the hand-offs a node was never sent (their operation ended
-// while they queued behind a slow call): the node may still hold the token
-// their run began with, so a later release, delete or hand-off of the
-// current holder's token is sent with that one instead, lest the key stay
-// until its ttl. Every token of the run was ours and given up, so this
-// takes nothing from anyone. Hand-offs may be noted in any order.
-type standIns struct {
-	mu sync.Mutex
-	m  map[string]string // by key and the hand-off's new token: the holder's token it was to replace
-}
-
-// dropped notes that op did not run on the node (see unrun).
-func (s *standIns) dropped(op nodeOp) {
-	if op.next == "" {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil || len(s.m) >= 1<<12 { // a bound: a key it forgets stays until its ttl
-		s.m = map[string]string{}
-	}
-	s.m[op.keys[0]+"\x00"+op.next] = op.args[op.find-1].(string)
-}
-
-// unrun reports whether err says that a call did not run on its node: not
-// sent, or given up before it was written (the context's own error; a
-// call cut while it was out fails with the network's).
-func unrun(err error) bool {
-	var cut *net.OpError
-	return (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !errors.As(err, &cut)
-}
-
-// sending returns op as it is sent to the node: with the token the node
-// may hold in place of the one op looks for.
-func (s *standIns) sending(op nodeOp) nodeOp {
-	if op.find == 0 || op.holds && op.next == "" {
-		return op // an acquire, an extend: they look for no token of a run
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.m) == 0 {
-		return op
-	}
-	tok := op.args[op.find-1].(string)
-	for {
-		from, ok := s.m[op.keys[0]+"\x00"+tok]
-		if !ok {
-			break
-		}
-		delete(s.m, op.keys[0]+"\x00"+tok)
-		tok = from
-	}
-	if tok != op.args[op.find-1] {
-		op.args = slices.Clone(op.args)
-		op.args[op.find-1] = tok
-	}
-	return op
-}
-
 // pipe sends the calls bound for one node.
 type pipe struct {
 	rdb      redis.UniversalClient
-	known    *scripts  // the node's
-	stand    *standIns // the node's
+	known    *scripts // the node's
 	ack      replicaAck
 	mu       sync.Mutex
 	queue    []call
@@ -333,9 +267,6 @@ func (p *pipe) keysOut(batch []call) {
 // answer replies to c, a call of a batch being sent, once its keys are
 // back (see keysOut).
 func (p *pipe) answer(c call, v int64, vs []int64, err error) {
-	if unrun(err) {
-		p.stand.dropped(c.op)
-	}
 	if c.op.takes {
 		p.mu.Lock()
 		for _, k := range c.op.keys {
@@ -400,7 +331,6 @@ func (p *pipe) send(batch []call) {
 			defer cancel()
 			c.io = io
 		}
-		c.op = p.stand.sending(c.op)
 		live = append(live, c)
 	}
 	switch len(live) {

@@ -138,7 +138,7 @@ func handOffOn(key, token, from string, ttl, fence time.Duration) nodeOp {
 		keys = append(keys, fenceKey(key))
 		args = append(args, pxMillis(fence))
 	}
-	return nodeOp{script: handOffScript, keys: keys, args: args, holds: true, takes: true, find: 3, next: token}
+	return nodeOp{script: handOffScript, keys: keys, args: args, holds: true, takes: true}
 }
 
 // raiseFenceOn sets the node's fencing (or ticket) counters to at least
@@ -154,7 +154,7 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 // releaseOn deletes key if it holds token, and announces it on the key's
 // release channel, so that waiters try again at once.
 func releaseOn(key, token string) nodeOp {
-	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key), wokenKey(key)}, args: []any{token, releaseChannel(key)}, find: 1}
+	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key), wokenKey(key)}, args: []any{token, releaseChannel(key)}}
 }
 
 // lineKey is the line of a plain lock's waiters on a node (line.lua).
@@ -178,7 +178,7 @@ func lineOn(key, name string, join bool, ttl time.Duration) nodeOp {
 // of a failed attempt. Nobody held that lock, and waking every waiter
 // after each failed attempt would set them colliding again and again.
 func dropOn(key, token string) nodeOp {
-	return nodeOp{script: releaseScript, keys: []string{key}, args: []any{token, ""}, find: 1}
+	return nodeOp{script: releaseScript, keys: []string{key}, args: []any{token, ""}}
 }
 
 // releaseChannel is where the nodes announce that key was released.
