@@ -1,6 +1,3 @@
-// The options of one Acquire that choose the lock's kind, and the
-// configuration an Acquire runs with.
-
 package redlock
 
 import (
@@ -11,12 +8,12 @@ import (
 )
 
 // WithOwner makes the lock reentrant, held by owner: while owner holds it,
-// another Acquire with the same owner succeeds at once (a new hold, with its
-// own Lock, token and validity), and the key is free again only when every
-// hold was released or ended. Holds of another owner are refused. Each hold
-// lengthens the key's time to live, never shortens it. The owner must not
-// be empty; choose one per holder identity (a worker ID, a request ID), not
-// per process. Default: not reentrant.
+// another Acquire with the same owner succeeds at once (a new hold, with
+// its own Lock, token and validity), and the key is free again only when
+// every hold was released or ended. Holds of another owner are refused.
+// Each hold lengthens the key's time to live, never shortens it. The owner
+// must not be empty; choose one per holder identity (a worker ID, a request
+// ID), not per process. Default: not reentrant.
 func WithOwner(owner string) AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		if owner == "" {
@@ -29,9 +26,8 @@ func WithOwner(owner string) AcquireOption {
 }
 
 // ForRead takes the read side of a read-write lock: any number of readers
-// may hold the key at once, but no writer. A reader is refused while a
-// writer holds the key or waits for it (see ForWrite). Default: a plain
-// lock.
+// may hold the key at once, but no writer; a reader is refused while a
+// writer holds or awaits the key (see ForWrite). Default: a plain lock.
 func ForRead() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.role = 'r'
@@ -42,9 +38,8 @@ func ForRead() AcquireOption {
 
 // ForWrite takes the write side of a read-write lock: one writer, and no
 // reader, at a time. A writer that finds readers marks the key as awaited,
-// which keeps new readers out until it gets the lock, gives up, or its mark
-// expires after its ttl: a stream of readers cannot starve it. Default: a
-// plain lock.
+// keeping new readers out until it gets the lock, gives up, or its mark
+// expires after its ttl: readers cannot starve it. Default: a plain lock.
 func ForWrite() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.role = 'w'
@@ -55,13 +50,13 @@ func ForWrite() AcquireOption {
 
 // WithPermits takes one of permits permits of a semaphore named by the key:
 // at most permits holders at once. Every holder must give the same number
-// for a key; an acquire with another number than the key's holders gave
-// fails at once with an error matching ErrMisconfigured. Each permit expires with its own ttl, so a crashed holder does not
-// keep one. A permit is held on more than a majority of the nodes once
-// permits > 1: on ⌊permits·N/(permits+1)⌋+1 of them, since with a bare
-// majority permits+1 holders could each hold a different majority (see
-// docs/kinds.md); so the semaphore tolerates fewer node failures than a
-// plain lock. permits must be at least 1. Default: a plain lock.
+// for a key, or its acquire fails at once with an error matching
+// ErrMisconfigured. Each permit expires with its own ttl, so a crashed
+// holder does not keep one. Once permits > 1 a permit is held on
+// ⌊permits·N/(permits+1)⌋+1 nodes (under a bare majority, permits+1
+// holders could each hold a different one: docs/kinds.md), so the
+// semaphore tolerates fewer node failures than a plain lock. permits must
+// be at least 1. Default: a plain lock.
 func WithPermits(permits int) AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		if permits < 1 {
@@ -77,14 +72,13 @@ func WithPermits(permits int) AcquireOption {
 // Acquire draws a ticket from a quorum of the nodes, queues with it on
 // every node, and the lock goes to the waiter with the lowest ticket. A
 // waiter that stops trying (its process died) loses its place on a node
-// after its patience, 4s or 8 node timeouts (WithNodeTimeout's, or a tenth
-// of the ttl: not lengthened by the round trips) if that is longer, from
-// its last attempt there, so it holds the queue up for no longer. A fair
-// Acquire tries at least every quarter of its patience (every second with
-// the default node timeouts), whatever its retry policy, to keep its
-// place. An attempt that took the key on some nodes and failed keeps the
-// waiter's place there. TryAcquire with Fair draws a ticket and tries once, and
-// leaves the queue when it fails. Default: not fair.
+// after its patience from its last attempt there: 4s, or 8 node timeouts
+// if longer (WithNodeTimeout's, or a tenth of the ttl, not lengthened by
+// the round trips). A fair Acquire tries at least every quarter of its
+// patience, whatever its retry policy, to keep its place. An attempt that
+// took the key on some nodes and failed keeps the waiter's place there.
+// TryAcquire with Fair draws a ticket, tries once, and leaves the queue
+// when it fails. Default: not fair.
 func Fair() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.fair = true
@@ -96,11 +90,10 @@ func Fair() AcquireOption {
 // AcquireAll acquires a lock on every key at once, all or nothing: on each
 // node one script takes every key if none is held by someone else, so two
 // holders of overlapping sets exclude each other, and no holder can wait
-// for another while holding part of what that one needs (no deadlock). The
-// Lock works as any: Extend and Release act on every key; Keys lists them.
-// With WithFencing the fencing token is above every key's counter, and each
-// key's counter is raised to it. On a Redis Cluster node the keys must
-// hash to one slot.
+// for another while holding part of what that one needs (no deadlock).
+// Extend and Release act on every key; Keys lists them. With WithFencing
+// the fencing token is above every key's counter, and each key's counter
+// is raised to it. On a Redis Cluster node the keys must hash to one slot.
 //
 // It returns an error matching ErrInvalidArgument, before any node is
 // contacted, for an empty set, an empty or repeated key, a bad ttl, or a

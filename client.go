@@ -11,31 +11,27 @@ import (
 	"github.com/quorumlock/redlock/internal/rtt"
 )
 
-// Defaults, in one place. The per-node timeout is derived from the ttl when
-// WithNodeTimeout is not given: a tenth of it, but no less than a healthy
-// node on a loaded machine needs and no more than a hung node may cost.
+// Defaults, in one place. A derived node timeout is a tenth of the ttl,
+// within what a healthy node on a loaded machine needs and a hung one costs.
 const (
 	defaultDriftFactor    = 0.01
 	nodeTimeoutFraction   = 10
 	maxDerivedNodeTimeout = time.Second
 )
 
-// minDerivedNodeTimeout is the least a derived node timeout is. The tests
-// raise it (export_test.go): two copies of the suite at once on two cores
-// with the race detector delay healthy replies past 50 ms.
+// minDerivedNodeTimeout is the least a derived node timeout is; the tests
+// raise it (export_test.go), as a loaded machine delays healthy replies.
 var minDerivedNodeTimeout = 50 * time.Millisecond
 
-// Client acquires locks over a fixed set of nodes. It is safe for concurrent
-// use.
+// Client acquires locks over a fixed set of nodes; safe for concurrent use.
 type Client struct {
 	nodes  []node
 	quorum int
 	cfg    config
 	queues localQueues // see localqueue.go
-	// failing[i] holds node i's error when its last call went unanswered
-	// (timed out), and nil once it answers again (see fanOut). A failed
-	// attempt, and a Release past its quorum, do not wait for a node that
-	// is failing.
+	// failing[i] holds node i's error while its last call went unanswered
+	// (timed out; see noteReply). A failed attempt, and a Release past its
+	// quorum, do not wait for a failing node.
 	failing []atomic.Pointer[error]
 	// misconfigured: by node, whether its last failure was one that
 	// retrying cannot cure (warned once until it answers properly)
@@ -43,25 +39,22 @@ type Client struct {
 	// told: by node, a failure of it has been logged (and a lock held
 	// without it reported: OpDegraded) since it last answered; see news
 	told []atomic.Bool
-	// rtts: by node, what its replies tell of its round trip, for the
-	// node timeout (see nodeTimeout); allKnown once every one has told
-	// something (see anyUnknown)
+	// rtts: by node, its round trips, for the node timeout (nodeTimeout);
+	// allKnown once every node has told something (see anyUnknown)
 	rtts        []rtt.Estimate
 	allKnown    atomic.Bool
 	idents      identities           // see identity.go
 	subscribers []*pubsub.Subscriber // by node: the waiters' release subscriptions (see wakeup.go)
 	calls       inflight             // node calls sent and not yet returned (see Drain)
 	sched       *scheduler           // renewals and ends of its locks (see renewal.go)
-	// batchRenewals: plain locks due for renewal together are renewed in
-	// one script call per node (batching is on, and no node is a Redis
-	// Cluster, where their keys would span slots)
+	// batchRenewals: plain locks due together are renewed in one script
+	// call per node (batching on, and no Cluster node: keys would span slots)
 	batchRenewals bool
 }
 
 // New returns a Client over nodes, which must be independent Redis masters
 // (not replicas of one another). A single node gives a plain single-node lock
 // with the same API; an even number is allowed, with quorum N/2+1.
-//
 // Any go-redis client type may be given, e.g. []*redis.Client or
 // []redis.UniversalClient. New does not contact the nodes. The first
 // operation identifies each node's server (INFO run_id; a ClusterClient by
@@ -98,7 +91,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		if isNil(rdb) {
 			return nil, invalid("node %d is nil", i)
 		}
-		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb), inline: cutsAtDeadline(rdb), scripts: &scripts{}, stand: &standIns{}}
+		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb), inline: cutsAtDeadline(rdb), scripts: &scripts{}}
 		for j := range i {
 			if sameNode(c.nodes[j], c.nodes[i]) {
 				return nil, invalid("node %d is the same as node %d (%s): the nodes must be independent", i, j, c.nodes[i].describe())
@@ -118,7 +111,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 	for i := range c.nodes {
 		c.subscribers[i] = pubsub.New(c.nodes[i].rdb)
 		if !c.cfg.unbatched {
-			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, stand: c.nodes[i].stand, ack: c.cfg.replicaAck}
+			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, ack: c.cfg.replicaAck}
 		}
 		if _, cluster := any(nodes[i]).(*redis.ClusterClient); cluster {
 			c.batchRenewals = false // the keys of a batch span slots
@@ -145,8 +138,7 @@ type config struct {
 	handOffs    int
 	observer    Observer
 	replicaAck  replicaAck
-	// fenceHorizon: counters are kept at least this long once the node's
-	// clock has passed them (see WithFenceHorizon)
+	// fenceHorizon: see WithFenceHorizon
 	fenceHorizon time.Duration
 }
 
@@ -185,21 +177,18 @@ func WithDriftFactor(factor float64) Option {
 }
 
 // WithNodeTimeout sets how long an operation waits for each node's reply,
-// kept as given whatever the nodes' round trips. It must be positive. A node
-// that does not answer in time counts as failed for that operation; nodes
-// all farther away than d never give a lock. Default: derived from the
-// operation's ttl and the round trips the Client sees: a tenth of the ttl
-// (at least 50ms, at most 1s), lengthened to what the quorum-th fastest
-// node's replies show it needs, up to two thirds of the ttl less its drift
-// allowance and at most a minute (a node not heard from yet is given that
-// much); see docs/algorithm.md. A caller's own deadline, which cuts or
-// skips a call, never counts against a node.
-//
-// The timeout is enforced whether or not the go-redis client was created
+// kept as given whatever the nodes' round trips. It must be positive. A
+// node that does not answer in time counts as failed for that operation;
+// nodes all farther away than d never give a lock. A caller's own
+// deadline, which cuts or skips a call, never counts against a node.
+// Default: a tenth of the operation's ttl (at least 50ms, at most 1s),
+// lengthened to what the quorum-th fastest node's replies show it needs,
+// up to two thirds of the ttl less its drift allowance and a minute (a
+// node not heard from yet is given that much); see docs/algorithm.md. The
+// timeout is enforced whether or not the go-redis client was created
 // with ContextTimeoutEnabled; with it, the late command's socket is also
 // cut at the deadline, and a Client over a single node runs its calls in
-// the calling goroutine, which makes it as fast as a plain single-node
-// lock.
+// the calling goroutine.
 func WithNodeTimeout(d time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if d <= 0 {

@@ -4,10 +4,9 @@ import "time"
 
 // Clock is the source of time for validity arithmetic and retry waits.
 //
-// Now must be monotonic: the lock measures elapsed time as the difference of
-// two Now readings, so a wall-clock step must not move it. The values that
-// time.Now returns carry a monotonic reading and qualify; a Clock built from
-// wall-clock values alone does not.
+// Now must be monotonic: elapsed time is the difference of two Now
+// readings, which a wall-clock step must not move. time.Now's values carry
+// a monotonic reading and qualify; wall-clock values alone do not.
 //
 // The clocks of github.com/jonboulle/clockwork satisfy Clock as they are,
 // which lets tests move time without sleeping.

@@ -7,11 +7,8 @@ import (
 )
 
 // inflight counts the node calls a Client has sent and not yet seen
-// return: the calls of operations still running, and those an operation
-// that returned left to finish in the background (a failed attempt's
-// delete on a slow node, a Release past its quorum). Counting costs an
-// atomic add per call; the channel Drain waits on is made only when one
-// waits.
+// return, those left to finish in the background included. The channel
+// Drain waits on is made only when one waits.
 type inflight struct {
 	n    atomic.Int64
 	mu   sync.Mutex
@@ -49,24 +46,22 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // Drain waits until every call this Client has sent to its nodes to take,
 // keep or give up a lock has returned, including those that operations
-// which already returned left running in the background: the deletes of a
-// failed attempt on nodes that had not answered, and a Release's deletes
-// on nodes slower than its quorum.
+// which already returned left running in the background (a failed
+// attempt's deletes on nodes that had not answered, a Release's on nodes
+// slower than its quorum).
 //
-// A program that exits right after an operation (a cron job, a command,
-// a function of a serverless platform) calls Drain before it exits, so
-// that no key it wrote is left on a node that answers to expire with its
-// ttl. Calls sent while Drain waits, by other goroutines or by renewals
-// (WithAutoRenew), are waited for too: Drain is for when the program has
-// stopped using the Client. It does not wait for what writes nothing: an
-// Acquire's subscription to a lock's release announcements, or the first
-// contact's identification of the nodes (INFO).
+// A program that exits right after an operation (a cron job, a command, a
+// serverless function) calls Drain before it exits, so that no key it
+// wrote is left on a node that answers to expire with its ttl. Calls sent
+// while Drain waits, by other goroutines or by renewals, are waited for
+// too: Drain is for when the program has stopped using the Client. It
+// does not wait for what writes nothing (release subscriptions, the first
+// contact's INFO).
 //
 // A call returns when its node answers or when the node's client gives up
-// on it: at the node timeout (WithNodeTimeout) for a client that cuts
-// calls at their context's deadline (go-redis's ContextTimeoutEnabled),
-// otherwise at the client's ReadTimeout (go-redis's default: 3 s). So with
-// a frozen node, bound the wait with ctx.
+// on it: at the node timeout for a client with ContextTimeoutEnabled,
+// otherwise at its ReadTimeout (go-redis's default: 3 s). So with a frozen
+// node, bound the wait with ctx.
 //
 // It returns nil once no call is in flight, also when ctx has ended by
 // then, or ctx.Err() if ctx ends first.

@@ -20,11 +20,10 @@ var (
 
 	// ErrLockLost is returned by Extend when a majority of the nodes
 	// answered that they no longer hold the lock's token, or its validity
-	// is over, and by Release when the lock did not hold until the release
-	// (see Release): the lock may have expired and another holder may have
-	// taken it, so the work done under it may not have been protected. A
-	// failure that shows neither (nodes that fail or do not answer) gives
-	// ErrNotConfirmed instead.
+	// is over, and by Release when the lock did not hold until the release:
+	// another holder may have taken it, so the work done under it may not
+	// have been protected. A failure that shows neither (nodes that fail or
+	// do not answer) gives ErrNotConfirmed instead.
 	ErrLockLost = errors.New("redlock: lock lost")
 
 	// ErrInvalidArgument is returned, before any node is contacted, for input
@@ -42,25 +41,23 @@ var (
 	// semaphore asked for with another permit count than its holders gave
 	// (WRONGPERMITS), a server that does not run the scripts (NOSCRIPT
 	// after a reload, an unknown command), or two nodes that reach one
-	// server (see New). The message of each such node's *NodeError says
-	// what to change.
+	// server (see New). Each such node's *NodeError says what to change.
 	//
 	// When such nodes leave the quorum out of reach, Acquire returns at once
-	// with an error matching both ErrNotAcquired and ErrMisconfigured,
-	// rather than retrying until its context ends. When the others still
-	// make a quorum, the lock is taken, and each misconfigured node is
-	// logged as a warning and reported to the Observer as an
+	// with an error matching both ErrNotAcquired and ErrMisconfigured. When
+	// the others still make a quorum, the lock is taken, and each
+	// misconfigured node is logged as a warning and reported as an
 	// OpMisconfigured event, once until it takes a lock again.
 	ErrMisconfigured = errors.New("redlock: misconfigured")
 
 	// ErrNotConfirmed is returned by Extend and Release when too few nodes
 	// answered to confirm the operation on a quorum, and too few to show
-	// the lock lost: nodes failed or did not answer in time. The lock is not
-	// lost. After Extend it stays valid until its Until, as before the call
-	// (no node ever shortens a key), Done stays open (for a lock acquired
-	// WithAutoRenew, until the renewal margin before Until), and Extend may
-	// be tried again. After Release, the keys the failed nodes may still hold
-	// expire with the ttl. The error joins each failed node's *NodeError.
+	// the lock lost: nodes failed or did not answer in time. After Extend
+	// the lock stays valid until its Until (no node ever shortens a key),
+	// Done stays open (for a lock acquired WithAutoRenew, until the renewal
+	// margin before Until), and Extend may be tried again. After Release,
+	// the keys the failed nodes may still hold expire with the ttl. The
+	// error joins each failed node's *NodeError.
 	ErrNotConfirmed = errors.New("redlock: not confirmed")
 )
 
@@ -95,18 +92,16 @@ type quorumError struct {
 	cause    error // the context's error, or nil
 	nodes    []error
 	heldOn   int // a node where another holder had the key, or -1
-	// taken: the nodes that answered show one other holder on a quorum
-	// (holder, as the scripts name it): someone else won, and will
-	// announce its release
+	// taken: one other holder (holder, as the scripts name it) shows on a
+	// quorum: it won, and will announce its release
 	taken  bool
 	holder int64
-	// misconfigured: so many nodes failed with errors that retrying cannot
-	// cure (ErrMisconfigured) that the quorum is out of reach
+	// misconfigured: errors that retrying cannot cure put the quorum out
+	// of reach
 	misconfigured bool
 	// silent: no node answered within the node timeout
 	silent bool
-	// unreachable: so many nodes failed (not refused) that no quorum
-	// could form
+	// unreachable: so many nodes failed (not refused) that no quorum forms
 	unreachable bool
 }
 

@@ -11,26 +11,23 @@ import (
 	"time"
 )
 
-// fairPatience is how long a fair lock's waiter keeps its place in the
-// queue on a node without trying again there, unless its node timeout asks
-// for longer (see terms.patience); a fair Acquire tries at least every
-// quarter of its patience.
+// fairPatience is how long a fair waiter keeps its place in a node's queue
+// without trying again there, unless its node timeout asks for longer
+// (terms.patience); it tries at least every quarter of its patience.
 const fairPatience = 4 * time.Second
 
 // fairPatienceTimeouts is the patience in node timeouts, when that is
 // longer: between two of a waiter's calls to a node there can be an
-// attempt, the raise of its fencing token and its cleanup, each waiting up
-// to a node timeout, the wait before the next attempt (a quarter of the
-// patience), and that attempt's way to the node, up to a node timeout.
+// attempt, its fencing raise and its cleanup (a node timeout each), the
+// wait before the next attempt (a quarter of the patience) and that
+// attempt's way to the node (a node timeout).
 const fairPatienceTimeouts = 8
 
 // patience is how long a fair waiter of a lock on these terms keeps its
-// place: at most maxPatience. It counts the base node timeout (WithNodeTimeout,
-// or the one derived from the ttl), not the one the round trips lengthen:
-// a first contact's is two thirds of the validity, and a queue would then
-// outlive its waiters by seconds. A waiter on a network slower than that
-// may lose its place between two attempts; it takes it back, by its
-// ticket, at the next.
+// place: at most maxPatience. It counts the base node timeout, not the one
+// the round trips lengthen, with which a queue would outlive its waiters
+// by seconds. A waiter on a slower network may lose its place between two
+// attempts; it takes it back, by its ticket, at the next.
 func (t terms) patience() time.Duration {
 	return min(max(fairPatience, mulSat(fairPatienceTimeouts, t.base)), maxPatience)
 }
@@ -96,9 +93,8 @@ func (k *fair) leave(token string) *nodeOp {
 
 // join gives a fair Acquire its place in the queue: its patience, and a
 // ticket drawn from a quorum of the nodes (drawTicket). A draw that misses
-// its quorum (nodes down or slow) is made again after the retry delay, as a
-// failed attempt is tried again, while ctx lasts; with no retry policy,
-// once.
+// its quorum is made again after the retry delay while ctx lasts; with no
+// retry policy, once.
 func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
 	k.patience = ac.patience()
 	for failed := 1; ; failed++ {
@@ -117,8 +113,7 @@ func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumErr
 
 // nextWait keeps the waiter's place: it tries again within a quarter of its
 // patience, and at once when the last release named it first in line but
-// it was still refused (the release had not reached every node yet, and
-// nobody else will announce anything).
+// it was still refused (the release had not reached every node yet).
 func (k *fair) nextWait(delay time.Duration, first bool) time.Duration {
 	if first {
 		return wakeSpread
@@ -137,23 +132,15 @@ func (k *fair) named(payload string) naming {
 }
 
 // drawTicket draws a fair waiter's ticket: the highest of the ticket
-// counters of a quorum of nodes, each incremented. Two waiters whose
-// quorums share a node get different tickets from it, and the highest of
-// each set keeps them apart unless the highest values tie; the queue then
-// orders them by token. Every node ranks waiters by the same ticket, so the
-// first in line is the same everywhere.
-//
+// counters of a quorum of nodes, each incremented (docs/kinds.md, "Fair").
 // A counter's next value is the node's clock in microseconds, or one more
-// than its last when that is more (prelude.lua), so the nodes' answers
-// differ by their clocks' offsets. When every answer is its node's clock
-// and the highest is at most ticketSpread above the lowest, a waiter that
-// draws later than that gets a higher ticket from any node: nothing more
-// is done (waiters closer together are as good as simultaneous).
-// Otherwise (a node's clock is ahead, or a counter ran ahead of the clock
-// and goes up by one a draw) the counters of a quorum are raised to the
-// ticket before the waiter queues: a waiter drawing later, from any
-// quorum, then meets a raised counter and gets a higher ticket, rather
-// than one equal to ours or below it that could be granted first.
+// than its last when that is more (prelude.lua). When every answer is its
+// node's clock, within ticketSpread of each other, a later waiter gets a
+// higher ticket from any node, and nothing more is done. Otherwise (a
+// node's clock is ahead, or a counter ran ahead of the clock) the counters
+// of a quorum are raised to the ticket before the waiter queues, so that a
+// later waiter, drawing from any quorum, cannot get an equal or lower
+// ticket that could be granted first.
 func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Duration) *quorumError {
 	q := f.quorum(len(c.nodes))
 	t, _ := c.fanOut(ctx, tm, wonAt(q), nil, settlement{}, f.ticketOp(keep))

@@ -1,7 +1,6 @@
 // The fan-out: an operation's calls to every node at once, each under the
-// node timeout, and the tally of their answers until the outcome is known
-// (or a stop condition says enough). The stop conditions and the arithmetic
-// that judges a tally are in quorum.go.
+// node timeout, and the tally of their answers until the outcome is known.
+// The stop conditions and the arithmetic that judges a tally: quorum.go.
 
 package redlock
 
@@ -122,44 +121,33 @@ func (s settlement) wait(ctx context.Context) bool {
 // replied, when the timeout or ctx ends, or as soon as stop (which may be
 // nil) says the outcome is known.
 //
-// Calls still running when it returns are left to finish; the settlement it
-// returns tells when they have. With batching (the default), each node's
-// pipe sends its calls in order (see pipe.go). Without it, the next
-// operation with the same token is given the settlement as after, and each
-// of its calls waits for the same node's call of the previous operation, so
-// that a late write cannot land after a later one (a late SET after the
-// release's DEL would leave a key behind until its TTL) while a slow or dead
-// node delays only its own calls. A call that outlives its deadline in a
-// client that ignores context deadlines can still land late; its key
-// expires with the TTL.
+// Calls still running when it returns are left to finish; the settlement
+// it returns tells when they have. Without batching, the next operation
+// with the same token is given it as after, and each of its calls waits
+// for the same node's call before, so that a late SET cannot land after
+// the release's DEL while a dead node delays only its own calls (with
+// batching, each node's pipe keeps that order).
 //
-// It does not use errgroup: Group.Wait waits for every goroutine, and a
-// go-redis client without ContextTimeoutEnabled ignores context deadlines on
-// the socket, so one hung node would hold the operation for the client's
-// ReadTimeout (3 s by default). Here a late reply is left in a buffered
-// channel and its goroutine ends on its own. Nor does it cancel the calls
-// still running once the outcome is known: cancelling a go-redis command
-// closes its connection, which costs a new dial on the next operation.
+// It uses no errgroup, whose Wait would wait out a hung node's ReadTimeout
+// (go-redis without ContextTimeoutEnabled ignores context deadlines on the
+// socket), and cancels no call: that would close its connection.
 func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, skip []bool, after settlement, op nodeOp) (tally, settlement) {
 	timeout := tm.timeout
 	deadline := time.Now().Add(timeout)
 	if !c.idents.all.Load() {
 		// First contact: the nodes' servers are identified alongside the
-		// calls (see identity.go), and, for a call that grants or keeps a
-		// lock, every node not known to be failing is waited for, so that
-		// two nodes on one server are found before a lock is granted. (A
-		// failed attempt's cleanup waited so for hung nodes, up to two
-		// thirds of the ttl's validity, after its caller's deadline.)
+		// calls (see identity.go), and a call that grants or keeps a lock
+		// waits for every node not known to be failing, so that two nodes
+		// on one server are found before a lock is granted.
 		c.startIdentifying(skip, deadline)
 		if inner := stop; inner != nil && op.holds {
 			stop = func(t *tally) bool { return inner(t) && !c.awaits(t, settlement{}) }
 		}
 	}
-	// A node of which nothing is known yet is given the longest timeout
-	// (see nodeTimeout), for a first contact over a slow network; but only
-	// while no node has answered: once one has, such a node is waited for
-	// the base timeout, as any node was before the round trips counted, so
-	// that one that hangs from the start costs no more than that.
+	// A node nothing is known of yet gets the longest timeout (see
+	// nodeTimeout), for a first contact over a slow network, but only until
+	// another node answers: from then on the base timeout, so that a node
+	// that hangs from the start costs no more than that.
 	var unknownCut time.Time
 	if c.anyUnknown() {
 		unknownCut = time.Now().Add(min(tm.base, timeout))
@@ -189,19 +177,11 @@ func (c *Client) anyUnknown() bool {
 
 // fan is one operation's calls to the nodes, op on each, and their
 // replies. It notes which nodes time out (Client.failing), and calls cancel
-// once every call has returned.
-//
-// ctx is the operation's: a call not yet sent when it ends is not sent if
-// it writes a hold, and is sent with a timeout of its own if it only takes
-// away what was ours (see lateIO).
-// io is what a call that was sent runs under: the node timeout alone. A
-// call cut when the caller's context ends could still land on the node
-// after the operation's next call there (the delete of a failed attempt,
-// on another connection), and leave a key behind until its ttl; it runs
-// on to its answer instead, in the background, and the next call follows
-// it in order. (The lone node of a Client whose client cuts calls at their
-// deadline is the exception: its call runs under ctx, so that the caller
-// is not held past it.)
+// once every call has returned. ctx is the operation's (see lateIO); io,
+// the node timeout alone, is what a sent call runs under, not ctx: a call
+// cut when the caller gives up could land after the operation's next call
+// there (on another connection) and leave a key until its ttl. The
+// exception: a lone node whose client cuts calls at their deadline.
 type fan struct {
 	c        *Client
 	ctx, io  context.Context
@@ -245,15 +225,13 @@ func (f *fan) send(skip []bool, after settlement) settlement {
 	return settled
 }
 
-// call makes node i's call: inline for a lone node whose client cuts the
-// call at ctx's deadline, through the node's pipe, or on a goroutine of its
-// own after the node's call before.
+// call makes node i's call: inline for a lone node whose client cuts calls
+// at their deadline, through the node's pipe, or after the node's last.
 func (f *fan) call(i int, nd node, settled, after settlement) {
 	begun := f.deadline.Add(-f.timeout)
 	switch {
 	case nd.inline && len(f.c.nodes) == 1:
-		// One node whose client cuts the call at ctx's deadline: there
-		// is no quorum to return early with, so the call runs here.
+		// No quorum to return early with: the call runs here.
 		v, vs, err := f.op.run(f.ctx, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
 		if err != nil && f.ctx.Err() != nil && context.Cause(f.ctx) != errNodeTimeout {
 			err = fmt.Errorf("%w: %w", errCutByCaller, err)
@@ -273,21 +251,17 @@ func (f *fan) call(i int, nd node, settled, after settlement) {
 func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 	callIO := f.io
 	if dl := settled.deadlines[i]; !dl.Equal(f.deadline) {
-		// Its own timeout after the call before: the node's
-		// calls finish in order in the background.
+		// Its own timeout after the call before: in order, in the background.
 		var cancelCall context.CancelFunc
 		callIO, cancelCall = context.WithDeadline(context.WithoutCancel(f.ctx), dl)
 		defer cancelCall()
 	}
 	after.waitNode(i)
 	if err := f.ctx.Err(); err != nil && time.Now().Before(f.deadline) {
-		// The caller gave up while this call waited: a write of
-		// a hold is not sent, a delete is (see lateIO). (Past
-		// the node timeout, the call before took all of it, and
-		// this one has its own.)
+		// The caller gave up while this call waited: see lateIO. (Past
+		// the node timeout, the call before took it all; this has its own.)
 		late, cancelLate, send := lateIO(f.op, callIO, f.timeout)
 		if !send {
-			nd.stand.dropped(f.op)
 			f.reply(settled, nodeReply{node: i, err: notSent(err)})
 			return
 		}
@@ -295,11 +269,7 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 		callIO = late
 	}
 	sent := time.Now()
-	op := nd.stand.sending(f.op)
-	v, vs, err := op.run(callIO, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
-	if unrun(err) {
-		nd.stand.dropped(op)
-	}
+	v, vs, err := f.op.run(callIO, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
 	f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(sent)})
 }
 
@@ -312,8 +282,7 @@ func (f *fan) reply(settled settlement, r nodeReply) {
 	c.calls.done()
 	c.noteReply(r.node, r.err, r.took, f.timeout)
 	if r.err == nil && !c.idents.all.Load() {
-		// A reply counts once its node's server is identified; the
-		// wait is not the pipe's (it runs the node's next calls).
+		// Waited for here, not in the pipe, which runs the node's next calls.
 		go func() {
 			if r.err = c.awaitIdentity(r.node, f.deadline); r.err == nil {
 				r.err = c.refusedNode(r.node)
@@ -339,11 +308,9 @@ func (f *fan) deliver(r nodeReply) {
 }
 
 // collect counts the replies until stop says enough, every node has
-// answered, or ctx ends (the operation's deadline, after timeout).
-//
-// At unknownCut, when it is not zero and another node has answered by
-// then, the nodes of which nothing is known yet that have not answered are
-// counted as failed, as if their timeout were base (see fanOut).
+// answered, or ctx ends (the operation's deadline, after timeout). At
+// unknownCut, when not zero, if another node has answered, the nodes
+// nothing is known of that have not answered count as failed (see fanOut).
 func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*tally) bool, replies <-chan nodeReply, unknownCut time.Time, base time.Duration) tally {
 	n := len(c.nodes)
 	t := newTally(n, c.cfg.observer != nil)

@@ -15,12 +15,11 @@ import (
 var ErrStaleToken = errors.New("redlock: stale fencing token")
 
 // FencedSet sets key to value on rdb (the resource the lock protects, not a
-// lock node) only if token is not lower than the highest token it has
-// seen for key (written, or read with FencedGet), and records token as the
-// highest. The check and the write are one Lua script, so no write with a
-// lower token can land after a higher one. The highest token is kept under
-// "{key}:fenced-by" (for a key with a Redis Cluster hash tag,
-// "key::fenced-by", in the key's slot).
+// lock node) only if token is not lower than the highest token it has seen
+// for key (written, or read with FencedGet), and records token as the
+// highest, in one Lua script, so no write with a lower token lands after a
+// higher one. The highest token is kept under "{key}:fenced-by" (a key
+// with a Cluster hash tag uses "key::fenced-by", in the key's slot).
 //
 // On its own it orders writes: a value computed from an earlier read can
 // still be stale (two holders that read the same value both write). For a
@@ -48,16 +47,14 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token
 
 // FencedGet reads key on rdb (the resource the lock protects, not a lock
 // node) for the holder of fencing token token, and records token as the
-// highest seen for key, unless a higher one was seen already. From then on
+// highest seen for key, unless a higher one was seen already; from then on
 // FencedSet and FencedGet refuse every lower token. So a read-modify-write
 // made of FencedGet, then FencedSet of the new value, under one token, is
 // never interleaved with another holder's: once a newer holder has read
-// the key, an older holder's write is refused, and a newer holder's read
-// comes after an older holder's write that was taken. Two holders of a
-// lock that overlap (the first paused past its validity) can then not both
-// update the value they both read; the older one's write fails with
-// ErrStaleToken and must be dropped. The check, the record and the read
-// are one Lua script.
+// the key, an older holder's write is refused, so of two holders that
+// overlap (the first paused past its validity) and read the same value,
+// the older one's write fails with ErrStaleToken and must be dropped. The
+// check, the record and the read are one Lua script.
 //
 // It returns the value; an error matching redis.Nil when key does not
 // exist (the token is recorded all the same); an error matching
@@ -87,16 +84,15 @@ func FencedGet(ctx context.Context, rdb redis.Scripter, key string, token uint64
 
 // settleFence picks the fencing token of a fenced acquire that won its
 // quorum: the highest counter the nodes that took the lock answered. It
-// then makes sure that a quorum of the nodes that took the lock store at
-// least that value, raising those that answered less (a node that
-// restarted empty, or missed an earlier acquire) and, in the background,
-// those that did not take part. Only a node that holds the lock counts: the
-// next holder's quorum shares one with ours, and takes the key there only
-// once our hold is gone, after the raise. A node where we lost may be where
-// a competing acquire has already drawn its token, below ours, and wins
-// once our lock has ended. The raises are answered before the validity is
-// reckoned, so each landed while the node still held our key. In the usual
-// case every node answered the same value and nothing is sent.
+// then makes sure that a quorum of those nodes store at least that value,
+// raising those that answered less (a node restarted empty, or that missed
+// an earlier acquire) and, in the background, those that did not take
+// part. Only a node that holds the lock counts: the next holder's quorum
+// shares one with ours and takes the key there only after our hold, hence
+// after the raise; where we lost, a competitor may already have drawn a
+// lower token, and win once our lock has ended. The raises are answered
+// before the validity is reckoned, so each landed while the node held our
+// key. Usually every node answered the same value and nothing is sent.
 func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int64, bool) {
 	q := a.kind.quorum(len(c.nodes))
 	fence, atFence := highestFence(t)
@@ -141,13 +137,9 @@ func highestFence(t tally) (fence int64, at int) {
 
 // confirmRaised counts the nodes, among those raised (r) but not answering
 // the fence already, that hold the lock: those that took the acquire (t),
-// and those whose acquire was not waited for, or not answered in time,
-// that show they hold it with an extend sent after the raise (so the key
-// was there when the raise landed). A holder that failed before its raise
-// (frozen between the two calls) is then made up for by such a node:
-// without it, a fenced TryAcquire failed with a quorum of healthy nodes
-// (the explorer: 1 in 20 replays of a node frozen right after it
-// answered).
+// and those whose acquire went unanswered but whose extend, sent after the
+// raise, shows the key was there when the raise landed. Such a node makes
+// up for a holder that failed before its raise (frozen between the calls).
 func (c *Client) confirmRaised(ctx context.Context, a *acquisition, t, r tally) int {
 	others := make([]bool, len(t.answers))
 	ask := false

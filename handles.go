@@ -14,22 +14,16 @@ import (
 	"github.com/quorumlock/redlock/internal/rtt"
 )
 
-// Lock handles across processes: metadata stored with a lock, a view of a
-// lock key on every node (Inspect), and a lock rebuilt in another process
-// from its key and token (Resume).
-
 // MaxMetadata is the longest metadata WithMetadata accepts, in bytes.
 const MaxMetadata = 1024
 
 // WithMetadata stores metadata with the lock on every node, after its
-// token and a space: a short value (at most MaxMetadata bytes) that anyone
-// may read, with Client.Inspect or redis-cli GET, to tell who holds the
-// lock (a host, a process ID, a job). It applies to every kind of lock:
-// it is stored with each hold (a reentrant lock's holds, each permit of a
-// semaphore, each reader). Lock.Metadata returns it. Default: none.
-//
-// Metadata longer than MaxMetadata gives an error matching
-// ErrInvalidArgument.
+// token and a space: a short value that anyone may read, with
+// Client.Inspect or redis-cli GET, to tell who holds the lock (a host, a
+// process ID, a job). It is stored with each hold of every kind (a
+// reentrant lock's holds, each permit, each reader); Lock.Metadata returns
+// it. Metadata longer than MaxMetadata gives an error matching
+// ErrInvalidArgument. Default: none.
 func WithMetadata(metadata string) AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		if len(metadata) > MaxMetadata {
@@ -42,10 +36,9 @@ func WithMetadata(metadata string) AcquireOption {
 
 // newToken returns a fresh token for a hold of kind k: 26 random
 // characters (crypto/rand, base 32), and for a kind other than the plain
-// lock a dot and the kind's name, so that Inspect can tell a fair lock, a
-// writer or a multi-key lock from a plain one (all store a string) and
-// Resume can refuse them. The acquire scripts name a holder by its token's
-// first 8 bytes, which stay random.
+// lock a dot and the kind's name, so that Inspect can tell the kinds that
+// store a string apart and Resume can refuse them. The acquire scripts
+// name a holder by its token's first 8 bytes, which stay random.
 func newToken(k kind) string {
 	if n := k.name(); n != "plain" {
 		return rand.Text() + "." + n
@@ -89,20 +82,17 @@ const (
 	HeldBySemaphore = "semaphore" // the permits of a semaphore (WithPermits)
 )
 
-// Inspection is what the nodes hold for a lock key, as Client.Inspect found
-// it.
+// Inspection is what the nodes hold for a lock key (see Client.Inspect).
 type Inspection struct {
 	Key string
 	// Quorum is how many nodes must hold a holder for it to count: a
-	// majority, or for a semaphore of K permits (as most nodes keep it)
-	// the semaphore's larger quorum (see WithPermits).
+	// majority, or the larger quorum of the semaphore most nodes keep.
 	Quorum int
 	Nodes  []NodeHold // by node index
-	// Holders are the holders that a quorum of the nodes agree on, the
+	// Holders are the holders a quorum of the nodes agree on, the
 	// longest-lived first: one for an exclusive lock; none when the key is
-	// free or its nodes disagree (a split vote, or a lock being taken or
-	// released). A holder's TTL is how long a quorum keeps it, from the
-	// nodes' remaining times to live.
+	// free or its nodes disagree (a split vote, a lock being taken or
+	// released). A holder's TTL is how long a quorum keeps it.
 	Holders []Holder
 }
 
@@ -138,14 +128,12 @@ type Holder struct {
 
 // Inspect reads what every node holds for key, all at once, each within
 // the per-node timeout (WithNodeTimeout, or one second, more when the
-// nodes' round trips have been seen to need it): per node whether
-// the key is held, by which token and metadata, and its remaining time to
-// live; and the holders a quorum of nodes agrees on. It writes nothing.
-// A node that fails is reported in its NodeHold's Err; Inspect itself
-// returns an error only for an empty key (ErrInvalidArgument) or an ended
-// ctx (ctx.Err()).
-//
-// It is a snapshot, not a lock: what it reports may change at once.
+// nodes' round trips need it): per node whether the key is held, by which
+// token and metadata, and its remaining time to live; and the holders a
+// quorum of nodes agrees on. It writes nothing, and is a snapshot, not a
+// lock: what it reports may change at once. A node that fails is reported
+// in its NodeHold's Err; Inspect itself returns an error only for an empty
+// key (ErrInvalidArgument) or an ended ctx (ctx.Err()).
 func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	if key == "" {
 		return nil, invalid("empty key")
@@ -155,10 +143,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	}
 	timeout := c.cfg.nodeTimeout
 	if timeout <= 0 {
-		// No ttl to derive it from: the longest derived timeout, or what
-		// the nodes' round trips ask for (see nodeTimeout), up to a minute.
-		// Inspect does not wait for a node it knows nothing of any longer
-		// than the base: it waits for every node.
+		// No ttl: the longest derived timeout, or more as the round trips
+		// ask (up to a minute); a node nothing is known of counts as the base.
 		timeout = rtt.Timeout(c.rtts, c.quorum, maxDerivedNodeTimeout, maxAdaptedTimeout, maxDerivedNodeTimeout)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
@@ -282,9 +268,8 @@ func readHold(raw []any, err error) NodeHold {
 }
 
 // readSetHolds reads a sorted set's part of an inspect.lua reply (rest): a
-// semaphore's K, then each member and its end; the readers of a read-write
-// lock are marked by the member 'readers'. The holders whose end has not
-// passed at the node's time now are kept, the longest-lived first.
+// semaphore's K, then each member and its end ('readers' marks a read-write
+// lock's readers), keeping the holders live at the node's time now.
 func readSetHolds(rest []any, now int64, keyTTL time.Duration) NodeHold {
 	h := NodeHold{Kind: HeldBySemaphore}
 	k, _ := rest[0].(string)
@@ -346,30 +331,27 @@ func agreed(nodes []NodeHold, q int) []Holder {
 // Resume rebuilds a plain lock in this process from its key and token
 // (Lock.Token of the lock acquired elsewhere: another process, or an
 // earlier step of a pipeline), so that it can be extended and released
-// here. It reads the value the nodes store for the token (its metadata
-// comes with it), then extends the lock to ttl on a quorum, which gives it
-// a fresh validity as an Acquire does: Until counts from the start of that
-// extend. A resumed lock carries no fencing token (FencingToken is 0): the
-// process that acquired it keeps that.
+// here. It reads the value stored for the token (with its metadata), then
+// extends the lock to ttl on a quorum, which gives it a fresh validity as
+// an Acquire does, from the start of that extend. A resumed lock carries
+// no fencing token (FencingToken is 0). Of the acquire options only
+// WithAutoRenew applies; retry options are ignored (Resume makes one
+// attempt). It applies to plain locks, with or without fencing, renewal
+// and hand-offs; the other kinds keep state that a token alone does not
+// name (see docs/kinds.md).
 //
 // The token is a capability: once a process hands it on for Resume, it
 // must stop using its own Lock, and not release it either; two processes
 // that both extend or release one token may undo each other's work.
 //
-// Of the acquire options, only WithAutoRenew applies; retry options are
-// ignored (Resume makes one attempt). Resume applies to plain locks, with
-// or without fencing, renewal and hand-offs; the other kinds keep state
-// that a token alone does not name (see docs/kinds.md).
-//
-// It returns an error matching ErrLockLost when the lock is not held: a
-// majority of the nodes answered that the key does not hold the token.
-// When too few nodes answer to tell, or the extend took longer than ttl
-// allows, the error matches ErrNotConfirmed and Resume may be tried again;
-// what it extended expires with ttl. Bad input
-// (an empty key or token, a token that holds a space, a ttl not larger than
-// its drift allowance, an option other than WithAutoRenew, a key held by
-// another kind of lock) gives ErrInvalidArgument before anything is
-// written, and an ended ctx its error.
+// It returns an error matching ErrLockLost when a majority of the nodes
+// answered that the key does not hold the token. When too few answer to
+// tell, or the extend took longer than ttl allows, the error matches
+// ErrNotConfirmed and Resume may be tried again; what it extended expires
+// with ttl. Bad input (an empty key or token, a token that holds a space,
+// a ttl not larger than its drift allowance, a kind, fencing or metadata
+// option, a key held by another kind of lock) gives ErrInvalidArgument
+// before anything is written; an ended ctx, its error.
 func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	ac, err := c.resumeConfig(key, token, ttl, opts)
 	if err != nil {
@@ -416,8 +398,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	return nil, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
 }
 
-// resumeConfig checks Resume's arguments and returns its terms and
-// options.
+// resumeConfig checks Resume's arguments and returns its configuration.
 func (c *Client) resumeConfig(key, token string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
 	ac, err := c.acquireConfig(key, ttl, opts)
 	switch {
@@ -434,8 +415,7 @@ func (c *Client) resumeConfig(key, token string, ttl time.Duration, opts []Acqui
 }
 
 // heldValue returns the value the nodes store for token under k's key
-// (the token and its metadata), or Resume's error when no node that
-// answered holds it.
+// (with its metadata), or Resume's error when no node that answered has it.
 func (c *Client) heldValue(ctx context.Context, k plain, token string) (string, error) {
 	in, err := c.Inspect(ctx, k.key)
 	if err != nil {

@@ -22,10 +22,8 @@ type handsOver interface {
 
 // handOffHad tells from a node's part in a hand-off (its answer ans and the
 // script's value v) whether the releasing lock's token was there (holds),
-// was not (holdsNot), or is not known (failed: the call failed, or the node
-// answered a resend of it, or unanswered). A node that failed only because
-// its replicas did not confirm the swap (WithReplicaAck) ran the script: v
-// > 0 tells.
+// was not (holdsNot), or is not known (failed, unanswered). A node whose
+// only failure is its replicas' (WithReplicaAck) ran the script: v > 0.
 func handOffHad(ans answer, v int64) answer {
 	switch {
 	case ans == holdsNot:
@@ -38,14 +36,11 @@ func handOffHad(ans answer, v int64) answer {
 }
 
 // handOffFlags splits a hand-off script's answer for a node that holds the
-// lock now: c*10 + 2*w + r (in decimal, the scripts append the digit to c:
-// c can be the node's clock in microseconds, which a Lua number could not
-// multiply without losing its last digits). had is what r says of the
-// releasing lock's token: it was there (holds), it was not (holdsNot), or
-// the node already held the new token (failed: not known). The last is a
-// resend of the call (go-redis sends a command again after a network
-// error), whose first run swapped the tokens, or took a free key: only its
-// lost answer told which.
+// lock now: c*10 + 2*w + r (the scripts append the digit to c, which can be
+// the node's clock in microseconds: a Lua number could not multiply it
+// exactly). had is what r says of the releasing lock's token: it was there
+// (holds), it was not (holdsNot), or the node already held the new token
+// (failed: not known, a resend whose first run's answer was lost).
 func handOffFlags(v int64) (c int64, w bool, had answer) {
 	f := v % 10
 	switch {
@@ -88,19 +83,13 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // handOff gives l's key to w, the next goroutine of this Client waiting for
 // it, in one round trip: each node swaps l's token for a new one, or takes
 // the key if it is free (see handoff.lua). It is an acquire in every
-// respect that matters for safety: a new token, won on a quorum, with its
-// validity counted from before the round trip and less the drift; a fenced
-// lock gets a new, higher fencing token. No node lets the key go in
-// between, so no other process can take it, and l's holder has already
-// given it up (this runs in l's Release).
-//
-// When it fails, the keys it may have set are released again, which also
-// frees the nodes where it had replaced l's token; the caller releases l on
-// the nodes the hand-off did not hear from.
-//
-// It returns once the next lock is won and what l's Release reports is
-// known too (see handedOver): a quorum of answers can win the next lock
-// and still leave open whether l held until then.
+// respect that matters for safety: a new token won on a quorum, validity
+// counted from before the round trip, a higher fencing token; and it runs
+// in l's Release, so l is given up first (docs/algorithm.md, "Hand-off").
+// When it fails, its cleanup also frees the nodes where it had replaced
+// l's token; the caller releases l on the nodes it did not hear from. It
+// returns once the next lock is won and l's outcome is known too (see
+// handedOver).
 func (c *Client) handOff(ctx context.Context, l *Lock, next handsOver, w *waiter) handOffResult {
 	a := c.newAcquisition(w.kind, w.ac, l.settled)
 	a.start = c.cfg.clock.Now()
@@ -123,12 +112,10 @@ func (c *Client) handOff(ctx context.Context, l *Lock, next handsOver, w *waiter
 }
 
 // handedOver is a hand-off's stop condition: the next lock is won on a
-// quorum, and l's outcome is decided: a quorum had l's token, or more than
-// a minority did not; or, after a grace (withGrace), every node yet to
-// answer is failing (onlyFailingLeft: it counts as holding l, as in any
-// Release, unless it recovered and answers in the grace), whether the
-// hand-off won or not. Won on two of three nodes, one that had l's token
-// and one where it was gone, the third tells whether l held.
+// quorum and l's outcome is decided (a quorum had l's token, or more than
+// a minority did not; won on two of three nodes, one with l's token and one
+// without, the third tells); or, after a grace (withGrace), every node yet
+// to answer is failing and counts as holding l, as in any Release.
 func (c *Client) handedOver(l *Lock) func(*tally) bool {
 	n, q := len(c.nodes), l.quorum
 	return withGrace(func(t *tally) bool {
@@ -151,8 +138,7 @@ func (c *Client) handedOver(l *Lock) func(*tally) bool {
 // release is a Release that hands l to the next goroutine of its Client
 // waiting for the key, when there is one and the run of hand-offs allows
 // (done is then true, and err Release's result). When the hand-off fails,
-// it releases l on the nodes the hand-off did not hear from, and the waiter
-// contends for the key as anyone would.
+// it releases l on the nodes it did not hear from; the waiter contends.
 func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err error) {
 	c := l.client
 	if c.refused() != nil {
@@ -180,9 +166,8 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	l.settled = settled
 	l.finish()
 	// A node the hand-off did not hear from may have run it all the same
-	// (its answer came late, or was lost): it swapped l's token for the
-	// waiter's, which the failed hand-off's cleanup deleted, and l's
-	// release found the key gone there. Such a node is free, but shows
+	// (its answer late or lost), and the failed hand-off's cleanup then
+	// deleted the waiter's token there: such a node is free, but shows
 	// nothing of whether l held until then.
 	gone := r.no - skipped
 	yes += r.yes

@@ -13,20 +13,15 @@ import (
 )
 
 // Two node clients that reach one server (localhost:6379 and
-// 127.0.0.1:6379), or two ClusterClients seeded with masters of one
-// cluster, would let one server count twice towards a quorum. New cannot
-// tell (it does not contact the nodes), so each node's server is
-// identified on first contact, at the same time as the operation's own
-// call there: a server by its run_id (and its Cluster node ID in cluster
-// mode), a cluster by the IDs of its nodes. A node's reply counts only once
-// its server is identified. Until every node is, an operation waits for
-// every node not known to be failing, so that the first Acquire sees every
-// reachable server before it grants a lock. A Client that finds two nodes
-// on one server refuses every later acquire with ErrMisconfigured.
-//
-// A node first reached after a lock was granted (it was down) may turn out
-// to share a server with another node: that lock had a quorum of replies
-// from distinct servers, which is still a majority of the real servers.
+// 127.0.0.1:6379, or ClusterClients of one cluster) would let one server
+// count twice towards a quorum. New does not contact the nodes, so each
+// node's server is identified on first contact, alongside the operation's
+// own call, and a reply counts only once its server is. Until every node
+// is, an operation waits for every node not known to be failing, so the
+// first Acquire sees every reachable server before it grants a lock. Two
+// nodes on one server make every later acquire fail (ErrMisconfigured). A
+// node first reached after a lock was granted may share a server with
+// another: that lock had a quorum of distinct servers, still a majority.
 
 // identities is what a Client knows of its nodes' servers.
 type identities struct {
@@ -80,9 +75,8 @@ func (c *Client) startIdentifying(skip []bool, deadline time.Time) {
 }
 
 // identifyNode identifies node i's server, refuses the Client when it is
-// another node's, refuses the node when its server can not hold a lock
-// (a replica), and warns when it is configured to lose locks (an evicting
-// memory policy).
+// another node's, refuses the node when it is a replica, and warns when it
+// may lose locks (an evicting memory policy).
 func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 	defer close(done)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -158,9 +152,8 @@ func (c *Client) awaitIdentity(i int, deadline time.Time) error {
 var errNotIdentified = errors.New("its server could not be identified yet (INFO), so its answer does not count")
 
 // refusal is why a node on this server can not count towards a lock: a
-// replica, read-only or not, takes no write of its own that lasts (its
-// master's replication overwrites it) and may be the copy of another node;
-// nil for a master, or a server that did not say.
+// replica takes no lasting write of its own (replication overwrites it)
+// and may copy another node; nil for a master, or a server that did not say.
 func refusal(f identity.Facts) error {
 	if f.Role == "" || f.Role == "master" {
 		return nil
@@ -177,11 +170,10 @@ func refusal(f identity.Facts) error {
 
 // judgeServer acts on what node i's INFO told (facts), the first time it
 // was read when first: a replica's replies are refused (and it is checked
-// again from time to time, for a promotion: see refusedNode); an evicting
+// again from time to time for a promotion: see refusedNode); an evicting
 // memory policy is reported once, to the logger and the Observer; a server
-// without the append-only file is noted at the Debug level, once. Called
-// with c.idents.mu held; it returns what to tell the Observer, to be
-// called once that is let go (or nil).
+// without the append-only file is noted at Debug, once. Called with
+// c.idents.mu held; it returns what to tell the Observer after (or nil).
 func (c *Client) judgeServer(i int, facts identity.Facts, first bool) (tell func()) {
 	addr := c.nodes[i].addr
 	if err := refusal(facts); err != nil {
@@ -196,8 +188,7 @@ func (c *Client) judgeServer(i int, facts identity.Facts, first bool) (tell func
 		return nil
 	}
 	if strings.HasPrefix(facts.Denied, "NOPERM") || strings.HasPrefix(facts.Denied, "ERR unknown command") {
-		// An ACL user without INFO (a password missing is told by the
-		// node's own calls).
+		// An ACL user without INFO (a missing password shows in its calls).
 		c.cfg.logger.Warn("redlock: a node does not answer INFO; whether it is a replica or evicts keys is not checked",
 			"node", i, "addr", addr, "err", facts.Denied)
 	}
@@ -219,9 +210,8 @@ func (c *Client) judgeServer(i int, facts identity.Facts, first bool) (tell func
 }
 
 // refusedNode returns why node i's replies do not count (an error matching
-// ErrMisconfigured), or nil. A refused node's server is read again
-// at most once a second, in the background, so that a replica promoted to
-// master counts again.
+// ErrMisconfigured), or nil. A refused node's server is read again at most
+// once a second, in the background, so that a promoted replica counts.
 func (c *Client) refusedNode(i int) error {
 	p := c.idents.refused[i].Load()
 	if p == nil {

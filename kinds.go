@@ -12,14 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A lock's kind is how it is stored on each node and what it excludes: the
-// plain lock (one holder), reentrant (one owner, many holds), read-write
-// (many readers or one writer), semaphore (at most K holders), multi-key
-// (several keys, all or nothing) and fair (granted in ticket order). Every
-// kind is acquired, extended and released on a quorum exactly as the plain
-// lock is (see attempt and Lock); the kind only supplies the per-node
-// scripts and, for the semaphore, the quorum. docs/kinds.md has the storage
-// and the guarantees.
+// A lock's kind is how it is stored on each node and what it excludes.
+// Every kind is acquired, extended and released on a quorum as the plain
+// lock is (see attempt and Lock); the kind supplies the per-node scripts
+// and, for the semaphore, the quorum. docs/kinds.md describes each kind.
 
 // kind is what a Lock is on the nodes.
 type kind interface {
@@ -29,8 +25,7 @@ type kind interface {
 	describe() string
 	// quorum is how many of n nodes must hold the lock.
 	quorum(n int) int
-	// fence: how long the fencing counters are kept once the node's clock
-	// has passed them (acquireConfig.fenceKeep); 0 for a lock not fenced
+	// fence: how long fencing counters are kept (see scripted.op)
 	acquire(token string, ttl, fence time.Duration) nodeOp
 	extend(token string, ttl time.Duration) nodeOp
 	// release gives the lock up and announces it on its release channels.
@@ -39,8 +34,8 @@ type kind interface {
 	// reader's, which may leave the key free for a waiting writer).
 	drop(token string) nodeOp
 	// leave is sent when an Acquire gives up for good: it drops what the
-	// waiter left on the nodes between attempts (a writer's mark, a place in
-	// a fair queue). Nil when there is nothing.
+	// waiter left on the nodes (a writer's mark, a place in a fair queue);
+	// nil when there is nothing.
 	leave(token string) *nodeOp
 	// fenceKeys are the fencing counters of the locked keys.
 	fenceKeys() []string
@@ -50,22 +45,19 @@ type kind interface {
 	// semaphore, multi-key or fair.
 	name() string
 	// turns names the local queue in which the Client's goroutines that
-	// want the lock wait for it (see localqueue.go), or is "" when they do
-	// not: the plain lock's, a writer's and a multi-key lock's do, each in
-	// a queue of its own kind and keys. The holds of the other kinds may
-	// coexist (readers, permits, an owner's holds) or are ordered on the
-	// nodes (fair).
+	// want the lock wait for it (see localqueue.go): for the plain lock, a
+	// writer and a multi-key lock; "" for the others, whose holds coexist
+	// (readers, permits, an owner's holds) or are ordered on the nodes (fair).
 	turns() string
 }
 
 // waitsInLine is a kind whose waiter keeps a place in a queue on the nodes
-// across the attempts of one Acquire: the fair lock. The acquire loop calls
-// these at its steps; the kind's script does the rest.
+// across the attempts of one Acquire (the fair lock).
 type waitsInLine interface {
 	kind
-	// join gives the waiter its place before the first attempt, trying
-	// again after retry's delays while ctx lasts (once when retry is nil).
-	// (ac.retry nil: once; at most ac.maxAttempts draws when set).
+	// join gives the waiter its place before the first attempt: once when
+	// ac.retry is nil, else after its delays while ctx lasts (at most
+	// ac.maxAttempts draws when set).
 	join(ctx context.Context, c *Client, ac acquireConfig) *quorumError
 	// nextWait is the wait before the next attempt, given the retry
 	// policy's delay and whether the last release named this waiter first.
@@ -115,8 +107,8 @@ type scripted struct {
 }
 
 // op is the script's operation name; fence is how long its fencing
-// counters are kept once the node's clock has passed them, 0 for an
-// operation that draws none (ARGV[5] of the kind_*.lua scripts).
+// counters are kept once the node's clock has passed them
+// (acquireConfig.fenceKeep; ARGV[5]), 0 for an operation that draws none.
 func (s scripted) op(name, token string, ttl, fence time.Duration, announce bool) nodeOp {
 	keys := s.lock
 	keep := int64(0)
@@ -130,19 +122,7 @@ func (s scripted) op(name, token string, ttl, fence time.Duration, announce bool
 	}
 	args := append([]any{name, token, pxMillis(ttl), channel, keep}, s.extra...)
 	takes := name == "acquire" || name == "handoff"
-	op := nodeOp{script: s.script, keys: keys, args: args, holds: takes || name == "extend", takes: takes}
-	if name == "release" || name == "drop" {
-		op.find = 2
-	}
-	return op
-}
-
-// from gives a scripted hand-off the holder's token, after the kind's own
-// arguments (kind_multi.lua, kind_rw.lua).
-func (op nodeOp) from(holder string) nodeOp {
-	op.args = append(op.args, holder)
-	op.find, op.next = len(op.args), op.args[1].(string)
-	return op
+	return nodeOp{script: s.script, keys: keys, args: args, holds: takes || name == "extend", takes: takes}
 }
 
 // The operations of a scripted kind; the kinds embed scripted and override
@@ -221,7 +201,9 @@ func (k multi) release(token string) nodeOp {
 
 // handOff takes every key from the holder of from (kind_multi.lua).
 func (k multi) handOff(token, from string, ttl, fence time.Duration) nodeOp {
-	return k.scripted.op("handoff", token, ttl, fence, false).from(from)
+	op := k.scripted.op("handoff", token, ttl, fence, false)
+	op.args = append(op.args, from)
+	return op
 }
 
 // semaphore is one of at most permits holders of a resource.
@@ -253,13 +235,9 @@ func (k semaphore) quorum(n int) int { return semaphoreQuorum(n, k.permits) }
 // semaphoreQuorum is how many of n nodes a permit of a K-permit semaphore
 // must be held on, so that K+1 holders at once are impossible: each node
 // grants at most K permits, so K+1 holders on q nodes each need
-// (K+1)·q ≤ K·n, which the smallest q with (K+1)·q > K·n rules out. For
-// K = 1 it is the majority; as K grows it approaches n (with n = 3 and
-// K = 2, three holders could each hold two of the three nodes under a
-// majority quorum).
-//
-// From K = n on, that is every node: (K+1)·q > K·n holds only for q = n
-// (and K·n could overflow for a huge K).
+// (K+1)·q ≤ K·n, which the smallest q with (K+1)·q > K·n rules out (with
+// n = 3 and K = 2, three holders could each hold two nodes under a
+// majority). From K = n on, that is every node (and K·n could overflow).
 func semaphoreQuorum(n, permits int) int {
 	if permits >= n {
 		return n
@@ -326,11 +304,9 @@ func (k readWrite) unmark() *nodeOp {
 	return &op
 }
 
-// drop undoes a reader's failed attempt with an announcement when it leaves
-// the key free: the attempt may have been the last reader on a node where
-// a writer waits, and the writer, refused there, listens for the key to be
-// free (a writer's own failed attempt needs no announcement: it left its
-// mark, which keeps the readers refused).
+// drop undoes a reader's failed attempt with an announcement when it
+// leaves the key free: a writer refused on that node may be waiting for
+// it. A writer's failed attempt needs none: its mark keeps readers out.
 func (k readWrite) drop(token string) nodeOp {
 	return k.op("drop", token, time.Millisecond, 0, !k.writer)
 }
@@ -338,12 +314,13 @@ func (k readWrite) drop(token string) nodeOp {
 // handOff takes a write lock from the writer holding from (kind_rw.lua).
 // Only writers take local turns, so only a writer is handed over.
 func (k readWrite) handOff(token, from string, ttl, fence time.Duration) nodeOp {
-	return k.op("handoff", token, ttl, fence, true).from(from)
+	op := k.op("handoff", token, ttl, fence, true)
+	op.args = append(op.args, from)
+	return op
 }
 
 // marker is a kind whose waiter leaves a mark on the nodes that refuse it
-// between attempts: a fair lock's place in the queue, a writer's mark that
-// keeps new readers out.
+// (a fair lock's place in the queue, a writer's mark keeping readers out).
 type marker interface {
 	kind
 	// unmark takes the waiter's mark back from a node where its won lock
@@ -351,12 +328,11 @@ type marker interface {
 	unmark() *nodeOp
 }
 
-// leaveTheLine is the end of a won attempt of a kind that marks the nodes:
-// it takes the mark back from the nodes where the key was not taken, so
-// that it does not outlive the wait there (a fair waiter first in line; a
-// writer's mark that would keep readers out of that node until its ttl:
-// after a hand-off, nothing else removes it); in the background, in order
-// before the lock's later calls. For the other kinds it does nothing.
+// leaveTheLine ends a won attempt of a kind that marks the nodes: it takes
+// the mark back, in the background and in order before the lock's later
+// calls, from the nodes where the key was not taken, so that it does not
+// outlive the wait there (a fair waiter first in line; a writer's mark,
+// which after a hand-off nothing else removes). Other kinds: nothing.
 func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
 	m, ok := a.kind.(marker)
 	if !ok || t.yes == len(c.nodes) {

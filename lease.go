@@ -19,9 +19,8 @@ func (f acquireOption) applyAcquire(c *acquireConfig) error { return f(c) }
 // Lock.FencingToken). Each node keeps a counter per lock key under
 // "{key}:fence" (for a key with a Redis Cluster hash tag, "key::fence", in
 // the key's slot), which expires once the node's clock has passed its
-// value and then the fence horizon has gone by: the lock's ttl, or the
-// Client's WithFenceHorizon if that is longer. So the keys a node keeps do
-// not grow with the number of keys ever fenced. Default: off.
+// value and then the fence horizon (see WithFenceHorizon) has gone by, so
+// that a node's keys do not grow with the keys ever fenced. Default: off.
 func WithFencing() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.fenced = true
@@ -32,18 +31,14 @@ func WithFencing() AcquireOption {
 // WithFenceHorizon sets how long, at least, a node keeps a key's fencing
 // counter (and a fair lock's ticket counter) once its own clock has passed
 // the counter's value; the lock's ttl when that is longer. A counter that
-// is gone starts again from the node's clock, which is then past every
-// value it held, unless the clock was set back since by more than the
-// horizon: tokens go on increasing as long as no node's clock ever reads
-// less than an earlier reading of it minus the horizon (see
-// docs/safety.md). A longer horizon tolerates larger steps back (a clock
-// corrected after running ahead), at the cost of one small key per key
-// fenced within it. Another Client's acquire never makes a counter expire
-// sooner than it was to; but a token is protected by the horizon of the
-// Client that drew the highest value so far, so give every Client that
-// fences a key the same horizon. d must not be negative; math.MaxInt64
-// keeps counters for the longest time to live a Duration can say (about
-// 292 years): "for good". Default: 0 (the lock's ttl).
+// is gone starts again from the node's clock, so tokens go on increasing
+// as long as no node's clock is ever set back by more than the horizon
+// (see docs/safety.md). A longer horizon tolerates larger steps back, at
+// the cost of one small key per key fenced within it. A token is protected
+// by the horizon of the Client that drew the highest value so far, so give
+// every Client that fences a key the same horizon. d must not be negative;
+// math.MaxInt64 keeps counters for good (about 292 years). Default: 0 (the
+// lock's ttl).
 func WithFenceHorizon(d time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if d < 0 {
@@ -66,23 +61,19 @@ func (ac acquireConfig) fenceKeep() time.Duration {
 
 // WithAutoRenew keeps the lock alive until Release: it is extended by its
 // ttl whenever two thirds of the validity a renewal gives (ttl less the
-// drift allowance) are left, so a third of the ttl after each renewal, and
-// at once after an acquire that took more than a third of it. A renewal
-// that fails is tried again every tenth of the ttl.
+// drift allowance) are left: a third of the ttl after each renewal, and at
+// once after an acquire that took more than a third of it. A renewal that
+// fails is tried again every tenth of the ttl.
 //
 // When a majority of the nodes answers that it no longer holds the lock,
-// or when the renewals have not succeeded by the renewal margin before
-// Until, the lock is lost: Done is closed, Validity drops to zero, and the
-// renewal stops. The renewal margin is the per-node timeout plus the drift
-// allowance, but at most a quarter of the ttl less the drift; so Done
-// closes at the latest that long before the validity ends, whether the
-// nodes are down, slow or frozen, and each renewal's wait for the nodes is
-// cut short so as not to run past it. An acquire with this option succeeds
-// only with more validity left than the margin.
-//
-// The renewals are kept by the Client's scheduler, one goroutine for all
-// its locks; renewals due together go out together, up to 128 plain locks
-// in one script call per node. Default: off.
+// or when no renewal has succeeded by the renewal margin before Until, the
+// lock is lost: Done is closed, Validity drops to zero, and the renewal
+// stops. The renewal margin is the per-node timeout plus the drift
+// allowance, at most a quarter of the ttl less the drift; Done closes that
+// long before the validity ends at the latest, whatever the nodes do. An
+// acquire with this option succeeds only with more validity left than the
+// margin. Renewals due together share one script call per node (up to 128
+// plain locks). Default: off.
 func WithAutoRenew() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.autoRenew = true
@@ -95,12 +86,11 @@ func WithAutoRenew() AcquireOption {
 // resource the lock protects (see FencedSet). It is 0 unless the lock was
 // acquired WithFencing, and for a nil Lock.
 //
-// The token of a new holder is larger than every earlier holder's as long
-// as the nodes that hold the earlier token still make up a majority: any
-// number of node crashes that keep their data preserve it; a node that
-// loses its data may not, if another node had missed the token (it was cut
-// off when the token was issued). Tokens are large numbers (a node's clock
-// in microseconds, or one more than the last token when that is more), not
+// A new holder's token is larger than every earlier holder's as long as
+// the nodes that hold the earlier token still make up a majority: node
+// crashes that keep their data preserve it; a node that loses its data may
+// not, if another node had missed the token. Tokens are large numbers (a
+// node's clock in microseconds, or one more than the last token), not
 // consecutive; they go on increasing after the counters expire as long as
 // no node's clock is set back by more than the fence horizon (see
 // WithFenceHorizon and docs/safety.md).
@@ -133,11 +123,9 @@ var closedDone = func() chan struct{} {
 // released, when it is lost, or when its validity runs out (for a lock
 // acquired WithAutoRenew, the renewal margin before that: see
 // WithAutoRenew). The holder can select on it to stop its work the moment
-// it is no longer protected. For a nil Lock the channel is closed.
-//
-// The first call puts the lock in its Client's scheduler, one goroutine
-// for all its locks, which waits on the Client's Clock for their ends: a
-// Lock has no goroutine of its own.
+// it is no longer protected. For a nil Lock the channel is closed. The
+// first call has the Client's scheduler watch the lock: a Lock has no
+// goroutine of its own.
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedDone
@@ -168,9 +156,9 @@ func (l *Lock) setLease(tm terms, until time.Time) {
 	l.client.sched.moved(l)
 }
 
-// deadline is when a lock on the terms tm valid until until ends for its holder
-// unless it is extended: Until, or the renewal margin before Until for a
-// renewed lock.
+// deadline is when a lock on the terms tm valid until until ends for its
+// holder unless extended: Until, or for a renewed lock the renewal margin
+// before it.
 func (l *Lock) deadline(tm terms, until time.Time) time.Time {
 	if !l.renewed {
 		return until
@@ -193,9 +181,8 @@ func (l *Lock) lose(why error) {
 	l.lostWhy = why
 	l.mu.Unlock()
 	l.client.sched.drop(l)
-	// The holder first: Done closes before the logger and the Observer
-	// are told, so that a slow Observer (one that Releases locks against
-	// frozen nodes) does not keep it open.
+	// Done closes before the logger and the Observer are told, so that a
+	// slow Observer does not keep it open.
 	l.end()
 	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "kind", l.kind.name(), "err", why)
 	now := time.Now()
@@ -245,10 +232,7 @@ func isOpen(ch <-chan struct{}) bool {
 // soon as the lock is lost, at the latest the renewal margin before its
 // validity ends (see WithAutoRenew), so that fn can stop while it is still
 // protected; context.Cause of it then says why, with an error matching
-// ErrLockLost.
-//
-// fn may get the lock itself from its context with LockFrom, for its
-// fencing token or its validity.
+// ErrLockLost. fn may get the lock from its context with LockFrom.
 //
 // Do returns the acquire's error if the lock was not acquired (fn did not
 // run); otherwise fn's error, joined with an error matching ErrLockLost if
@@ -318,9 +302,8 @@ func (l *Lock) Key() string {
 }
 
 // Token returns the lock's random token, stored under the key on each node
-// (followed by the metadata given with WithMetadata), or "" for a nil Lock.
-// With the key, it is what Client.Resume needs to rebuild the lock in
-// another process.
+// (followed by the WithMetadata value), or "" for a nil Lock. With the key,
+// it is what Client.Resume needs to rebuild the lock in another process.
 func (l *Lock) Token() string {
 	if l == nil {
 		return ""

@@ -10,25 +10,14 @@ import (
 )
 
 // Goroutines of one Client that Acquire the same key queue here, first come
-// first served, so that only one of them at a time contends for it on the
-// nodes. The others would only collide with it (and with each other),
-// splitting the votes and backing off; queued, the next one starts the
-// moment the lock is released, instead of after a random delay.
-//
-// When the holder releases a lock that has a local waiter, the lock is
-// handed to the waiter instead (see handOff): one round trip in which every
-// node that holds the releasing token swaps it for the waiter's new one,
-// rather than a release and an acquire. Hand-offs in a row while other
-// processes wait for the key (the nodes tell: they subscribed to its release
-// channel) are bounded (see WithHandOff), so that they get their chance.
-//
-// This is safe because the queue only decides which local goroutine may
-// try or receive the key; every lock, handed over or not, is won on a
-// quorum of the nodes with its own token and its validity counted from the
-// start of the round trip that won it, exactly as an acquire. A holder that
-// never releases holds up its local waiters only until its lock ends: the
-// waiters make sure its validity is watched, and the end of the validity
-// frees the queue like a release does.
+// first served, so that only one of them at a time contends on the nodes
+// (the others would only split the votes); a release hands the lock to the
+// next in line (handOff), bounded while other processes wait (WithHandOff).
+// The queue only decides which local goroutine may try or receive the key:
+// every lock is still won on a quorum with its own token and validity. A
+// holder that never releases holds its waiters up only until its validity
+// ends, which the waiters make sure is watched. See docs/algorithm.md,
+// "Local turns" and "Hand-off".
 
 // defaultHandOffs is how many times in a row a key may be handed between
 // goroutines of one Client before it is released for everyone.
@@ -66,26 +55,11 @@ type localQueue struct {
 	deaf time.Time
 }
 
-// How long a Client that cut a run of hand-offs for another process
-// waits before it contends for the key again. That process hears the
-// release and sends its attempt, which must reach a quorum before this
-// Client's does; how long that takes is not known here (its nodes may be
-// farther away than ours). So the wait starts at yieldFirst and doubles
-// each time this Client won the key straight after it (the other process
-// did not get there first) and found it still waiting in its next run of
-// hand-offs, up to yieldMax; it starts again from yieldFirst once the other
-// process got the key. With nodes 2 ms away from the other process and
-// 0.1 ms from this one, the other got the lock in 13 of 18 runs of 10 s
-// when the wait was fixed at 1 ms; see docs/benchmarks.md (handoff probe)
-// for the figures with this rule.
-//
-// The nodes show a process waiting when one listens for the key's release;
-// a listener that never tries (a process frozen while it waited, a
-// redis-cli SUBSCRIBE) would have every run cut and waited out for ever. So
-// when the wait would pass yieldMax, the listeners are taken for such, and
-// for yieldDeaf hand-offs go on without limit, as with nobody waiting (a
-// process whose attempts need more than a second to land gets its chance
-// only between those spells).
+// How long a Client that cut a run of hand-offs waits before it contends
+// again (see WithHandOff, yielded): the other process's attempt must reach
+// a quorum first, and how far its nodes are is not known here. A listener
+// that never tries would have every run cut for ever: past yieldMax, the
+// listeners are ignored for yieldDeaf.
 const (
 	yieldFirst = 2 * wakeSpread
 	yieldMax   = time.Second
@@ -231,11 +205,9 @@ func (qs *localQueues) nextForHandOff(q *localQueue, l *Lock, limit int) *waiter
 }
 
 // handOver gives w the lock next, handed to it, as the queue's holder.
-// Only hand-offs since another process was seen waiting for the key
-// (contended) count towards the limit: with nobody else waiting, nobody is
-// starved. The nodes that answer a hand-off are the fastest of a quorum,
-// not always the one a waiter listens on, so once seen, the contention is
-// assumed until the run ends.
+// Only hand-offs since another process was seen waiting (contended) count
+// towards the limit; once seen, the contention is assumed until the run
+// ends, as the nodes that answer may not include the one a waiter hears.
 func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock, contended bool) {
 	q.mu.Lock()
 	q.contended = q.contended || contended && time.Now().After(q.deaf)
@@ -257,9 +229,8 @@ func (qs *localQueues) giveTurn(q *localQueue, w *waiter) {
 
 // inTurn runs acquire, an Acquire's attempts for a lock of kind k (which
 // it counts in attempts), in the turn of its local queue (named by
-// k.turns()), and
-// makes the lock it wins the holder of the turn. A lock handed over by the
-// previous holder is returned without running acquire.
+// k.turns()), and makes the lock it wins the holder of the turn. A lock
+// handed over by the previous holder is returned without running acquire.
 func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acquireConfig, attempts *int, acquire func() (*Lock, error)) (*Lock, error) {
 	q, g, err := qs.wait(ctx, queue, k, ac)
 	if err != nil {
@@ -291,10 +262,10 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 	return lock, nil
 }
 
-// yielded adapts the wait after a cut run of hand-offs to how the
-// Acquire that followed it went (see yieldFirst): won at the first
-// attempt, the other process did not get there first, and the next wait is
-// longer should it be waiting again; refused, it did.
+// yielded adapts the wait after a cut run of hand-offs to the Acquire that
+// followed it (see yieldFirst): won at the first attempt, the other process
+// was not first, and the next wait doubles (past yieldMax, the listeners
+// are ignored for yieldDeaf); refused, it starts again.
 func (qs *localQueues) yielded(q *localQueue, attempts int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -310,24 +281,17 @@ func (qs *localQueues) yielded(q *localQueue, attempts int) {
 
 // WithHandOff sets how many times in a row a released lock may be handed
 // straight to the next goroutine of this Client waiting in Acquire for the
-// same key. A hand-off is one round trip in which every node that holds the
-// releasing token swaps it for the next holder's: the next lock is won on a
-// quorum with its own token, fencing token and validity, like any acquire,
-// and no other process can take the key in between. While no other process
-// waits for the key, hand-offs go on without limit; once the nodes show one
-// waiting, the lock is released on the nodes after limit more, and this
-// Client waits before it contends for the key again, so that a waiter of
-// another process, woken by the release, takes it first. How far away that
-// waiter is from the nodes is not known here: the wait starts at 1 ms and
-// doubles each time this Client still won the key after it while the other
-// process went on waiting, up to a second, and starts again at 1 ms once the
-// other process got the key. So a waiter of another process gets the key
-// after a few runs of limit hand-offs (well within a second when its round
-// trip to the nodes is a few milliseconds). A listener that never takes the
-// key (a frozen process, a redis-cli SUBSCRIBE to the key's release
-// channel) is taken for one once the wait would pass a second, and is then
-// not waited for during 10 s. The limit must be at least 0; 0 turns
-// hand-offs off. Default: 12.
+// same key: one round trip in which every node that holds the releasing
+// token swaps it for the next holder's, who wins the lock on a quorum with
+// its own token, fencing token and validity, like any acquire; no other
+// process can take the key in between. While no other process waits for
+// the key, hand-offs go on without limit; once the nodes show one waiting,
+// the lock is released after limit more, and this Client waits before it
+// contends again (1 ms, doubling up to a second while the other process
+// still has not got the key), so that the other's waiter takes it first.
+// A listener that never takes the key (a frozen process, a redis-cli
+// SUBSCRIBE to its release channel) is then ignored for 10 s. The limit
+// must be at least 0; 0 turns hand-offs off. Default: 12.
 func WithHandOff(limit int) Option {
 	return clientOption(func(c *config) error {
 		if limit < 0 {

@@ -18,9 +18,8 @@ type Lock struct {
 	quorum int    // how many nodes must hold it
 	token  string // what the nodes store: the random token, and the metadata if any
 
-	// op serialises Extend and Release. Each sends its call to a node once
-	// the previous operation's call there has settled, so that the writes
-	// reach each node in order.
+	// op serialises Extend and Release: each sends its call to a node once
+	// the previous operation's call there settled, so writes land in order.
 	op      sync.Mutex
 	settled settlement
 
@@ -36,8 +35,7 @@ type Lock struct {
 	released  bool
 	lost      bool  // the lock ended otherwise: see lose
 	lostWhy   error // why, matching ErrLockLost
-	// lostShown: an Extend or a renewal found a majority of the nodes
-	// without its token (set by judgeExtend, with op held)
+	// lostShown: an Extend or renewal found a majority without the token
 	lostShown bool
 	watching  bool     // Done was called: the scheduler ends it at its deadline
 	onEnd     []func() // see afterEnd
@@ -50,8 +48,7 @@ type Lock struct {
 }
 
 // successor is what follows a Lock in its Client: the local turn it holds
-// (localqueue.go), which its Release may hand to the next goroutine waiting
-// for the key (handoff.go).
+// (localqueue.go), which Release may hand to the next waiter (handoff.go).
 type successor interface {
 	// release may do l's Release by handing the lock to a waiter; done
 	// tells whether it did, and err is then Release's result.
@@ -75,29 +72,24 @@ func (l *Lock) finish() {
 // node that still holds its token, asked all at once, keeps the key for at
 // least ttl. It succeeds when a quorum did so within the new validity;
 // Until is then the start of the call plus ttl less the drift allowance,
-// earlier than before when ttl is shorter than what was left.
+// earlier than before when ttl is shorter than what was left. A node never
+// shortens a key (it keeps the longer of what is left and ttl), so a late
+// call never ends a key before the validity the lock reports, and a failed
+// Extend leaves the lock valid until its old Until. To give a lock up
+// early, Release it.
 //
-// A node never shortens a key: it keeps the longer of what the key has left
-// and ttl. A call that lands late (one of an Extend that failed, or one that
-// arrives after a later Extend) can then never end a key before the validity
-// that the lock reports, and a failed Extend leaves the lock valid until its
-// old Until. To give a lock up early, Release it.
-//
-// It returns an error matching ErrLockLost, joined with each failed node's
-// *NodeError, when a majority of the nodes answered that they no longer
-// hold the token, or the lock's validity ran out before a quorum confirmed
-// the extend: the lock is then lost (Done is closed). When the extend was
-// not confirmed on a quorum (nodes failed or did not answer in time, or
-// its new validity was spent) but nothing shows the lock lost, it returns
-// an error matching ErrNotConfirmed that says until when the lock is still
-// valid; the lock stays usable, Until is left as it was, and Extend may be
-// tried again. On a Client found to reach one server through two nodes
-// (see ErrMisconfigured), Extend is not confirmed either, and the error
-// also matches ErrMisconfigured. A lock that was released, lost, or whose
-// validity has run out is over: Extend returns ErrLockLost without
-// contacting the nodes. Bad input gives
-// ErrInvalidArgument, and an ended ctx its error, before any node is
-// contacted. On a nil Lock it returns ErrNotAcquired.
+// Its errors match, with errors.Is: ErrLockLost, joined with each failed
+// node's *NodeError, when a majority answered that they no longer hold the
+// token or the validity ran out before a quorum confirmed; the lock is
+// then lost (Done is closed). ErrNotConfirmed when a quorum did not
+// confirm (nodes failed or were slow, or the new validity was spent) but
+// nothing shows the lock lost: the message says until when it is still
+// valid, Until is unchanged, and Extend may be tried again; on a Client
+// found to reach one server through two nodes it also matches
+// ErrMisconfigured. ErrLockLost, without contacting the nodes, for a lock
+// released, lost or past its validity; ErrInvalidArgument for bad input
+// and ctx's error for an ended ctx, before any node is contacted;
+// ErrNotAcquired on a nil Lock.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return ErrNotAcquired
@@ -106,9 +98,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	// An extend confirmed after Until could not give the lock back: the
-	// nodes are not waited for past it (a majority that hangs would
-	// otherwise cost the whole node timeout, which grows while they do).
+	// An extend confirmed after Until could not give the lock back, so the
+	// nodes are not waited for past it.
 	_, until := l.lease()
 	ctx = l.startOp(ctx, OpExtend)
 	_, lost, err := l.extend(ctx, tm, min(tm.timeout, until.Sub(l.client.cfg.clock.Now())))
@@ -119,9 +110,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // extend is Extend on the terms tm with the given per-node timeout, also
-// returning what the nodes answered, and whether they showed the lock lost:
-// the caller then ends it (Lock.lose), once the Extend is over, so that an
-// Observer told of the loss may call Release.
+// returning the answers and whether they showed the lock lost: the caller
+// then ends it (Lock.lose) once op is let go, as an Observer may Release.
 func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return tally{}, false, fmt.Errorf("redlock: extend %q: %w", l.key, err)
@@ -133,9 +123,8 @@ func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ t
 	return t, lost, err
 }
 
-// extendHeld is extend, called with the lock's op held. tell reports the
-// extend to the Observer: call it once op is let go, as an Observer may
-// Release the lock.
+// extendHeld is extend, called with op held. tell reports the extend to
+// the Observer: call it once op is let go, as an Observer may Release.
 func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, tell func(), err error) {
 	c := l.client
 	if err := l.over(); err != nil {
@@ -174,18 +163,15 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 	l.mu.Lock()
 	ended := l.released || l.lost
 	if shown {
-		// Shown lost: a Release from now on reports it so, also one that
-		// comes before the caller ends the lock (Lock.lose), once the op
-		// is let go (an Observer told of the loss may Release), and also
-		// when the lock had already ended otherwise (at its renewal
-		// margin) while the extend was out.
+		// Shown lost: any Release from now on reports it, also one before
+		// the caller calls lose, or when the lock had already ended (at its
+		// renewal margin) while the extend was out.
 		l.lostShown = true
 	}
 	l.mu.Unlock()
 	if ended {
-		// Declared lost while the extend was out (its deadline passed):
-		// the holder has been told it is over, and an extend does not
-		// bring it back. Its keys expire with the ttl, or go with Release.
+		// Declared lost while the extend was out: an extend does not bring
+		// it back. Its keys expire with the ttl, or go with Release.
 		return false, l.over()
 	}
 	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
@@ -214,9 +200,8 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 }
 
 // refusedExtend returns the error of an extend on a Client found to reach
-// one server through two nodes: a quorum of its replies may be fewer
-// servers. The lock, granted before that was found, stays valid until its
-// Until.
+// one server through two nodes (a quorum of replies may be fewer servers);
+// the lock, granted before that was found, stays valid until its Until.
 func (l *Lock) refusedExtend() error {
 	err := l.client.refused()
 	if err == nil {
@@ -249,36 +234,31 @@ func (l *Lock) over() error {
 // per-node timeout, so `defer lock.Release(ctx)` is always right. It
 // returns once a quorum of nodes is known to be free of the token and the
 // nodes that answer about as fast have answered (as long again as the
-// quorum took, at least 5 ms); a slow or frozen node's delete finishes in
-// the background, and its key expires with the ttl if it cannot. So a
-// program may close its Redis clients and exit right after it, leaving at
-// most a slow node's key to its ttl. While the answers are mixed (some
-// nodes deleted the token, others no longer had it, and neither makes a
-// quorum or a majority), it waits for the other nodes up to the per-node
-// timeout, so that a loss its slower nodes show is reported. After
-// Release, Validity is zero and Extend fails; calling Release again does
-// nothing and returns nil.
+// quorum took, at least 5 ms), so a program may exit right after it: a
+// slow or frozen node's delete finishes in the background, or its key
+// expires with the ttl. While the answers are mixed (neither a quorum
+// deleted nor a majority lost), it waits for the others up to the per-node
+// timeout, so that a loss they show is reported; nodes known to be failing
+// are not waited for. After Release, Validity is zero and Extend fails;
+// Release again does nothing and returns nil.
 //
 // It returns nil when a quorum of nodes is free of the token afterwards
-// and the lock held until the release: a quorum still had the token, or the
-// validity had not run out and no majority had lost it. A node that fails is
-// taken to still hold the token, as the safety assumptions say a crashed
-// node does; its key expires with the ttl, and the failure is logged.
+// and the lock held until the release: a quorum still had the token, or
+// the validity had not run out and no majority had lost it. A node that
+// fails is taken to still hold the token, as a crashed node does in the
+// safety assumptions; its key expires with the ttl, and it is logged.
 //
 // It returns an error matching ErrLockLost when a majority of the nodes no
 // longer had the token, or the validity had run out and fewer than a quorum
 // confirmed it, or an Extend or a renewal had found a majority without the
-// token before (and closed Done): the work done under the lock may not
-// have been protected. The token is deleted all the same wherever it is
-// left.
-// When so many nodes fail that neither can be told, it returns an error
-// matching ErrNotConfirmed that joins their *NodeError values; the keys they
-// may hold expire with the ttl. Nodes known to be failing (their last call
-// went unanswered) are not waited for. ErrNotConfirmed also comes after a
-// hand-off to a goroutine waiting for the lock that did not win, when the
-// nodes it did not hear from have no key and those decide: the hand-off may
-// have run there and its cleanup deleted the swapped key. On a nil Lock it
-// returns ErrNotAcquired.
+// token (and closed Done): the work done under the lock may not have been
+// protected. The token is deleted all the same wherever it is left. It
+// returns an error matching ErrNotConfirmed, joining the failed nodes'
+// *NodeError values, when so many nodes fail that neither can be told (the
+// keys they may hold expire with the ttl), or after a hand-off to a local
+// waiter that did not win, when the nodes it did not hear from have no key
+// and decide (the hand-off may have run there, and its cleanup deleted the
+// swapped key). On a nil Lock it returns ErrNotAcquired.
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrNotAcquired
@@ -293,8 +273,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.op.Lock()
 	tell, err := l.releaseHeld(ctx)
 	l.op.Unlock()
-	// The Observer is told once the op is let go: it may Extend or Release
-	// the lock (and be answered that it is over).
+	// Told once op is let go: an Observer may Extend or Release the lock.
 	tell(err)
 	return err
 }
@@ -333,18 +312,16 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 	}
 	l.finish()
 	if lost {
-		// A majority was found without the token before (Done is
-		// closed): what the nodes answer now does not make it held until
-		// the release.
+		// A majority was found without the token before (Done is closed):
+		// what the nodes answer now does not make it held until the release.
 		return tell, &quorumError{sentinel: ErrLockLost, nodes: t.errs,
 			detail: fmt.Sprintf("%s: a majority of the nodes had lost it before its release; deleted on %d of %d nodes", l.kind.describe(), t.yes, len(c.nodes))}
 	}
 	return tell, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, tm.ttl, t.errs)
 }
 
-// releaseResult is Release's result, given what the nodes answered: yes nodes
-// held the token until the release, no nodes did not, errs are the nodes
-// that failed.
+// releaseResult is Release's result, given what the nodes answered: yes
+// held the token until the release, no did not, errs are those that failed.
 func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, no int, ttl time.Duration, errs []error) error {
 	c := l.client
 	n := len(c.nodes)

@@ -21,16 +21,13 @@ type node struct {
 	addr    string   // "" when the client does not reveal it
 	pipe    *pipe    // nil when batching is off
 	scripts *scripts // the scripts it is known to hold
-	stand   *standIns
-	// inline: the client itself ends a call at its context's deadline
-	// (ContextTimeoutEnabled), so a lone node's call may run in the
-	// calling goroutine without losing the per-node timeout.
+	// inline: the client ends a call at its context's deadline
+	// (ContextTimeoutEnabled), so a lone node's call may run inline.
 	inline bool
 }
 
-// terms are what a lease of ttl means on a Client's nodes, worked out when
-// an operation starts: how long each node is waited for and how much is
-// allowed for clock drift.
+// terms are what a lease of ttl means on a Client's nodes when an
+// operation starts: how long each node is waited for, and the drift.
 type terms struct {
 	ttl     time.Duration
 	timeout time.Duration // per node: see Client.nodeTimeout
@@ -41,8 +38,8 @@ type terms struct {
 }
 
 // termsFor returns the terms of a lease of ttl, or an error matching
-// ErrInvalidArgument when ttl is not positive or not larger than its drift
-// allowance.
+// ErrInvalidArgument when ttl is not positive, not larger than its drift
+// allowance, or too short for the replica ack timeout.
 func (c *Client) termsFor(ttl time.Duration) (terms, error) {
 	t := terms{ttl: ttl, drift: driftFor(ttl, c.cfg.driftFactor)}
 	switch {
@@ -69,15 +66,13 @@ func (t terms) within(d time.Duration) terms {
 	return t
 }
 
-// maxAdaptedTimeout is the most the round trips seen lengthen the node
-// timeout to, whatever the ttl: as TCP's retransmission timeout is capped
-// at a minute (RFC 6298), so that a "forever" lock's first contact with a
-// majority of hung nodes does not wait for ever.
+// maxAdaptedTimeout caps how far the round trips seen lengthen the node
+// timeout, as TCP caps its retransmission timeout (RFC 6298), so that a
+// "forever" lock's first contact with hung nodes does not wait for ever.
 const maxAdaptedTimeout = time.Minute
 
 // baseTimeout is the node timeout of a lease of ttl before any round trip
-// is known: WithNodeTimeout's, or a tenth of the ttl, at least
-// minDerivedNodeTimeout and at most maxDerivedNodeTimeout.
+// is known: WithNodeTimeout's, or a tenth of the ttl within the bounds.
 func (c *Client) baseTimeout(ttl time.Duration) time.Duration {
 	if c.cfg.nodeTimeout > 0 {
 		return c.cfg.nodeTimeout
@@ -86,21 +81,13 @@ func (c *Client) baseTimeout(ttl time.Duration) time.Duration {
 }
 
 // nodeTimeout is how long an operation on a lease of ttl (with drift)
-// waits for each node's reply. WithNodeTimeout's is kept as given.
-// Otherwise it is the base timeout (baseTimeout), lengthened to what the
-// nodes' round trips ask for: the time the quorum-th fastest node is
-// expected to take (see rtt.Timeout: its smoothed round trip plus four
-// times the variation, or twice a wait that timed out), but no more than
-// two thirds of the validity a lease of ttl has to give (ttl less drift),
-// so that an operation that takes all of it still leaves the lock a third
-// of that, and no more than maxAdaptedTimeout. A node of which nothing is known yet (no reply, no timeout)
-// counts as needing that much: a first contact over a slow network takes
-// several round trips (a new connection's greeting, then the call).
-// So nodes farther away than the base timeout slow operations down but do
-// not stop them, as long as they answer well within the ttl; a minority
-// that hangs costs no more than before. The safety arithmetic does not
-// change: a lock is valid for its ttl less the time its operation took and
-// the drift, whatever the timeout.
+// waits for each node's reply: WithNodeTimeout's as given, or else the
+// base timeout lengthened to what the quorum-th fastest node's round trips
+// ask for (rtt.Timeout), at most two thirds of ttl less drift (an
+// operation that takes all of it leaves the lock a third) and
+// maxAdaptedTimeout; a node nothing is known of yet counts as needing that
+// much. The validity arithmetic does not depend on it. See
+// docs/algorithm.md, "The node timeout follows the round trips".
 func (c *Client) nodeTimeout(ttl, drift time.Duration) time.Duration {
 	base := c.baseTimeout(ttl)
 	if c.cfg.nodeTimeout > 0 {
@@ -182,8 +169,7 @@ var (
 	// timeout ended (rather than the caller's context).
 	errNodeTimeout = errors.New("node timeout")
 	// errNotSent: the call was never sent, its operation having ended
-	// first (the caller gave up, or its deadline passed while the call
-	// waited behind the node's previous one).
+	// first (the caller gave up, or its deadline passed while it queued).
 	errNotSent = errors.New("not sent")
 	// errCutByCaller: the call was cut when its caller's context ended,
 	// before the node timeout.
@@ -193,15 +179,13 @@ var (
 func notSent(cause error) error { return fmt.Errorf("%w: %w", errNotSent, cause) }
 
 // noteReply records what node i's call, which ended with err after took,
-// tells of the node: a reply within the node timeout is a sample of its
-// round trip (see nodeTimeout), a reply after it lengthens its next
-// timeout, and either clears its failing mark; no reply within the node
-// timeout marks it failing (Client.failing) and lengthens its next
-// timeout. Only a node that does not answer is worth not waiting for; one
-// that fails at once (refused, reset) costs nothing, and is soon back after
-// a restart. A call that the caller's context ended (not sent, cut or
-// cancelled) tells nothing of the node, and changes nothing: another
-// goroutine's tiny deadline must not make a healthy node look failing.
+// tells of the node: a reply within the node timeout is a round-trip
+// sample (see nodeTimeout), a later one lengthens its next timeout, and
+// either clears its failing mark; no reply in time marks it failing
+// (Client.failing) and lengthens its next timeout. A node that fails at
+// once (refused, reset) costs nothing to wait for and is not marked. A
+// call the caller's context ended tells nothing: another goroutine's tiny
+// deadline must not make a healthy node look failing.
 func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 	h := &c.failing[i]
 	switch {
@@ -212,10 +196,9 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 			c.told[i].Store(false) // it answers again: its next failure is news
 		}
 		if took > timeout {
-			// An answer after the node timeout: the node is slower than
-			// it was given, and the next wait is longer (not this long:
-			// a node that was frozen for a while answers late once, and
-			// is not that far away).
+			// Answered after the node timeout: the next wait is longer,
+			// but not this long (a node frozen for a while answers late
+			// once, and is not that far away).
 			c.rtts[i].TimedOut(timeout)
 		} else {
 			c.rtts[i].Sample(took)
@@ -232,15 +215,13 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 }
 
 // noteMisconfigured warns, through the logger and the Observer, when node
-// i's call failed with an error that retrying cannot cure: once, until the
-// node answers properly again. It sees every reply, also those that come
-// after the operation's outcome was known, so that a misconfigured minority
-// is reported at the first operation.
+// i's call failed with an error that retrying cannot cure: once, until it
+// answers properly again. It sees every reply, even after the outcome was
+// known, so that a misconfigured minority is reported at once.
 func (c *Client) noteMisconfigured(ctx context.Context, i int, value int64, err error) {
 	if err == nil {
-		// Only a reply that holds the lock proves the node takes writes: a
-		// replica answers a release or an extend that finds nothing without
-		// an error.
+		// Only a reply that holds the lock proves the node takes writes:
+		// a replica answers 0, not an error, to an extend that finds none.
 		if value > 0 && c.misconfigured[i].Load() {
 			c.misconfigured[i].Store(false)
 		}

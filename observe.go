@@ -10,12 +10,10 @@ import (
 // otelredlock module adapts it to OpenTelemetry). Observe is called after
 // the operation, on the goroutine that ran it: the caller's for Acquire,
 // TryAcquire, Extend, Release and Do (and their OpNode and OpDegraded
-// events), the renewal's (the scheduler's, or one of its own) for OpRenew
-// and a renewal's OpExtend and OpDegraded, and a goroutine of its own for
-// OpMisconfigured, which a node's reply reveals on the goroutine that sends
-// that node's calls. It must be safe for concurrent use, and quick: a slow
-// Observer holds up its caller's operation, or the renewals of every lock
-// of the Client.
+// events), the renewal's for OpRenew and a renewal's OpExtend and
+// OpDegraded, and a goroutine of its own for OpMisconfigured. It must be
+// safe for concurrent use, and quick: a slow Observer holds up its
+// caller's operation, or the renewals of every lock of the Client.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
@@ -45,13 +43,11 @@ const (
 	OpMisconfigured Op = "misconfigured"
 
 	// OpDegraded: a lock was granted, extended or renewed without a node
-	// that failed (Err says how; Node and Addr name it): it is held on
-	// fewer nodes than it could be, and survives fewer failures. Reported
-	// once per node until the node answers again, not once a call; a node
-	// that hangs, once its call has failed (go-redis's read timeout). Also
-	// reported, once per lock and node, when a node answers an extend or a
-	// renewal without the lock's key (it expired, was evicted, or the node
-	// restarted empty).
+	// that failed (Err says how; Node and Addr name it): it survives fewer
+	// failures. Reported once per node until the node answers again (a
+	// node that hangs, once its call has failed: go-redis's read timeout);
+	// and once per lock and node when a node answers an extend or a
+	// renewal without the lock's key (expired, evicted, restarted empty).
 	OpDegraded Op = "degraded"
 )
 
@@ -65,9 +61,8 @@ type Event struct {
 	Attempts int           // OpAcquire: attempts made on the nodes; 0 for a lock handed over by another goroutine of the Client (see WithHandOff)
 	Err      error         // nil on success; for OpNode, the node's error
 
-	// OpRelease and OpLost: how long the lock was held, from the return
-	// of its acquire (or its hand-over) to the start of its release, or
-	// to its loss.
+	// OpRelease and OpLost: how long the lock was held, from the return of
+	// its acquire (or hand-over) to the start of its release, or its loss.
 	Held time.Duration
 
 	// OpNode only: which node, for which operation (OpAcquire, OpExtend or
@@ -132,10 +127,9 @@ func (c *Client) observeNodes(ctx context.Context, op Op, k kind, start time.Tim
 	}
 }
 
-// observed runs an acquire of k and reports it to the Observer, if any;
-// acquire counts its attempts on the nodes (none for a lock handed over
-// by the local queue), and runs under the context the Observer's Start
-// returned.
+// observed runs an acquire of k, which counts its attempts on the nodes,
+// under the context the Observer's Start returned, and reports it to the
+// Observer, if any.
 func (c *Client) observed(ctx context.Context, k kind, acquire func(ctx context.Context, attempts *int) (*Lock, error)) (*Lock, error) {
 	attempts := 0
 	if c.cfg.observer == nil {
@@ -205,8 +199,7 @@ func (os observers) Start(ctx context.Context, e Event) context.Context {
 
 // news returns the errors of errs (each a node's *NodeError, or not) that
 // are news: of a node whose failure has not been told since it last
-// answered; and marks those told. A node that fails call after call is
-// told of once, not once a call.
+// answered; and marks those told.
 func (c *Client) news(errs []error) []error {
 	var out []error
 	for _, err := range errs {
@@ -222,11 +215,9 @@ func (c *Client) news(errs []error) []error {
 // degraded tells, once per node until it answers again, that a lock of
 // kind k was granted or kept (t) without nodes that failed, and, for a lock
 // l kept (nil at its acquire), once per node until it holds l again,
-// without nodes that answered that they no longer hold it: the logger at
-// Warn, and the Observer as OpDegraded. A node that hangs is told once its
-// call has failed (go-redis's read timeout); Lock.Confirmed shows it at
-// once. It logs at once and returns the
-// telling of the Observer, to be called once no lock's op is held.
+// without nodes that answered that they no longer hold it (see OpDegraded).
+// It logs at Warn at once and returns the telling of the Observer, to be
+// called once no lock's op is held.
 func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell func()) {
 	news := c.news(t.errs)
 	if l != nil {

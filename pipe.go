@@ -2,9 +2,7 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"time"
@@ -14,68 +12,34 @@ import (
 	"github.com/quorumlock/redlock/internal/reply"
 )
 
-// Calls bound for one node go through its pipe. A call that finds the node
-// idle is sent at once, alone, as a plain EVALSHA: nothing waits for company.
-// Calls that arrive while a send to the node is in flight queue, and the
-// moment it returns they all go together as one pipeline, one round trip for
-// all of them. Under load the batches grow by themselves; with no
-// concurrency every call is sent alone, as without the pipe.
-//
-// One send at a time per node also keeps each node's calls in the order
-// they were made, so a lock's later operation does not overtake its earlier
-// one there (a late SET can not land after the release's DEL). A write of a
-// hold still queued when its deadline passes or its context ends is
-// answered with that error and never sent: a write that can no longer
-// count is not made. A release or a delete is sent all the same (lateIO).
-//
-// A send whose reply has not come by its deadline (a hung connection, in a
-// go-redis client that ignores context deadlines) stops holding up the
-// queue: the next call starts a new sender. A call that takes away what
-// was ours (a release, a failed attempt's delete) still waits for an
-// acquire or hand-off on its keys in the overdue send, so that it is not
-// sent over another connection while that one is out: landing first, it
-// would leave the acquire's key behind until its ttl. Every other call
-// goes on (an extend landing late is harmless: it extends nothing that
-// was released). (A send the client gives up on at its deadline may still be in
-// transit when the next one goes; landing late, its write holds the key
-// until its ttl, as in any Redis client.)
+// Calls bound for one node go through its pipe: a call to an idle node is
+// sent at once, alone; calls made meanwhile go together as one pipeline
+// when it returns. One send at a time per node keeps its calls in order, so
+// a late SET cannot land after the release's DEL (docs/algorithm.md,
+// "Batching"); lateIO says what is sent once its operation ended, and
+// submit how an overdue send is overtaken.
 
 // nodeOp is one node's share of an operation: a script and its arguments.
-// The script's result is positive when the node holds the token once it has
-// run (for a fenced acquire, the node's fencing counter), zero when it does
-// not.
-//
-// An op that is many (a batch of renewals, see renewal.go) returns one such
-// number per lock; its value is then how many of them are positive.
+// Its result is positive when the node holds the token after it (for a
+// fenced acquire, the node's fencing counter), else zero; an op that is
+// many (renewal.go) answers per lock, and its value counts the positives.
 type nodeOp struct {
 	script *redis.Script
 	keys   []string
 	args   []any
 	many   bool
-	// holds: the op writes a hold (an acquire, extend, renewal, hand-off
-	// or fencing raise), which, with WithReplicaAck, counts only once the
-	// node's replicas confirm it (see replicaAck)
+	// holds: the op writes a hold (acquire, extend, renewal, hand-off or
+	// fencing raise); with WithReplicaAck it counts once replicas confirm it
 	holds bool
 	// takes: the op may take a key that was not ours (an acquire, a
-	// hand-off); a later call that takes away what was ours is not sent
-	// while it is out (see nextBatch)
+	// hand-off); see nextBatch
 	takes bool
-	// find is where in args (from 1) the token is that the op looks for on
-	// the node (a release's, a delete's, a hand-off's holder's), 0 for
-	// none; next is the token a hand-off writes. A node that was never
-	// sent a hand-off may hold the holder's token in place of next's (see
-	// standIns).
-	find int
-	next string
 }
 
 // run sends op alone: EVALSHA when the node is known to hold the script,
-// EVAL when it is not known to (the first call of each script, which loads
-// it: one round trip rather than a NOSCRIPT answer and a second), or when
-// it answered NOSCRIPT (it restarted, or its scripts were flushed); with
-// ack, followed on the same connection by WAIT. An EVAL of an op that
-// writes no hold is sent even when the NOSCRIPT answer came after ctx's
-// deadline, with timeout from then (see lateIO).
+// else EVAL, which loads it in one round trip (also after NOSCRIPT); with
+// ack, followed on the same connection by WAIT. After a NOSCRIPT answered
+// past ctx's deadline, the EVAL is sent only as lateIO allows.
 func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, known *scripts, ack replicaAck, timeout time.Duration) (int64, []int64, error) {
 	if !ack.on() || !op.holds {
 		sha := known.has(op.script)
@@ -90,8 +54,7 @@ func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, known *scri
 			if ctx.Err() != nil {
 				late, cancel, send := lateIO(op, ctx, timeout)
 				if !send {
-					// Not a node that keeps no scripts: its NOSCRIPT came
-					// after the deadline, and the write is not made.
+					// Its NOSCRIPT came after the deadline: see notResent.
 					return 0, nil, notResent(ctx.Err())
 				}
 				defer cancel()
@@ -129,9 +92,8 @@ func (op nodeOp) run(ctx context.Context, rdb redis.UniversalClient, known *scri
 	return v, vs, err
 }
 
-// scripts is the set of scripts a node is known to hold: it ran them (as
-// EVAL or EVALSHA) since it last answered NOSCRIPT. A nil *scripts knows
-// none.
+// scripts is the set of scripts a node is known to hold (it ran them since
+// it last answered NOSCRIPT); a nil *scripts knows none.
 type scripts struct{ m sync.Map } // *redis.Script → struct{}
 
 func (s *scripts) has(sc *redis.Script) bool {
@@ -156,9 +118,8 @@ func (s *scripts) forget(sc *redis.Script) {
 	}
 }
 
-// noScript reports whether err is the node's answer that it does not know
-// the script (NOSCRIPT). It checks for nil first: go-redis's
-// HasErrorPrefix allocates on every call, and nearly every reply is nil.
+// noScript reports whether err is a NOSCRIPT answer. nil is checked first:
+// HasErrorPrefix allocates, and nearly every reply is nil.
 func noScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
@@ -193,9 +154,8 @@ func (op nodeOp) result(cmd *redis.Cmd) (int64, []int64, error) {
 }
 
 // call is one op on its way to one node; reply is called once with the
-// result (values only for an op that is many). ctx is the operation's:
-// once it ends, a call that writes a hold is not sent (see lateIO). io is
-// what the call runs under once sent (see Client.send), for up to timeout.
+// result (values only for an op that is many). ctx is the operation's (see
+// lateIO); io is what the call runs under once sent, for up to timeout.
 type call struct {
 	ctx     context.Context
 	io      context.Context
@@ -206,10 +166,9 @@ type call struct {
 
 // lateIO is what a call whose operation ended (ctx) before it was sent
 // runs under, and whether it is sent at all. A write of a hold that can no
-// longer count is not made. Any other call (a release, a failed attempt's
-// delete, leaving a line or a queue) is still sent, with timeout from now:
-// it only takes away what was ours, and a node it does not reach keeps our
-// key until its ttl. cancel frees the context.
+// longer count is not made. Any other call (a release, a delete, leaving a
+// line or a queue) is sent with timeout from now: it only takes away what
+// was ours, and a node it does not reach keeps our key until its ttl.
 func lateIO(op nodeOp, io context.Context, timeout time.Duration) (_ context.Context, cancel context.CancelFunc, send bool) {
 	if op.holds {
 		return nil, nil, false
@@ -218,74 +177,10 @@ func lateIO(op nodeOp, io context.Context, timeout time.Duration) (_ context.Con
 	return io, cancel, true
 }
 
-// standIns are the hand-offs of locks a node was never sent (their
-// operation ended while they queued behind a slow call there): the node
-// may still hold the token a run of hand-offs began with, in place of the
-// current holder's. A later release, delete or hand-off of the current
-// holder's token is sent with the token the node may hold instead, so that
-// it does not stay until its ttl. Every token of the run was our own and
-// given up along it, so taking it away takes nothing from anyone. The
-// hand-offs are noted in any order (a queue answers a call it drops before
-// an earlier one that still waits for its key).
-type standIns struct {
-	mu sync.Mutex
-	m  map[string]string // by key and the hand-off's new token: the holder's token it was to replace
-}
-
-// dropped notes that op did not run on the node (see unrun).
-func (s *standIns) dropped(op nodeOp) {
-	if op.next == "" {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil || len(s.m) >= 1<<12 { // a bound: a key it forgets stays until its ttl
-		s.m = map[string]string{}
-	}
-	s.m[op.keys[0]+"\x00"+op.next] = op.args[op.find-1].(string)
-}
-
-// unrun reports whether err says that a call did not run on its node: it
-// was not sent, or the client gave up on it before it was written (the
-// context's own error, where a call cut while it was out fails with the
-// network's).
-func unrun(err error) bool {
-	var cut *net.OpError
-	return (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !errors.As(err, &cut)
-}
-
-// sending returns op as it is sent to the node: with the token the node
-// may hold in place of the one op looks for.
-func (s *standIns) sending(op nodeOp) nodeOp {
-	if op.find == 0 || op.holds && op.next == "" {
-		return op // an acquire, an extend: they look for no token of a run
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.m) == 0 {
-		return op
-	}
-	tok := op.args[op.find-1].(string)
-	for {
-		from, ok := s.m[op.keys[0]+"\x00"+tok]
-		if !ok {
-			break
-		}
-		delete(s.m, op.keys[0]+"\x00"+tok)
-		tok = from
-	}
-	if tok != op.args[op.find-1] {
-		op.args = slices.Clone(op.args)
-		op.args[op.find-1] = tok
-	}
-	return op
-}
-
 // pipe sends the calls bound for one node.
 type pipe struct {
 	rdb      redis.UniversalClient
-	known    *scripts  // the node's
-	stand    *standIns // the node's
+	known    *scripts // the node's
 	ack      replicaAck
 	mu       sync.Mutex
 	queue    []call
@@ -296,11 +191,10 @@ type pipe struct {
 	deadline time.Time      // of the batch in flight; zero when it has none
 }
 
-// submit queues c. It never blocks: the first call on an idle node starts a
-// sender goroutine, which goes on sending what queued behind it and ends
-// when the queue is empty. A send that is past its deadline (a connection
-// that hangs) no longer holds up the calls behind it: the next call starts
-// a new sender and the old one ends with its send.
+// submit queues c. It never blocks: the first call on an idle node starts
+// a sender goroutine, which sends what queues behind it and ends when the
+// queue is empty. A send past its deadline (a hung connection) does not
+// hold up the calls behind it: the next call starts a new sender.
 func (p *pipe) submit(c call) {
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
@@ -327,9 +221,8 @@ func (p *pipe) drain(id uint64) {
 		batch, rest := nextBatch(p.queue, p.spare[:0], p.out)
 		p.queue, p.spare = rest, nil
 		if len(batch) == 0 {
-			// Nothing to send now: the queue is empty, or every call in it
-			// waits for a key whose call is still out in an overdue send;
-			// that send's end drains the queue again.
+			// The queue is empty, or every call in it waits for a key out in
+			// an overdue send, whose end drains the queue again.
 			p.spare = batch
 			p.busy = false
 			p.mu.Unlock()
@@ -374,9 +267,6 @@ func (p *pipe) keysOut(batch []call) {
 // answer replies to c, a call of a batch being sent, once its keys are
 // back (see keysOut).
 func (p *pipe) answer(c call, v int64, vs []int64, err error) {
-	if unrun(err) {
-		p.stand.dropped(c.op)
-	}
 	if c.op.takes {
 		p.mu.Lock()
 		for _, k := range c.op.keys {
@@ -390,19 +280,15 @@ func (p *pipe) answer(c call, v int64, vs []int64, err error) {
 }
 
 // nextBatch splits queue into the calls sent next, as one pipeline, and
-// the rest, which keep their order (rest is appended to spare). A pipeline
-// holds no two calls on one key: within a pipeline, a call the node does
-// not know the script of (NOSCRIPT) is sent again after the others have
-// run (see send); were a later call on the same key among them, they would
-// run out of order there (a failed attempt's delete before its SET, which
-// would then stay until its ttl). So a call goes now only when no call
-// before it on any of its keys is still queued, nor, for a call that takes
-// away what was ours, an acquire or hand-off out (in an overdue send, which
-// the queue no longer waits for: see submit); calls on other keys go
-// past it, in any order, so that a key many calls wait for (one call per
-// round trip) does not hold up the others. A write of a hold whose
-// operation has ended goes now: it is answered without being sent, and
-// holds no key up.
+// the rest, which keep their order (appended to spare). A pipeline holds
+// no two calls on one key: a call answered NOSCRIPT is resent after the
+// others, and a later call on its key would then run first (a failed
+// attempt's delete before its SET). So a call goes now only when no
+// earlier call on its keys is queued and, if it takes away what was ours,
+// no acquire or hand-off on them is out in an overdue send (landing first,
+// it would leave that key until its ttl; other calls may land late). Calls
+// on other keys go past it, so that a busy key holds up no others. A write
+// of a hold whose operation has ended goes now: it is answered unsent.
 func nextBatch(queue, spare []call, out map[string]int) (batch, rest []call) {
 	if len(queue) < 2 && len(out) == 0 {
 		return queue, spare
@@ -445,7 +331,6 @@ func (p *pipe) send(batch []call) {
 			defer cancel()
 			c.io = io
 		}
-		c.op = p.stand.sending(c.op)
 		live = append(live, c)
 	}
 	switch len(live) {
@@ -460,9 +345,8 @@ func (p *pipe) send(batch []call) {
 
 	ctx, cancel := batchContext(live)
 	defer cancel()
-	// With WithReplicaAck, one WAIT after the batch's scripts covers every
-	// write of the batch: WAIT confirms all the writes made before it on
-	// its connection.
+	// One WAIT after the batch's scripts covers all its writes: WAIT
+	// confirms every write made before it on its connection.
 	ack := p.ack.on() && slices.ContainsFunc(live, func(c call) bool { return c.op.holds })
 	cmds := make([]*redis.Cmd, len(live))
 	wait := p.pipeline(ctx, live, cmds, nil, ack)
@@ -485,10 +369,9 @@ func (p *pipe) send(batch []call) {
 	}
 }
 
-// pipeline sends the calls of live (those of only, when it is not nil) in
-// one pipeline, each as EVALSHA when the node is known to have its script,
-// as EVAL otherwise (or when resent: only), their commands into cmds, and
-// a WAIT after them when ack.
+// pipeline sends the calls of live (only those of only, when not nil) in
+// one pipeline, as EVALSHA when the node is known to have the script and
+// as EVAL otherwise or when resent, into cmds, and a WAIT after when ack.
 func (p *pipe) pipeline(ctx context.Context, live []call, cmds []*redis.Cmd, only []int, ack bool) (wait *redis.Cmd) {
 	_, _ = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for i, c := range live {
@@ -509,13 +392,10 @@ func (p *pipe) pipeline(ctx context.Context, live []call, cmds []*redis.Cmd, onl
 }
 
 // resend sends again, with the script's text, the calls the node answered
-// NOSCRIPT (it restarted, or its script cache was flushed): they ran
-// nowhere the first time, so nothing runs twice; they do run after the
-// calls of the batch that followed them, which are on other keys (see
-// nextBatch). When those answers came after the calls' deadline, the
-// deletes among them are still sent (see lateIO), and the writes of a hold
-// are dropped, answered as they are. It returns the calls resent, those
-// dropped, and the resend's WAIT when ack.
+// NOSCRIPT: they ran nowhere, so nothing runs twice (they run after the
+// batch's later calls, on other keys: see nextBatch). Past the calls'
+// deadline, the writes of a hold are dropped, the others sent (lateIO). It
+// returns the calls resent, those dropped, and the resend's WAIT when ack.
 func (p *pipe) resend(ctx context.Context, live []call, cmds []*redis.Cmd, ack bool) (again, dropped []int, wait *redis.Cmd) {
 	for i, cmd := range cmds {
 		if noScript(cmd.Err()) {
@@ -563,10 +443,8 @@ func maxTimeout(batch []call) time.Duration {
 }
 
 // sendDeadline is when the send of batch is overdue: the latest of its
-// calls' deadlines, a late delete's counted from now (it gets a timeout of
-// its own, see lateIO), so that a batch of late deletes in flight is not
-// taken for a hung send and overtaken by a new sender; zero when a call
-// has no deadline.
+// calls' deadlines, a late delete's counted from now (see lateIO), so that
+// late deletes are not taken for a hung send; zero when one has none.
 func sendDeadline(batch []call) time.Time {
 	latest := latestDeadline(batch)
 	if latest.IsZero() {
@@ -605,21 +483,17 @@ func latestDeadline(batch []call) time.Time {
 }
 
 // WithBatching turns the batching of concurrent calls on or off. With it,
-// a call bound for a node that is idle is sent at once and alone; calls made
-// while one is in flight to that node wait for it and then go together as
-// one pipeline, so that under load many locks share each round trip. Each
-// node then gets one send at a time, in the order the calls were made, and
-// a call whose deadline passed while it waited is never sent.
+// a call bound for an idle node is sent at once, alone; calls made while
+// one is in flight to that node then go together as one pipeline, so that
+// under load many locks share each round trip. Each node gets one send at
+// a time, in the order the calls were made, and a write of a hold whose
+// deadline passed while it waited is never sent.
 //
-// Turn it off for nodes whose client can not pipeline, or to let a node's
-// calls use all of its connection pool at once: a hung connection then
-// holds up only the calls on it. Without it, though, a call whose caller
-// gave up still runs to its answer on a connection of the pool (a call
-// once sent is not cut: it could land after the attempt's cleanup), and
-// a stream of callers that give up at once (deadlines of a millisecond)
-// can hold every connection, so that another caller's call waits for one
-// past its node timeout; with batching, a write that can no longer count
-// is never sent. Default: on.
+// Turn it off for nodes whose client cannot pipeline, or to let a node's
+// calls use its whole connection pool (a hung connection then holds up
+// only its own calls). Without it, a sent call runs to its answer even
+// when its caller gave up, so a stream of callers that give up at once
+// can hold every connection past other callers' node timeouts. Default: on.
 func WithBatching(on bool) Option {
 	return clientOption(func(c *config) error {
 		c.unbatched = !on

@@ -22,9 +22,8 @@ func driftFor(ttl time.Duration, factor float64) time.Duration {
 }
 
 // validity is how much of ttl is left to the holder once elapsed has passed
-// since the operation started, less the drift. It may be negative. ttl,
-// elapsed and drift are not negative; the result saturates rather than
-// wrap.
+// since the operation started, less the drift: maybe negative, saturated
+// rather than wrapped (ttl, elapsed and drift are not negative).
 func validity(ttl, elapsed, drift time.Duration) time.Duration {
 	v := ttl - drift // no overflow: both are non-negative
 	if v < 0 && elapsed > v-math.MinInt64 {
@@ -34,9 +33,8 @@ func validity(ttl, elapsed, drift time.Duration) time.Duration {
 }
 
 // addSat returns a+b for non-negative a and b, or the longest Duration
-// when that overflows: durations a user passes may be anything up to
-// math.MaxInt64 ("forever"), and a sum of two must not wrap to a negative
-// one.
+// when that overflows: a user's durations may be up to math.MaxInt64
+// ("forever"), and a sum must not wrap to a negative one.
 func addSat(a, b time.Duration) time.Duration {
 	if a > math.MaxInt64-b {
 		return math.MaxInt64
@@ -71,15 +69,8 @@ const (
 
 // judgeRelease reads a release's answers: yes nodes deleted our key, no nodes
 // did not hold it, the rest failed; expired tells whether the validity had
-// run out before the release started.
-//
-// The lock held to the end if a quorum still had the token. It was lost if
-// a majority did not have it (their keys were gone: expiry, or a node that
-// lost its data), or if the validity had run out and no quorum confirmed the
-// token. A failed node counts as still holding it, as the safety
-// assumptions say a crashed node does (it persists the key or stays down
-// longer than the TTL). The release did its work once a quorum of nodes is
-// known to be free of the token, so that another client can acquire.
+// run out before the release started. The rules, and why a failed node
+// counts as still holding the token: docs/algorithm.md, "Release".
 func judgeRelease(n, quorum, yes, no int, expired bool) releaseOutcome {
 	switch {
 	case yes >= quorum:
@@ -95,20 +86,17 @@ func judgeRelease(n, quorum, yes, no int, expired bool) releaseOutcome {
 
 // renewDue is when a renewed lock valid until until for ttl is renewed next:
 // once two thirds of the validity that a renewal gives (ttl less the drift)
-// are left, i.e. a third of it after an acquire or a renewal that took no
-// time. Counting from the validity actually left, a lock whose acquire
-// took long is renewed at once.
+// are left, so a lock whose acquire took long is renewed at once.
 func renewDue(until time.Time, ttl, drift time.Duration) time.Time {
 	v := ttl - drift
 	return until.Add(-(2*(v/3) + 2*(v%3)/3)) // ⌊2v/3⌋, without overflowing 2·v
 }
 
 // renewMargin is how long before its Until a renewed lock is declared lost
-// at the latest when its renewals keep failing: the time one more renewal
-// may take (the node timeout) and the drift allowance, so that the holder
-// learns of the loss while it is still protected; but no more than a
-// quarter of the validity a renewal gives, so that the renewals are tried
-// for most of the rest.
+// at the latest when its renewals keep failing: the node timeout (one more
+// renewal) and the drift, so that the holder learns of the loss while
+// still protected; at most a quarter of the validity a renewal gives, so
+// that the renewals are tried for most of the rest.
 func renewMargin(ttl, nodeTimeout, drift time.Duration) time.Duration {
 	return min(addSat(nodeTimeout, drift), (ttl-drift)/4)
 }
@@ -121,11 +109,8 @@ const maxPX = int64(math.MaxInt64 / time.Millisecond)
 
 // pxMillis converts ttl to the whole milliseconds given to Redis, rounding
 // up: a key may outlive the lock's validity, never the other way round.
-// Only within the last millisecond below math.MaxInt64 does it round down
-// (to maxPX), by less than a millisecond: the validity of such a lock ends
-// at least the 2 ms of its drift allowance before the ttl (see driftFor),
-// so its key still outlives it. (Rounding up by adding a millisecond less a
-// nanosecond first overflowed there, and sent Redis a negative time.)
+// Within the last millisecond below math.MaxInt64 it rounds down (to
+// maxPX), which the 2 ms of the drift allowance (driftFor) cover.
 func pxMillis(ttl time.Duration) int64 {
 	ms := int64(ttl / time.Millisecond)
 	if ttl%time.Millisecond != 0 && ms < maxPX {
@@ -160,11 +145,10 @@ func decidedAt(n, q int) func(*tally) bool {
 const graceFloor = 5 * time.Millisecond
 
 // withGrace stops when stop does, or once decided says the outcome is
-// known and as long again has passed (at least graceFloor): the nodes that
-// answer about as fast as the deciding ones are still waited for, so that
-// their keys are known (and a release confirmed there), but a frozen or
-// slow node is not; its call finishes in the background, in order with
-// the node's next ones (see fanOut).
+// known and as long again has passed (at least graceFloor): the nodes
+// about as fast as the deciding ones are still waited for (their keys
+// known, a release confirmed there), but not a frozen or slow node, whose
+// call finishes in the background, in order (see fanOut).
 func withGrace(stop, decided func(*tally) bool) func(*tally) bool {
 	return func(t *tally) bool {
 		if stop(t) {
@@ -185,26 +169,22 @@ func wonAt(q int) func(*tally) bool {
 
 // onlyFailingLeft says when every node yet to answer is failing (frozen or
 // cut off), or still out past the deadline of the operation's previous
-// call there (before), or there is none. As a withGrace decision: such
-// nodes are not waited out, but a node still marked failing that answers
-// again about as fast as the others (it recovered; its mark goes with its
-// first answer) still counts.
+// call there (before), or there is none. As a withGrace decision, such
+// nodes are not waited out, but one that recovered and answers about as
+// fast as the others still counts (its mark goes with its first answer).
 func (c *Client) onlyFailingLeft(before settlement) func(*tally) bool {
 	return func(t *tally) bool { return !c.awaits(t, before) }
 }
 
-// attemptDone is an attempt's stop condition: q nodes hold, or only nodes
-// that are failing (frozen or cut off) have yet to answer; or, after a
-// grace (withGrace), the attempt has failed (so many nodes did not take the
-// key that q can not be reached). A failed attempt does not wait out the
-// failing nodes' timeout: its cleanup's delete follows each one's SET there
-// (see fanOut). An eager attempt returns at once when q is won or out of
-// reach, and waits only the grace for failing nodes.
-//
-// Unlike a Release, an attempt does not give failing nodes a grace once the
-// others have answered: on a machine so loaded that nodes time out, every
-// failed attempt then lasted twice as long, and the calls of the attempts
-// waiting behind them piled up on the nodes (a chaos run made no progress).
+// attemptDone is an attempt's stop condition: q nodes hold, or only
+// failing nodes (frozen or cut off) have yet to answer; or, after a grace
+// (withGrace), q is out of reach, so that the cleanup sees which of the
+// nodes about as fast took the key (a failing node's delete follows its
+// SET there: see fanOut). An eager attempt returns at once when q is won
+// or out of reach, and waits only the grace for failing nodes. Unlike a
+// Release, it gives failing nodes no grace once the others have answered:
+// under a load that makes nodes time out, that would double every failed
+// attempt, and the calls queued behind them would pile up.
 func (c *Client) attemptDone(q int, eager bool) func(*tally) bool {
 	decided, failing := decidedAt(len(c.nodes), q), c.onlyFailingLeft(settlement{})
 	if eager {
@@ -217,26 +197,14 @@ func (c *Client) attemptDone(q int, eager bool) func(*tally) bool {
 
 // releasedAt is Release's stop condition: every node has answered, or q
 // nodes (counting base confirmed before) deleted the token and the nodes
-// yet to answer are failing, or still out past the deadline of the lock's
-// previous operation there (before); or, once q nodes (with base) are known
-// to be free of the token, the grace of withGrace has passed. Release
-// waits for the nodes that answer about as fast as the quorum, so that a
-// program that closes its clients or exits right after Release leaves no
-// key behind on them; it does not wait for a node that is frozen, cut off
-// or much slower, whose delete finishes in the background (and whose key
-// expires with the ttl anyway). Waiters are woken by each node's delete,
-// so the wait costs the next holder nothing. skipped is how many nodes the
-// fan-out skips (they count as holdsNot in its tally); baseNo of them were
-// found without the token before.
-//
-// Unless known (the outcome is settled already: the lock was found lost,
-// or its validity ran out), the grace starts only once the answers also
-// tell whether the lock held to the end: a quorum deleted the token, or a
-// majority did not have it. Answers that are mixed so far (the key expired
-// on some nodes) are waited for up to the node timeout, so that a loss the
-// slower nodes show is reported. Nodes known to be failing are not waited
-// out, even when the others are too few to tell: once only they are left,
-// the grace starts (onlyFailingLeft).
+// yet to answer are failing, or out past the deadline of the lock's
+// previous operation there (before); or the grace of withGrace has passed
+// since q nodes (with base) were known free of the token and, unless known
+// (found lost, or validity out), the answers tell whether the lock held (so
+// that a loss the slower nodes show is reported), or only failing nodes
+// are left. skipped is how many nodes the fan-out skips (holdsNot in its
+// tally); baseNo of them were found without the token before. See
+// docs/algorithm.md, "Release".
 func (c *Client) releasedAt(q, base, baseNo, skipped int, known bool, before settlement) func(*tally) bool {
 	n := len(c.nodes)
 	failing := c.onlyFailingLeft(before)

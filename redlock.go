@@ -35,24 +35,10 @@ import (
 	"github.com/quorumlock/redlock/internal/reply"
 )
 
-// Acquiring a lock: the algorithm's five steps, in order, in this file.
-//
-//  1. attempt notes the start on the Client's Clock and draws a new token
-//     (newAcquisition);
-//  2. it runs the kind's acquire script on every node at once, each call
-//     under the node timeout (acquisition.fanOut, Client.fanOut in
-//     fanout.go), and counts the answers;
-//  3. conclude computes the validity, ttl − elapsed − drift, and grants the
-//     lock when a quorum took it and validity is left (for a fenced lock,
-//     once its token is stored on a quorum: settleFence);
-//  4. otherwise cleanup deletes the key on every node that may hold it,
-//     with a context the caller's cancellation does not reach;
-//  5. acquireLoop waits (the retry policy, or until the release is heard:
-//     wakeup.go) and tries again until ctx ends; TryAcquire stops after one
-//     attempt.
-//
-// The Client and New are in client.go; a Lock's Extend and Release, which
-// follow the same steps, in lock.go.
+// The five steps of the package doc run in this file, in order: attempt
+// (1 and 2: newAcquisition, acquisition.fanOut), conclude (3; settleFence
+// for a fenced lock), cleanup (4) and acquireLoop (5; wakeup.go). The
+// Client and New are in client.go; Extend and Release in lock.go.
 
 // Acquire acquires the lock on key for ttl, retrying after failed attempts
 // (see WithRetry) until it succeeds or ctx ends. The Lock is valid for ttl
@@ -69,9 +55,9 @@ import (
 //
 // It returns an error matching ErrInvalidArgument for an empty key, a ttl
 // that is not larger than the drift allowance, a bad option, or two kind
-// options, before any node is contacted. When ctx ends first, the error matches both
-// ErrNotAcquired and ctx.Err(), and joins the last attempt's *NodeError
-// values.
+// options, before any node is contacted. When ctx ends first, the error
+// matches both ErrNotAcquired and ctx.Err(), and joins the last attempt's
+// *NodeError values.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	ac, err := c.acquireConfig(key, ttl, opts)
 	if err != nil {
@@ -147,24 +133,19 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		w.ln.leave(c, ac.timeout)
 		w.watch.close()
 	}()
-	// The calls of the attempts, their cleanups and the leave go to each
-	// node in order: a late cleanup must not land after a later attempt's
-	// calls (it would put a fair waiter back in a queue it had left).
+	// The attempts, their cleanups and the leave reach each node in order:
+	// a late cleanup landing after a later attempt's calls would put a fair
+	// waiter back in a queue it had left.
 	var settled settlement
 	for failed := 1; ; failed++ {
 		*attempts = failed
-		// Each attempt has a token of its own: a late delete from an
-		// earlier attempt's cleanup can then never remove a later attempt's
-		// key. What must last across attempts (a writer's mark, a place in
-		// a fair queue) has a waiter ID in the kind.
+		// A token per attempt (see cleanup); what lasts across attempts (a
+		// writer's mark, a place in a fair queue) has a waiter ID in the kind.
 		a := c.newAcquisition(k, ac, settled)
-		// An announcement from before this attempt is old news; one that
-		// comes while it runs is not, and ends the wait after it at once.
+		// Only an announcement made while the attempt runs ends the wait.
 		w.watch.drain()
-		// A fair waiter named first in line tries again at once if refused
-		// (the release has not reached every node yet): it need not wait for
-		// a frozen node's timeout to learn that. Its keys on nodes that had
-		// not answered are deleted in order before its next attempt there.
+		// A fair waiter named first in line is eager: refused, it tries
+		// again at once rather than wait out a frozen node's timeout.
 		lock, qe := c.attempt(ctx, &a, w.first)
 		if qe == nil {
 			return lock, nil
@@ -181,11 +162,9 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		fresh := w.listen(ctx, c, qe, failed, a.cfg.timeout)
 		delay, listen := w.delay(ac, qe, failed, a.cfg.timeout, fresh)
 		if qe.silent && !a.settled.wait(ctx) {
-			// No node answered in time, and the calls sent are still on
-			// their way (a network slower than the node timeout): the next
-			// attempt's calls would queue behind them and this attempt's
-			// cleanup, and spend its node timeout waiting there. So they are
-			// waited for first (up to their own deadlines).
+			// No node answered in time and the calls are still on their way:
+			// the next attempt's calls would spend their node timeout queued
+			// behind them, so they are waited for first (to their deadlines).
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
 		var ok bool
@@ -247,24 +226,18 @@ func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout t
 		w.wokeAt = time.Now()
 	}
 	if w.watch.subscribed() && ac.retry == defaultRetry && time.Since(w.wokeAt) > subscribedPoll {
-		// The release will be heard: the timer is only for the release
-		// that is missed (the node fails) or never announced (the
-		// holder's key expires). Not right after a release was heard,
-		// though: a refusal then may be the release not yet landed on
-		// a quorum (it is announced by the first node to delete the
-		// key), and is tried again after the policy's delay.
+		// The release will be heard: the timer is only for one missed
+		// (the node fails) or never announced (the key expires). Not
+		// right after a release was heard: a refusal then may be that
+		// release not yet landed on a quorum.
 		delay = max(delay, subscribedPoll+mrand.N(subscribedPoll/2))
 	}
 	if time.Since(w.wokeAt) < timeout && (!qe.taken || qe.holder == w.lastHolder) {
-		// Woken by a release (within a node timeout) and still
-		// refused, and no one holder shows on a quorum: the clients
-		// woken with us may have split the votes, and then nobody
-		// holds the key and nobody will announce a release. Or the
-		// holder whose release woke us still shows on a quorum: the
-		// release is announced by the first node to delete the key,
-		// and has not landed on the others yet. Either way, try again
-		// soon, at a random moment, rather than after the policy's
-		// delay. (A new holder that won the key is waited for.)
+		// Woken and still refused, with no new holder on a quorum: the
+		// woken clients may have split the votes (nobody will announce a
+		// release), or the release, announced by the first node to
+		// delete the key, has not landed on the others yet. Try again
+		// soon; a new holder is waited for.
 		delay = min(delay, wakeSpread+mrand.N(4*wakeSpread))
 	}
 	if qe.taken {
@@ -274,24 +247,16 @@ func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout t
 		delay = w.line.nextWait(delay, w.first)
 	}
 	if fresh {
-		// A release between this attempt's refusal and the subscription
-		// was announced before anyone listened: one more attempt at
-		// once sees it (without it, about 1 wait in 12 on a key held
-		// 5-20 ms fell back to the subscribed poll; bench -probe
-		// wakeups).
+		// A release between the refusal and the subscription was
+		// announced to nobody: one more attempt at once sees it.
 		delay = 0
 	}
 	if qe.unreachable {
-		// A majority of the nodes is down, frozen or cut off: the
-		// attempts fail at once (nodes known to be failing are not
-		// waited for), and the next could not do better for a while.
-		// A few a second, not hundreds; and a release heard meanwhile
-		// (our own attempt's undo, announced: hundreds a second) does
-		// not cut the wait short, as no quorum can form. A fair waiter
-		// keeps its own pace (nextWait): held back 250 ms, one that a
-		// node's restart had left out of some queues was overtaken (1
-		// grant in 15 out of ticket order with a node down at each
-		// waiter's draw, under load).
+		// A majority is down, frozen or cut off: attempts fail at once
+		// and the next cannot do better soon. A few a second, and a
+		// release heard meanwhile (our own undo) does not cut the wait.
+		// A fair waiter keeps its own pace (nextWait): held back, one
+		// that a node's restart left out of some queues was overtaken.
 		if !w.inLine {
 			delay = max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
 		}
@@ -309,10 +274,9 @@ func (c *Client) leave(ctx context.Context, a *acquisition) {
 	}
 }
 
-// acquisition is one attempt to acquire a lock: what each of its steps
-// (attempt, conclude, settleFence, cleanup, leave) needs, the node timeout
-// worked out once, and the settlement of the last calls it sent, which the
-// next calls to each node wait for.
+// acquisition is one attempt to acquire a lock: what its steps need, the
+// node timeout worked out once, and the settlement of the last calls it
+// sent, which the next calls to each node wait for.
 type acquisition struct {
 	kind    kind
 	token   string        // the attempt's own
@@ -336,11 +300,10 @@ func (a *acquisition) fanOut(ctx context.Context, c *Client, stop func(*tally) b
 	return t
 }
 
-// attempt is one run of steps 1 to 4 of the algorithm for a lock of kind
-// k under token. Its error carries the context's error when the context had
-// ended by the time it returned. eager returns a failure as soon as the
-// quorum is out of reach, rather than after every node answered or timed
-// out.
+// attempt is one run of steps 1 to 4 of the algorithm for a. Its error
+// carries the context's error when the context had ended by its return.
+// eager returns a failure as soon as the quorum is out of reach (see
+// attemptDone).
 func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock, *quorumError) {
 	if err := ctx.Err(); err != nil {
 		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", a.kind.describe()), cause: err, heldOn: -1}
@@ -349,12 +312,7 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 		return nil, c.refusal(a, err)
 	}
 	a.start = c.cfg.clock.Now()
-	// Return as soon as a quorum holds, leaving slower nodes to the
-	// settlement. A failure waits for the nodes that answer about as fast
-	// as those that decided it (withGrace), so that the cleanup sees which
-	// of them took the key, but not for a frozen or slow node: its delete
-	// follows its SET in the background. Nodes known to be failing (frozen
-	// or cut off) get no more than that grace.
+	// When to stop waiting for the nodes: see attemptDone.
 	q := a.kind.quorum(len(c.nodes))
 	wall := time.Now()
 	t := a.fanOut(ctx, c, c.attemptDone(q, eager), nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenceKeep()))
@@ -403,8 +361,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	}
 
 	// Step 4: a node that failed or did not answer may still have taken the
-	// lock, so everything but a definite "held by another" is released, each
-	// node's delete sent once its SET has landed or timed out.
+	// lock, so everything but a definite "held by another" is released.
 	c.cleanup(ctx, a, t)
 
 	var detail string
@@ -442,9 +399,8 @@ func (c *Client) grant(ctx context.Context, a *acquisition, t tally, fence int64
 }
 
 // notAcquired is the error of an attempt that the nodes (t) did not grant,
-// with what the next attempt needs to know: where to listen for the
-// release, whether one holder has the key, and whether the nodes failed
-// rather than refused.
+// with what the next attempt needs: where to listen for the release,
+// whether one holder has the key, whether the nodes failed or refused.
 func (c *Client) notAcquired(ctx context.Context, k kind, t tally, q int, detail string) *quorumError {
 	holder, taken := takenByOne(t, q)
 	return &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs,
@@ -474,11 +430,11 @@ func (c *Client) timeoutHint(timeout time.Duration) string {
 }
 
 // cleanup releases key after a failed attempt whose tally it is given,
-// with a context that the caller's cancellation does not reach: the caller
-// may have given up, but the keys must still go. It waits for the nodes that
-// took the key or were not waited for; on those that failed, the delete goes
-// on in the background, so that a dead node does not hold up the next
-// attempt.
+// with a context the caller's cancellation does not reach (the keys must go
+// even if the caller gave up). It waits for the nodes that took the key;
+// elsewhere the delete goes on in the background after the node's SET (see
+// fanOut), so a dead or frozen node does not hold up the next attempt. An
+// attempt's own token means a late delete removes only its own key.
 func (c *Client) cleanup(ctx context.Context, a *acquisition, t tally) {
 	answers := t.answers
 	skip := make([]bool, len(answers))
@@ -487,11 +443,7 @@ func (c *Client) cleanup(ctx context.Context, a *acquisition, t tally) {
 		// was never sent (its operation ended first: see notSent).
 		skip[i] = a == holdsNot || t.unsent != nil && t.unsent[i]
 	}
-	// Wait for the nodes that took the key (they answer quickly); the
-	// deletes on nodes that failed or were not waited for go on in the
-	// background, each after the node's SET (see fanOut), so that a dead or
-	// frozen node does not hold up the next attempt. Every attempt has its
-	// own token, so a late delete can only remove this attempt's key.
+
 	answered := func(t *tally) bool {
 		for i, ans := range answers {
 			if ans == holds && t.answers[i] == unanswered {

@@ -9,27 +9,13 @@ import (
 	"time"
 )
 
-// One scheduler per Client keeps the time of all its locks that need it:
-// those acquired WithAutoRenew, renewed when due, and those whose Done was
-// called, ended when their validity runs out. It is one goroutine, running
-// while any lock is scheduled, which waits on the Client's Clock for the
-// earliest of them; no lock has a goroutine of its own.
-//
-// Renewals that fall due together go out together: when a lock's renewal
-// falls due, the plain locks due within their slack after it (a twentieth
-// of the ttl, at most renewSlackMax) go with it, a little early, up to
-// renewBatchMax of them in one script call per node (renew_batch.lua), one
-// round trip renewing them all. Each lock keeps its own quorum and
-// validity, counted from what each node answered for it; the batch waits
-// for the nodes until the earliest of their deadlines at most. Locks of the
-// other kinds, a renewal with less than a quarter of the validity a
-// renewal gives left before its deadline, a lock an Extend or a Release is busy with, and the locks of
-// Clients of Redis Cluster nodes or without batching, are renewed one lock
-// at a time, as an Extend.
-//
-// Nothing the scheduler tells (a loss, to the logger and the Observer) runs
-// on its goroutine or with a lock of a batch held: an Observer may Release
-// any lock, and wait for the nodes to do it.
+// One scheduler per Client, one goroutine while any lock is scheduled,
+// renews the locks acquired WithAutoRenew when due (plain locks due within
+// their slack together: renewBatch) and ends those whose Done was called
+// when their validity runs out (docs/algorithm.md, "Fencing, Done,
+// renewal, Do"). Nothing it tells (a loss, to the logger and the Observer)
+// runs on its goroutine or with a lock of a batch held: an Observer may
+// Release any lock, and wait for the nodes to do it.
 
 const (
 	// renewBatchMax is the most locks one script call renews: a script
@@ -108,8 +94,7 @@ func (s *scheduler) drop(l *Lock) {
 
 // queueLocked puts the lock in the queue at its next time, or moves it
 // there, unless it no longer needs the scheduler. A lock being renewed is
-// queued at its deadline: a renewal held up (behind an Extend, by slow
-// nodes) does not keep it from ending then.
+// queued at its deadline, so a held-up renewal cannot keep it from ending.
 func (s *scheduler) queueLocked(l *Lock) {
 	sc := &l.sched
 	at, slack, ok := l.nextTime()
@@ -173,10 +158,9 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // dueLocked takes the locks due at now off the queue: those to lose (past
-// their deadline) and those to renew (within their slack of their renewal
-// time, and not being renewed), which wait in the queue at their deadline
-// until the renewal is over; the others go back at their time. s.mu is
-// held.
+// their deadline) and those to renew (within their slack, not being
+// renewed), queued again at their deadline until the renewal is over; the
+// others go back at their time. s.mu is held.
 func (s *scheduler) dueLocked(now time.Time) (lose, renew []*Lock) {
 	var due []*Lock
 	for len(s.queue) > 0 && !s.queue[0].sched.early.After(now) {
@@ -214,11 +198,9 @@ func (s *scheduler) run() {
 			return
 		}
 		if len(s.queue) > 0 {
-			// It wakes when the first lock is due, and takes with it those
-			// that fall due within their slack.
+			// Wake when the first lock is due (see dueLocked).
 			if next := s.queue[0].sched.at; timer == nil || next.Before(s.waitAt) {
-				// A new wait only when the earliest lock moved earlier:
-				// the wait under way is kept otherwise.
+				// A new wait only when the earliest lock moved earlier.
 				s.waitAt, timer = next, clock.After(next.Sub(clock.Now()))
 			}
 		} else {
@@ -227,9 +209,7 @@ func (s *scheduler) run() {
 		s.mu.Unlock()
 
 		for _, l := range lose {
-			// In a goroutine: the Observer and the logger told of the loss
-			// (an Observer may Release the lock, waiting for the nodes)
-			// hold up neither the scheduler nor the other locks.
+			// In a goroutine: see the top of this file.
 			go l.lose(l.lossReason())
 		}
 		s.c.startRenewals(renew)
@@ -274,8 +254,10 @@ func (s *scheduler) renewed(l *Lock, retryAt time.Time) {
 	s.queueLocked(l)
 }
 
-// startRenewals renews the locks: plain ones together where they can be
-// (see renewBatch), each of the others on its own. It does not wait.
+// startRenewals renews the locks: plain ones together, up to
+// renewBatchMax a call (see renewBatch), each of the others on its own, as
+// an Extend (other kinds, a renewal close to its deadline, Clients of Redis
+// Cluster nodes or without batching). It does not wait.
 func (c *Client) startRenewals(locks []*Lock) {
 	if len(locks) == 0 {
 		return
@@ -302,8 +284,7 @@ func (c *Client) startRenewals(locks []*Lock) {
 
 // renewOnce renews the lock once, as an Extend with the node timeout cut
 // to its deadline, and tells the scheduler how it went. It renews the
-// lease as it is once an Extend or Release busy with the lock is done
-// with it: a shorter Extend's ttl and deadline.
+// lease an Extend or Release busy with the lock leaves.
 func (l *Lock) renewOnce() {
 	c := l.client
 	var retryAt time.Time
@@ -352,10 +333,9 @@ func (c *Client) holdForRenewal(locks []*Lock) []*Lock {
 	return held
 }
 
-// renewalOp is the one call per node that renews the locks held: their
-// tokens and ttls, each lock's lease, and the terms of the call, whose
-// timeout is the shortest (each lock's wait ends by its deadline, as a
-// renewal's does).
+// renewalOp is the one call per node that renews the locks held, each
+// lock's lease, and the terms of the call, whose timeout is the shortest
+// (each lock's wait ends by its deadline, as a renewal's does).
 func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms) {
 	leases = make([]terms, len(held))
 	keys := make([]string, len(held))
@@ -392,10 +372,10 @@ func (l *Lock) renewalOver(tm terms, lost bool, err error, retryAt *time.Time) {
 	}
 }
 
-// renewBatch renews plain locks together: one script call per node renews
-// them all (renew_batch.lua), and each lock is judged on its own, from
-// what each node answered for it, as Extend judges one. A lock that an
-// Extend or a Release is busy with is renewed on its own, after it.
+// renewBatch renews plain locks with one script call per node
+// (renew_batch.lua), waiting for the nodes until the earliest of their
+// deadlines at most, and judges each lock on its own, as Extend does. A
+// lock that an Extend or Release is busy with is renewed alone, after it.
 func (c *Client) renewBatch(locks []*Lock) {
 	clock := c.cfg.clock
 	held := c.holdForRenewal(locks)
@@ -446,8 +426,7 @@ func (c *Client) renewBatch(locks []*Lock) {
 			}
 		}
 		if o.lost {
-			// In a goroutine: an Observer told of the loss (which may
-			// Release the lock, against frozen nodes) holds up no other.
+			// In a goroutine: an Observer told of the loss holds up no other.
 			go func() {
 				var retryAt time.Time
 				l.renewalOver(leases[j], true, o.err, &retryAt)

@@ -9,16 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A node with replicas answers a write before its replicas have it; if the
-// node then fails and a replica is promoted (Sentinel, a managed Redis),
-// the new master may not have our key, and another client can take the
-// lock there. With WithReplicaAck, a node counts as holding a lock only
-// once Redis's WAIT, sent on the same connection right after the write,
-// confirms that enough replicas have it. It narrows that window; it does
-// not close it: WAIT does not make the write durable (a replica can still
-// lose it in a restart without persistence, and an acknowledged write can
-// still be lost if the replicas that had it are not the one promoted).
-
 // errReplicasBehind: a node's replicas did not confirm a write in time.
 var errReplicasBehind = errors.New("replicas behind")
 
@@ -53,25 +43,25 @@ func (a replicaAck) check(wait *redis.Cmd) error {
 // followed on its connection by Redis's WAIT replicas timeout, and a node
 // whose replicas confirm fewer counts as failed for that operation (its
 // write is cleaned up like any failed node's). Use it when a node is a
-// master with replicas that may be promoted in its place (Sentinel, a
-// managed Redis): a lock is then held on the replicas of a quorum, not only
-// on their masters, and a failover loses it less often. It does not make
-// a failover safe: a promoted replica can still miss a write that WAIT saw
-// confirmed elsewhere, and a replica without persistence loses what it
-// had when it restarts (docs/safety.md).
+// master whose replicas may be promoted in its place (Sentinel, a managed
+// Redis): a lock is then held on the replicas of a quorum, and a failover
+// loses it less often. It does not make a failover safe: WAIT does not
+// make a write durable, a promoted replica can still miss a write that
+// WAIT saw confirmed elsewhere, and a replica without persistence loses
+// what it had when it restarts (docs/safety.md).
 //
 // While a node's replicas lag, every batch of writes to it waits up to
-// timeout for them, and the calls queued behind it wait too: keep timeout
-// a small part of the node timeout. A release or a delete that waited past
-// its node timeout is still sent.
+// timeout, and the calls queued behind it too: keep timeout a small part
+// of the node timeout. A release or a delete that waited past its node
+// timeout is still sent.
 //
-// replicas must be at least 1 and timeout positive; timeout must also be
-// shorter than the node timeout of each operation (WithNodeTimeout, or a
-// tenth of the ttl), which an Acquire or Extend otherwise refuses with an
-// error matching ErrInvalidArgument. Every node must be a *redis.Client:
-// New refuses the others (a ClusterClient or a Ring sends a keyless WAIT to
-// a server of its choosing, not after the write). Default: off; a node
-// counts once it answers.
+// replicas must be at least 1 and timeout positive and shorter than each
+// operation's node timeout (WithNodeTimeout, or a tenth of the ttl), which
+// an Acquire or Extend otherwise refuses with an error matching
+// ErrInvalidArgument. Every node must be a *redis.Client: New refuses the
+// others (a ClusterClient or a Ring sends a keyless WAIT to a server of
+// its choosing, not after the write). Default: off; a node counts once it
+// answers.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if replicas < 1 {

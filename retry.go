@@ -6,14 +6,11 @@ import (
 	"time"
 )
 
-// RetryPolicy decides how long Acquire waits after a failed attempt before it
-// tries again. Acquire keeps trying until it succeeds or its context ends;
-// bound the wait with the context.
-//
-// Delay is called with the number of attempts that have failed so far (1
-// after the first). It must be safe for concurrent use: one policy serves
-// every Acquire of a Client at once, so it should keep no state between
-// calls.
+// RetryPolicy decides how long Acquire waits after a failed attempt before
+// it tries again; Acquire keeps trying until it succeeds or its context
+// ends. Delay is called with the number of attempts that have failed so
+// far (1 after the first). It must be safe for concurrent use: one policy
+// serves every Acquire of a Client at once, so it should keep no state.
 type RetryPolicy interface {
 	Delay(failed int) time.Duration
 }
@@ -25,19 +22,15 @@ type RetryFunc func(failed int) time.Duration
 func (f RetryFunc) Delay(failed int) time.Duration { return f(failed) }
 
 // ExponentialBackoff returns the default policy shape: the n-th delay is
-// drawn uniformly from [d/2, d], where d = base·2^(n-1) capped at max. The
-// random half spreads contenders apart so that they do not collide again
-// on the next attempt.
-//
+// drawn uniformly from [d/2, d], where d = base·2^(n-1) capped at max; the
+// random half spreads contenders apart so that they do not collide again.
 // It requires 0 < base <= max; WithRetry reports other values.
 func ExponentialBackoff(base, max time.Duration) RetryPolicy {
 	return exponentialBackoff{base: base, max: max}
 }
 
 // RandomDelay returns a policy whose every delay is drawn uniformly from
-// [min, max].
-//
-// It requires 0 < min <= max; WithRetry reports other values.
+// [min, max]. It requires 0 < min <= max; WithRetry reports other values.
 func RandomDelay(min, max time.Duration) RetryPolicy {
 	return randomDelay{min: min, max: max}
 }
@@ -48,27 +41,22 @@ const (
 	defaultRetryMax  = 320 * time.Millisecond
 )
 
-// defaultRetry is the default policy. While an Acquire is subscribed to
-// the lock's release announcements, it waits at least about subscribedPoll
-// between attempts (see Client.acquireLoop).
+// defaultRetry is the default policy (see also subscribedPoll).
 var defaultRetry RetryPolicy = defaultPolicy{exponentialBackoff{base: defaultRetryBase, max: defaultRetryMax}}
 
-// defaultPolicy is the default policy's own type: a policy given with
-// WithRetry, even ExponentialBackoff(10ms, 320ms), is never taken for it,
-// and is followed as given.
+// defaultPolicy is the default policy's own type, so that a policy given
+// with WithRetry, even ExponentialBackoff(10ms, 320ms), is followed as given.
 type defaultPolicy struct{ exponentialBackoff }
 
-// unreachablePoll is the least wait between the attempts of an Acquire
-// while so many nodes fail that no quorum can form (up to half as long
-// again, at random): with a majority frozen, a waiter tried every 2.5 ms
-// (110 attempts in 300 ms), each one cleaned up on the nodes that answered.
+// unreachablePoll is the least wait (up to half as long again, at random)
+// between an Acquire's attempts while so many nodes fail that no quorum
+// can form: each attempt would only be cleaned up on the nodes that answer.
 const unreachablePoll = 250 * time.Millisecond
 
-// subscribedPoll is the least wait between the attempts of an Acquire with
-// the default policy once it hears the lock's release announced (up to half
-// as long again, at random): at most one attempt a second per waiter while
-// the holder holds. The attempt right after a new subscription is
-// confirmed is made at once: a release before it was not heard.
+// subscribedPoll is the least wait (up to half as long again, at random)
+// between the attempts of an Acquire with the default policy once it hears
+// the lock's release announced. The attempt right after a new subscription
+// is confirmed is made at once: a release before it was not heard.
 const subscribedPoll = time.Second
 
 type exponentialBackoff struct{ base, max time.Duration }
@@ -145,21 +133,18 @@ func (o retryOption) applyAcquire(c *acquireConfig) error { return o.apply(&c.re
 // WithRetry sets how long Acquire waits between attempts. Given to New it
 // sets the Client's default; given to Acquire it applies to that call.
 // TryAcquire makes one attempt and ignores it. The policy must not be nil.
+// Default: ExponentialBackoff(10ms, 320ms); once the Acquire is subscribed
+// to the lock's release announcements (it then tries again as soon as a
+// release is heard, and once right after subscribing), it waits at least
+// 1 s (up to 1.5 s) between attempts: at most one a second per waiter.
 //
-// Default: ExponentialBackoff(10ms, 320ms), which, once the Acquire is
-// subscribed to the lock's release announcements (it then tries again as
-// soon as the release is heard, and once right after subscribing), waits
-// at least 1 s (up to 1.5 s) between attempts: at most one attempt a
-// second per waiter while the lock is held.
-//
-// A policy given here (any, the default's own parameters included) sets
-// the wait after each failed attempt, with three exceptions that hold for
-// every policy: a release heard ends the wait at once (after a random
-// 0.5 ms at most); an attempt refused right after a release was heard,
-// with no holder on a quorum (a split vote, or the release not yet landed
-// everywhere), waits at most 2.5 ms; and while so many nodes fail that no
-// quorum can form, the wait is at least 250 ms (up to 375 ms). A fair
-// lock's waiter also tries at least every quarter of its patience.
+// Any policy given here, the default's parameters included, is followed
+// with three exceptions: a release heard ends the wait at once (after a
+// random 0.5 ms at most); an attempt refused right after a release was
+// heard, with no holder on a quorum (a split vote, or the release not yet
+// landed everywhere), waits at most 2.5 ms; and while so many nodes fail
+// that no quorum can form, the wait is at least 250 ms (up to 375 ms). A
+// fair lock's waiter also tries at least every quarter of its patience.
 func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
 
 // WithMaxAttempts bounds how many attempts Acquire makes: once n attempts
@@ -167,8 +152,8 @@ func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
 // last attempt's *NodeError values, even if ctx has time left. Given to New
 // it sets the Client's default; given to Acquire it applies to that call.
 // TryAcquire always makes one attempt. A bounded Acquire does not wait for
-// its turn behind other Acquires of the same Client for the key (it
-// contends on the nodes at once), and a fair lock's ticket draw is bounded
-// by n draws too. n must be at least 1 (0 is refused rather than read as
-// "no limit"). Default: no limit, Acquire tries until ctx ends.
+// its turn behind the Client's other Acquires of the key (it contends on
+// the nodes at once), and a fair lock's ticket draw takes at most n draws.
+// n must be at least 1 (0 is refused, not read as "no limit"). Default: no
+// limit, Acquire tries until ctx ends.
 func WithMaxAttempts(n int) RetryOption { return retryOption{bounded: true, maxAttempts: n} }

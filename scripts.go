@@ -10,8 +10,7 @@ import (
 )
 
 // The per-node operations. Each runs one Lua script, so that comparing the
-// token and acting on it is atomic on the node. Script.Run sends EVALSHA and
-// falls back to EVAL when the node does not know the script yet.
+// token and acting on it is atomic on the node.
 
 var (
 	acquireScript    = loadScript("acquire.lua")
@@ -32,8 +31,7 @@ var (
 )
 
 // The scripts are the files of lua/, each run after the functions of
-// lua/prelude.lua it uses (the node's time, lengthening a key, the fencing
-// and ticket counters, the comparison of tokens), which the scripts share.
+// lua/prelude.lua it uses, which the scripts share.
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS
@@ -43,10 +41,8 @@ func loadScript(file string) *redis.Script { return redis.NewScript(scriptSource
 
 // scriptSource is the text run for lua/file: the prelude's functions that
 // the file uses (directly or through one another), then the file. Only
-// those: a script runs its whole text on every call, and defining every
-// function of the prelude each time cost a lock on one node 10 % of its
-// rate (K at N = 1: 0.63 of the pipelined floor with the whole prelude,
-// 0.65-0.72 with its functions in use, 0.65-0.70 before the prelude).
+// those: a script runs its whole text on every call, so unused functions
+// would slow every call.
 func scriptSource(file string) string {
 	body, err := luaFiles.ReadFile("lua/" + file)
 	if err != nil {
@@ -96,14 +92,12 @@ func preludeFuncs() []luaFunc {
 }
 
 // companion names a key or channel that belongs to the lock key key (its
-// fencing counter, a kind's own keys, its release channel), in key's Redis
+// fencing counter, a kind's own keys, its release channel) in key's Redis
 // Cluster hash slot, so that one script may use both on a cluster node. A
-// key that has a hash tag keeps it: "{order}:1" gives "{order}:1::fence".
-// Any other key becomes the tag: "order:1" gives "{order:1}:fence". The two
-// forms never give the same name: in one the suffix follows "::", in the
-// other "}:".
-//
-// A key without a hash tag that contains "}" cannot share a slot with any
+// key with a hash tag keeps it ("{order}:1" gives "{order}:1::fence");
+// any other key becomes the tag ("order:1" gives "{order:1}:fence"). The
+// two forms never collide: one suffix follows "::", the other "}:". A key
+// without a hash tag that contains "}" cannot share a slot with any
 // other key; on a Redis Cluster, give such a key a tag.
 func companion(key, suffix string) string {
 	if hasHashTag(key) {
@@ -144,7 +138,7 @@ func handOffOn(key, token, from string, ttl, fence time.Duration) nodeOp {
 		keys = append(keys, fenceKey(key))
 		args = append(args, pxMillis(fence))
 	}
-	return nodeOp{script: handOffScript, keys: keys, args: args, holds: true, takes: true, find: 3, next: token}
+	return nodeOp{script: handOffScript, keys: keys, args: args, holds: true, takes: true}
 }
 
 // raiseFenceOn sets the node's fencing (or ticket) counters to at least
@@ -160,7 +154,7 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 // releaseOn deletes key if it holds token, and announces it on the key's
 // release channel, so that waiters try again at once.
 func releaseOn(key, token string) nodeOp {
-	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key), wokenKey(key)}, args: []any{token, releaseChannel(key)}, find: 1}
+	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key), wokenKey(key)}, args: []any{token, releaseChannel(key)}}
 }
 
 // lineKey is the line of a plain lock's waiters on a node (line.lua).
@@ -181,11 +175,10 @@ func lineOn(key, name string, join bool, ttl time.Duration) nodeOp {
 }
 
 // dropOn deletes key if it holds token, without announcing it: the cleanup
-// of a failed attempt. Nobody held that lock; with many processes waiting,
-// waking them all after every failed attempt would set them colliding
-// again and again.
+// of a failed attempt. Nobody held that lock, and waking every waiter
+// after each failed attempt would set them colliding again and again.
 func dropOn(key, token string) nodeOp {
-	return nodeOp{script: releaseScript, keys: []string{key}, args: []any{token, ""}, find: 1}
+	return nodeOp{script: releaseScript, keys: []string{key}, args: []any{token, ""}}
 }
 
 // releaseChannel is where the nodes announce that key was released.

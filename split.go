@@ -6,23 +6,14 @@ import (
 	"time"
 )
 
-// Split votes. When many clients try a free key at the same moment, each
-// node gives it to whoever reaches it first, and the nodes may pick
-// different clients: nobody holds a quorum, every attempt fails and
-// releases, and a leader election by one TryAcquire each elects nobody.
-//
-// The acquire script names the holder of a key it refuses (a number from
-// its token's first bytes), so after one round every client of a split
-// knows who holds which node. They all designate the same one of them to go
-// on: the holder of the most nodes, and among holders of as many, the one
-// with the lowest name. The designated client keeps its keys and tries the
-// nodes it lacks again, at most splitRounds more times, waiting between
-// rounds for the others to release; every other client releases at once,
-// as after any failed attempt. The lock's validity still counts from the
-// first round, so it is never longer than one attempt's. Safety does not
-// rest on this: a key holds one token at a time, and a lock still needs a
-// quorum of nodes. Clients whose views differ (one reached a node after
-// another's release) at worst both go on or both give up, as before.
+// Split votes: when many clients try a free key at once, the nodes may pick
+// different clients and nobody holds a quorum. The acquire script names the
+// holder of a key it refuses, so every client of the split designates the
+// same one to go on (designated), which keeps its keys and retries the
+// nodes it lacks (resolveSplit); the others release. Its validity still
+// counts from the first round. Safety does not rest on this: a key holds
+// one token at a time, and a lock still needs a quorum. See
+// docs/algorithm.md, "One winner when many try at once".
 
 // splitRounds is how many more rounds a designated client makes at most.
 const splitRounds = 3
@@ -42,8 +33,7 @@ func holderName(token string) int64 {
 // is the one a split vote designates to go on: it holds a node, some node
 // refused, every node that refused named its holder, and no holder has
 // more nodes than it, nor as many with a lower name. (Without a refusal
-// there is no split: the nodes it lacks failed, and another round, which
-// asks only the nodes that refused, could not change that.)
+// there is no split: another round asks only the nodes that refused.)
 func designated(t *tally, token string) bool {
 	if t.yes == 0 {
 		return false
@@ -74,11 +64,11 @@ func designated(t *tally, token string) bool {
 }
 
 // resolveSplit goes on with attempt a, whose first round got t, while a
-// split vote designates it: it waits for the others to release (as long
-// as its round took to hear the last answer, then twice that, ...), tries the nodes it does not hold again (it keeps the ones it
-// holds), and returns the tally of every node. It stops when a quorum
-// holds, when it is no longer designated, after splitRounds rounds, or
-// when another round could not leave the lock any validity.
+// split vote designates it: it waits for the others to release (as long as
+// its round took, then twice that, ...), tries the nodes it does not hold
+// again, and returns the tally of every node. It stops when a quorum holds,
+// when it is no longer designated, after splitRounds rounds, or when
+// another round could not leave the lock any validity.
 func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q int) tally {
 	wait := max(t.lastAt, time.Millisecond)
 	for range splitRounds {

@@ -11,20 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// An Acquire that has to wait does not only sleep its retry delay: it
-// listens on one node for the lock's release, which release.lua announces
-// with PUBLISH, and tries again at once when it hears it. One node is
-// enough for a hint, and it is one that another holder's key was on, so its
-// release is announced there. A missed announcement (the node is down, or
-// the release came before the subscription) costs nothing but the retry
-// delay, which still runs. The subscription lives as long as the Acquire.
-//
-// The waiters of a Client share one pub/sub connection per node (a
-// subscriber): each waiter adds its channels to the node's subscriptions
-// and is handed the announcements on them, so that a thousand waiters cost
-// one connection per node, not a thousand on the first node that refused,
-// and no goroutine of their own. Waiters on different keys are spread over
-// the nodes that refused them (see listenNode).
+// A waiting Acquire listens on one node where another holder's key was
+// for the lock's release (PUBLISHed by release.lua) and tries again at once
+// when it hears it; a missed announcement costs only the retry delay, which
+// still runs. The waiters of a Client share one pub/sub connection per
+// node (internal/pubsub). See docs/algorithm.md, "Wake-ups".
 
 // releaseWatch is one Acquire's subscription to a key's release channels
 // on one node. A nil *releaseWatch watches nothing.
@@ -38,10 +29,9 @@ type releaseWatch struct {
 
 // watchRelease subscribes to a lock's release channels on node, and waits
 // up to timeout for the subscriptions to be confirmed, so that a release
-// announced after it returns is heard. A subscription that takes longer
-// (a loaded or frozen node) is not given up: it goes on in the background,
-// and announcements count from when it is confirmed; until then the retry
-// delay runs as always.
+// announced after it returns is heard. A slower one (a loaded or frozen
+// node) goes on in the background; until it is confirmed, the retry delay
+// runs as always.
 func (c *Client) watchRelease(ctx context.Context, channels []string, ln *waitLine, node int, timeout time.Duration) *releaseWatch {
 	if own := ln.channel(); own != "" {
 		channels = append(slices.Clip(channels), own)
@@ -90,12 +80,9 @@ func (w *releaseWatch) deaf() bool {
 
 // waitLine is a plain lock's waiter's place in the key's line on the node it
 // listens on (line.lua): a release there wakes the first two in line that
-// still listen, each on its own channel, rather than every waiter (two:
-// should the first have just given up or hung, the second goes on). The line
-// is only a hint about whom to wake: every attempt is an acquire like any
-// other, and a waiter missing from the line (it expired, the node
-// restarted) is woken by its retry timer, or by a release that finds the
-// line empty and tells everyone.
+// still listen (should the first have given up or hung, the second goes
+// on). The line is a hint: a waiter missing from it is woken by its retry
+// timer, or by a release that finds the line empty and tells everyone.
 type waitLine struct {
 	key  string
 	name string        // the waiter's, random
@@ -104,11 +91,9 @@ type waitLine struct {
 }
 
 // lineLinger is the least a line lasts after its last join: more than a
-// subscribed waiter's wait between attempts (subscribedPoll and its
-// random part), which renews its place. Without it, a line of a lock whose
-// ttl is shorter than that wait expires between the waiters' attempts, and
-// each release wakes every waiter (20 waiters on a 100 ms lock held 300
-// ms: 608-787 attempts, 373-445 with it).
+// subscribed waiter's wait between attempts (subscribedPoll and its random
+// part), so that the line of a short ttl does not expire between the
+// waiters' attempts, leaving each release to wake every waiter.
 const lineLinger = 3 * time.Second
 
 func newLine(key string, ttl time.Duration) *waitLine {
@@ -188,9 +173,9 @@ func (w *releaseWatch) close() {
 func (c *Client) deaf(i int) bool { return c.subscribers[i].Deaf() }
 
 // wakeSpread is the scale of the waits right after a wake-up: a woken
-// waiter still refused tries again within 0.5-2.5 ms (see waiting.delay),
-// a fair waiter named first in line within 0.5 ms, and a local waiter
-// yielding to other processes' waiters starts after 1 ms (yieldFirst).
+// waiter still refused retries within 0.5-2.5 ms (waiting.delay), a fair
+// one named first in line after 0.5 ms, a yielding local waiter after 1 ms
+// (yieldFirst).
 const wakeSpread = 500 * time.Microsecond
 
 // waitRetry waits before the next attempt: the retry delay, or until a
@@ -206,13 +191,11 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 			return true, false, false
 		case m := <-watch.released():
 			if watch.own != "" && m.Channel == watch.own {
-				// Among the first two in line: only they were woken, and
-				// this one tries at once.
+				// Among the first two in line, the only ones woken: try now.
 				return true, false, true
 			}
 			if inLine {
-				// A queue's release names the first in line: only that
-				// waiter tries, and at once.
+				// A queue's release names the first in line: it alone tries.
 				switch line.named(m.Payload) {
 				case namedUs:
 					return true, true, false
@@ -222,10 +205,6 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 			}
 			// Everyone subscribed heard it and tries at once; a split vote
 			// among them is resolved by the designated one (split.go).
-			// (Spreading them over 0.5 ms, those that failed most first,
-			// moved no figure: attempts per section 1.22 either way with 4
-			// processes contending, and a lone waiter's wake-up took 0.3
-			// ms longer.)
 			return true, false, !inLine
 		case <-ctx.Done():
 			return false, false, false
@@ -234,11 +213,10 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 }
 
 // listenNode picks the node an Acquire refused with answers listens on for
-// the release: one of the nodes where another holder had the key, chosen
-// by the lock's first channel, so that waiters on different keys spread
-// over the nodes while those on one key meet on one. Nodes for which deaf
-// (which may be nil) is true are passed over while another named a
-// holder. It returns -1 when no node named another holder.
+// the release: one of the nodes where another holder had the key, by a
+// hash of the lock's first channel, so that waiters on different keys
+// spread over the nodes. Nodes for which deaf (maybe nil) is true are
+// passed over while another named a holder; -1 when none named one.
 func listenNode(channels []string, answers []answer, deaf func(node int) bool) int {
 	if len(channels) == 0 {
 		return -1

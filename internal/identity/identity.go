@@ -18,9 +18,8 @@ import (
 // ServerIDs returns the IDs that name rdb's server, and what its INFO
 // tells of its configuration: for a plain client its run_id and, in
 // cluster mode, its Cluster node ID; for a ClusterClient the node IDs of
-// its cluster (and no facts: its masters are its own to choose). A server
-// that will not tell (a server without run_id, or an ACL user without
-// INFO) is named by its address.
+// its cluster (no facts: it chooses its masters). A server that will not
+// tell (no run_id, or an ACL user without INFO) is named by its address.
 func ServerIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids []string, how string, facts Facts, err error) {
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		if ids, err = clusterIDs(ctx, cc); err != nil {
@@ -28,15 +27,13 @@ func ServerIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 		}
 		return ids, "the same cluster", facts, nil
 	}
-	// INFO without arguments: its default sections hold run_id,
-	// cluster_enabled, the memory, persistence and replication facts, and
-	// Redis before 7 takes at most one section.
+	// INFO without arguments: its default sections hold all we read,
+	// and Redis before 7 takes at most one section.
 	info, err := rdb.Info(ctx).Result()
 	if err != nil {
 		if reply.IsReply(err) && !reply.Transient(err) {
 			// The server answered but will not tell: name it by its
-			// address. Its own calls report a misconfiguration if any;
-			// its role and memory policy are not known.
+			// address (its own calls report a misconfiguration, if any).
 			facts.Denied = err.Error()
 			return addrID(addr), "address " + addr, facts, nil
 		}
@@ -101,9 +98,8 @@ func readInfo(info string) (runID, clusterOn string, facts Facts) {
 	return runID, clusterOn, facts
 }
 
-// Facts is what a node's INFO tells of the settings that decide
-// whether it can keep a lock (docs/safety.md): empty where it does not
-// tell (an embedded server, an INFO without those sections).
+// Facts is what a node's INFO tells of the settings that decide whether
+// it can keep a lock (docs/safety.md): empty where it does not tell.
 type Facts struct {
 	Role      string // "master", or "slave" for a replica
 	Master    string // a replica's master, host:port
@@ -113,10 +109,9 @@ type Facts struct {
 	Denied    string // INFO's error reply, when the server would not tell
 }
 
-// evicts reports whether the server may evict keys that have a time to
-// live, as every lock key has: a memory limit with a policy other than
-// noeviction. Under memory pressure the lock's keys then go before their
-// time, and another client takes a lock that is held.
+// Evicts reports whether the server may evict keys that have a time to
+// live, as every lock key has (a memory limit with a policy other than
+// noeviction): under memory pressure, a held lock's keys may then go.
 func (f Facts) Evicts() bool {
 	return f.Maxmemory > 0 && f.Policy != "" && f.Policy != "noeviction"
 }

@@ -42,15 +42,13 @@ func (s *Subscriber) Watch(channels []string) *Watch {
 }
 
 // Messages receives the messages published on the watch's channels once
-// they are subscribed; one pending message is kept, later ones are dropped
-// until it is taken.
+// they are subscribed; one pending message is kept, later ones dropped.
 func (w *Watch) Messages() <-chan *redis.Message { return w.ch }
 
 // Ready is closed once every channel of the watch is subscribed.
 func (w *Watch) Ready() <-chan struct{} { return w.ready }
 
-// Stop ends the watch; its channels are unsubscribed when no other watch
-// wants them.
+// Stop ends the watch; its channels are unsubscribed unless still wanted.
 func (w *Watch) Stop() { w.stop() }
 
 // Deaf reports whether the connection's last receive failed and none has
@@ -64,19 +62,17 @@ func (s *Subscriber) Running() bool {
 	return s.running
 }
 
-// Linger is how long a subscriber keeps its connection once no
-// waiter is left, for the next one.
+// Linger is how long a subscriber keeps its connection for the next
+// waiter once none is left.
 const Linger = 250 * time.Millisecond
 
-// Subscriber multiplexes the watches of one Client on one node
-// over one pub/sub connection. A goroutine runs it while it has watches
-// (and Linger after the last): it sends the SUBSCRIBE and
-// UNSUBSCRIBE commands the watches call for, batched, and hands each
-// announcement to the watches of its channel.
-//
-// The commands run in that goroutine because a go-redis client without
-// ContextTimeoutEnabled ignores context deadlines while it dials and
-// greets a new connection (HELLO): a frozen node would otherwise hold an
+// Subscriber multiplexes the watches of one Client on one node over one
+// pub/sub connection. A goroutine runs it while it has watches (and Linger
+// after the last): it sends the SUBSCRIBE and UNSUBSCRIBE commands the
+// watches call for, batched, and hands each announcement to the watches
+// of its channel. The commands run in that goroutine because a go-redis
+// client without ContextTimeoutEnabled ignores context deadlines while it
+// dials and greets a new connection: a frozen node would otherwise hold an
 // Acquire for the client's ReadTimeout.
 type Subscriber struct {
 	rdb redis.UniversalClient
@@ -87,10 +83,8 @@ type Subscriber struct {
 	running  bool                           // the goroutine runs
 	kick     chan struct{}                  // buffered: the watches changed
 
-	// deaf: the connection's last receive failed, and none has worked
-	// since. go-redis makes a new connection and subscribes it to every
-	// channel again by itself, but while it can not (the node refuses new
-	// clients), the subscriptions hear nothing though they were confirmed.
+	// deaf: see Deaf. go-redis reconnects and resubscribes by itself;
+	// while it cannot (the node refuses new clients), nothing is heard.
 	deaf atomic.Bool
 }
 
@@ -102,11 +96,11 @@ type subscription struct {
 	live   bool // the last confirmation was of a SUBSCRIBE
 }
 
-// confirmed reports whether the server is subscribed to the channel as
-// wanted: every command sent has been confirmed (a reconnection's
-// resubscription confirms more), and the last was a SUBSCRIBE.
+// confirmed reports whether every command sent for the channel has been
+// confirmed (a resubscription confirms more) and the last was a SUBSCRIBE.
 func (s *subscription) confirmed() bool { return s.wanted && s.live && s.acked >= s.sent }
 
+// New returns a Subscriber for rdb; it connects at its first Watch.
 func New(rdb redis.UniversalClient) *Subscriber {
 	return &Subscriber{
 		rdb:      rdb,
@@ -213,11 +207,9 @@ func (s *Subscriber) run() {
 }
 
 // receive hands on what ps receives, from a goroutine of its own, until
-// quit is closed or ps is, and keeps s.deaf: set when a receive fails,
-// cleared when one works. After a failure go-redis makes a new connection,
-// subscribed to every channel again, at the next receive; while it can
-// not, the receives are tried again at a growing pace (up to once a
-// second).
+// quit or ps is closed, and keeps s.deaf. After a failure go-redis
+// reconnects and resubscribes at the next receive; while it cannot, the
+// receives are retried at a growing pace (up to once a second).
 func (s *Subscriber) receive(ps *redis.PubSub, quit <-chan struct{}) <-chan any {
 	out := make(chan any)
 	go func() {
@@ -259,9 +251,9 @@ func (s *Subscriber) receive(ps *redis.PubSub, quit <-chan struct{}) <-chan any 
 	return out
 }
 
-// changes works out the commands that bring the connection's channels to
-// the watches': the channels to subscribe and those to unsubscribe, and
-// marks them sent. idle reports that no watch is left.
+// changes works out the channels to subscribe and to unsubscribe to bring
+// the connection's to the watches', marks them sent, and reports idle
+// when no watch is left.
 func (s *Subscriber) changes() (subscribe, unsubscribe []string, idle bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,7 +1,6 @@
 // Package reply classifies what a node's call ended with: the server's
 // own error reply or no reply, a timeout, a passing state, or an error that
-// retrying cannot cure (with what to do about it). It knows nothing of
-// locks.
+// retrying cannot cure (with what to do about it). It knows nothing of locks.
 package reply
 
 import (
@@ -14,16 +13,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// IsReply reports whether err is the server's own answer (an error reply),
-// as opposed to no answer.
+// IsReply reports whether err is the server's own answer (an error reply).
 func IsReply(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re)
 }
 
 // TimedOut reports whether err is a call that got no reply in time: a
-// context deadline, or a socket timeout in a client with its own
-// ReadTimeout.
+// context deadline, or a socket timeout (a client's own ReadTimeout).
 func TimedOut(err error) bool {
 	if err == nil {
 		return false
