@@ -10,10 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/redlock/internal/pubsub"
-	"github.com/quorumlock/redlock/internal/rtt"
 )
 
 // Leader election over the quorum: a leadership is a lock on the
@@ -254,9 +251,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	q := e.c.quorum
 	held := map[string]int{}
 	var errs []error
-	for _, r := range reads {
+	for i, r := range reads {
 		if r.err != nil {
-			errs = append(errs, r.err)
+			errs = append(errs, e.c.nodeError(i, misconfigured(r.err)))
 			continue
 		}
 		if v, ok := r.value(0); ok {
@@ -362,75 +359,3 @@ func latest(out chan Leader, l Leader) {
 // pollEvery is how often Observe reads the leader without an
 // announcement: a third of the ttl, at most a second.
 func (e *Election) pollEvery() time.Duration { return min(e.ttl/3, time.Second) }
-
-// nodeRead is one node's answer to readNodes.
-type nodeRead struct {
-	raw []any
-	err error // a *NodeError
-}
-
-// value returns the i-th string of the answer; ok is false when it is not
-// one (a nil for a key that is not there).
-func (r nodeRead) value(i int) (v string, ok bool) {
-	if i < len(r.raw) {
-		v, ok = r.raw[i].(string)
-	}
-	return v, ok
-}
-
-// readNodes runs script, which writes nothing, on every node at once, each
-// within readTimeout, and returns the answers by node.
-func (c *Client) readNodes(ctx context.Context, script *redis.Script, keys []string, args ...any) []nodeRead {
-	timeout := c.readTimeout()
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
-	defer cancel()
-	type reply struct {
-		i int
-		nodeRead
-	}
-	// Buffered: a client that ignores context deadlines may reply after
-	// the read returned, and its goroutine must still end.
-	replies := make(chan reply, len(c.nodes))
-	for i, nd := range c.nodes {
-		go func() {
-			sent := time.Now()
-			raw, err := script.Run(ctx, nd.rdb, keys, args...).Slice()
-			if err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
-				err = fmt.Errorf("%w: %w", errCutByCaller, err)
-			}
-			c.noteReply(i, err, time.Since(sent), timeout)
-			if err != nil {
-				err = c.nodeError(i, err)
-			}
-			replies <- reply{i, nodeRead{raw, err}}
-		}()
-	}
-	reads := make([]nodeRead, len(c.nodes))
-	got := make([]bool, len(c.nodes))
-	for range c.nodes {
-		select {
-		case r := <-replies:
-			reads[r.i], got[r.i] = r.nodeRead, true
-			continue
-		case <-ctx.Done():
-		}
-		break
-	}
-	for i := range reads {
-		if !got[i] {
-			reads[i].err = c.nodeError(i, noReply(timeout, ctx.Err()))
-		}
-	}
-	return reads
-}
-
-// readTimeout is how long a read of every node (Inspect, Election.Leader)
-// waits for each: WithNodeTimeout, or, with no ttl to derive it from, the
-// longest derived timeout or what the nodes' round trips ask for (see
-// nodeTimeout), up to a minute.
-func (c *Client) readTimeout() time.Duration {
-	if c.cfg.nodeTimeout > 0 {
-		return c.cfg.nodeTimeout
-	}
-	return rtt.Timeout(c.rtts, c.quorum, maxDerivedNodeTimeout, maxAdaptedTimeout, maxDerivedNodeTimeout)
-}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock/internal/rtt"
+	"github.com/redis/go-redis/v9"
 )
 
 // MaxMetadata is the longest metadata WithMetadata accepts, in bytes.
@@ -141,50 +142,16 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	timeout := c.cfg.nodeTimeout
-	if timeout <= 0 {
-		// No ttl: the longest derived timeout, or more as the round trips
-		// ask (up to a minute); a node nothing is known of counts as the base.
-		timeout = rtt.Timeout(c.rtts, c.quorum, maxDerivedNodeTimeout, maxAdaptedTimeout, maxDerivedNodeTimeout)
-	}
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
-	defer cancel()
 	n := len(c.nodes)
 	in := &Inspection{Key: key, Quorum: quorumOf(n), Nodes: make([]NodeHold, n)}
-	// Buffered: a client that ignores context deadlines may reply after
-	// Inspect returned, and its goroutine must still end.
-	replies := make(chan NodeHold, n)
 	keys := []string{key, companion(key, "grants"), companion(key, "permits")}
-	for i, nd := range c.nodes {
-		go func() {
-			sent := time.Now()
-			raw, err := inspectScript.Run(ctx, nd.rdb, keys).Slice()
-			if err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
-				err = fmt.Errorf("%w: %w", errCutByCaller, err)
-			}
-			c.noteReply(i, err, time.Since(sent), timeout)
-			h := readHold(raw, err)
-			h.Node, h.Addr = i, nd.addr
-			if h.Err != nil {
-				h.Err = c.nodeError(i, h.Err)
-			}
-			replies <- h
-		}()
-	}
-	got := make([]bool, n)
-	for received := 0; received < n; received++ {
-		select {
-		case h := <-replies:
-			in.Nodes[h.Node], got[h.Node] = h, true
-			continue
-		case <-ctx.Done():
+	for i, r := range c.readNodes(ctx, inspectScript, keys) {
+		h := readHold(r.raw, r.err)
+		h.Node, h.Addr = i, c.nodes[i].addr
+		if h.Err != nil {
+			h.Err = c.nodeError(i, h.Err)
 		}
-		break
-	}
-	for i, nd := range c.nodes {
-		if !got[i] {
-			in.Nodes[i] = NodeHold{Node: i, Addr: nd.addr, Err: c.nodeError(i, noReply(timeout, ctx.Err()))}
-		}
+		in.Nodes[i] = h
 	}
 	if k := agreedPermits(in.Nodes); k > 0 {
 		in.Quorum = semaphoreQuorum(n, k) // a permit counts on more nodes
@@ -440,4 +407,74 @@ func (c *Client) heldValue(ctx context.Context, k plain, token string) (string, 
 		return "", &quorumError{sentinel: ErrLockLost, detail: detail, nodes: errs}
 	}
 	return "", &quorumError{sentinel: ErrNotConfirmed, detail: detail + ", and too few answered to tell", cause: ctx.Err(), nodes: errs}
+}
+
+// nodeRead is one node's answer to readNodes.
+type nodeRead struct {
+	raw []any
+	err error
+}
+
+// value returns the i-th string of the answer; ok is false when it is not
+// one (a nil for a key that is not there).
+func (r nodeRead) value(i int) (v string, ok bool) {
+	if i < len(r.raw) {
+		v, ok = r.raw[i].(string)
+	}
+	return v, ok
+}
+
+// readNodes runs script, which writes nothing, on every node at once, each
+// within readTimeout, and returns the answers by node (Inspect,
+// Election.Leader). A reply that comes after it returned is dropped.
+func (c *Client) readNodes(ctx context.Context, script *redis.Script, keys []string, args ...any) []nodeRead {
+	timeout := c.readTimeout()
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
+	defer cancel()
+	type reply struct {
+		i int
+		nodeRead
+	}
+	// Buffered: a client that ignores context deadlines may reply after
+	// the read returned, and its goroutine must still end.
+	replies := make(chan reply, len(c.nodes))
+	for i, nd := range c.nodes {
+		go func() {
+			sent := time.Now()
+			raw, err := script.Run(ctx, nd.rdb, keys, args...).Slice()
+			if err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
+				err = fmt.Errorf("%w: %w", errCutByCaller, err)
+			}
+			c.noteReply(i, err, time.Since(sent), timeout)
+			replies <- reply{i, nodeRead{raw, err}}
+		}()
+	}
+	reads := make([]nodeRead, len(c.nodes))
+	got := make([]bool, len(c.nodes))
+	for range c.nodes {
+		select {
+		case r := <-replies:
+			reads[r.i], got[r.i] = r.nodeRead, true
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	for i := range reads {
+		if !got[i] {
+			reads[i].err = noReply(timeout, ctx.Err())
+		}
+	}
+	return reads
+}
+
+// readTimeout is how long a read of every node (Inspect, Election.Leader)
+// waits for each: WithNodeTimeout, or, with no ttl to derive it from, the
+// longest derived timeout or what the nodes' round trips ask for (see
+// nodeTimeout), up to a minute.
+func (c *Client) readTimeout() time.Duration {
+	if c.cfg.nodeTimeout > 0 {
+		return c.cfg.nodeTimeout
+	}
+	return rtt.Timeout(c.rtts, c.quorum, maxDerivedNodeTimeout, maxAdaptedTimeout, maxDerivedNodeTimeout)
 }
