@@ -113,17 +113,11 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		return exit
 	}
-	clients, err := cfg.nodes.clients(cfg.ttl)
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
+	locker, _, closeNodes, ok := newLocker("elect", cfg.nodes, cfg.ttl, stderr)
+	if !ok {
 		return exitConfig
 	}
-	defer closeAll(clients)
-	locker, err := redlock.New(clients)
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
-		return exitConfig
-	}
+	defer closeNodes()
 	defer drain(locker, cfg.ttl)
 	e, err := locker.Election(cfg.name, cfg.ttl)
 	if err != nil {
@@ -141,6 +135,12 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
 		return exitNotFound
 	}
+	return campaignLoop(ctx, e, path, cfg, stdout, stderr)
+}
+
+// campaignLoop campaigns, runs the command while leading, resigns when it
+// exits, and again (once, with --once), and returns elect's exit status.
+func campaignLoop(ctx context.Context, e *redlock.Election, path string, cfg electConfig, stdout, stderr io.Writer) int {
 	for {
 		l, err := e.Campaign(ctx, cfg.value)
 		if err != nil {

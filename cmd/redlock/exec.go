@@ -131,18 +131,12 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exit
 	}
-	clients, err := cfg.nodes.clients(cfg.ttl)
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
-		return exitConfig
-	}
-	defer closeAll(clients)
 	failures := &nodeFailures{}
-	locker, err := redlock.New(clients, redlock.WithObserver(failures))
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
+	locker, nodes, closeNodes, ok := newLocker("exec", cfg.nodes, cfg.ttl, stderr, redlock.WithObserver(failures))
+	if !ok {
 		return exitConfig
 	}
+	defer closeNodes()
 
 	// The command is started first, held back until the lock is taken, so
 	// that the lock's metadata names its own pid (see heldCommand).
@@ -203,7 +197,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}()
 	if failed := failures.take(); len(failed) > 0 {
 		fmt.Fprintf(stderr, "redlock exec: warning: lock %q taken without %d of %d nodes: %s\n",
-			cfg.key, len(failed), len(clients), strings.Join(failed, "; "))
+			cfg.key, len(failed), nodes, strings.Join(failed, "; "))
 	}
 
 	cmd := held.cmd
@@ -257,6 +251,24 @@ func supervise(cmd *exec.Cmd, done func() <-chan struct{}, validity func() time.
 			return 0, true
 		}
 	}
+}
+
+// newLocker is the Client of a command (exec, elect) over the nodes given,
+// each call bounded by ttl, and how many nodes it has; a bad address or
+// option is said on stderr (ok false: exit 78).
+func newLocker(cmd string, nf *nodeFlags, ttl time.Duration, stderr io.Writer, opts ...redlock.Option) (_ *redlock.Client, nodes int, closeNodes func(), ok bool) {
+	clients, err := nf.clients(ttl)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock %s: %s\n", cmd, explain(err))
+		return nil, 0, nil, false
+	}
+	locker, err := redlock.New(clients, opts...)
+	if err != nil {
+		closeAll(clients)
+		fmt.Fprintf(stderr, "redlock %s: %s\n", cmd, explain(err))
+		return nil, 0, nil, false
+	}
+	return locker, len(clients), func() { closeAll(clients) }, true
 }
 
 func acquireForExec(ctx context.Context, locker *redlock.Client, cfg execConfig, pid int) (*redlock.Lock, error) {
