@@ -22,7 +22,9 @@ The leadership is renewed every third of TTL; when the leader's host dies,
 another takes over within TTL and a second or so. When the command exits,
 this process resigns (the next candidate takes over at once) and
 campaigns again, unless --once. When the leadership is lost, the command
-gets SIGTERM, and SIGKILL after --grace.
+gets SIGTERM, and SIGKILL after --grace. On Linux the command is killed
+with redlock (SIGKILL) if redlock itself dies, so that it never runs on
+beside the next leader's.
 
 The command finds its leadership in its environment: REDLOCK_ELECTION
 (NAME), REDLOCK_TERM, a number larger than every earlier leader's, to give
@@ -179,6 +181,7 @@ func leadCommand(ctx context.Context, path string, cfg electConfig, l *redlock.L
 	cmd.Env = append(commandEnv(os.Environ()), "REDLOCK_ELECTION="+cfg.name, "REDLOCK_TERM="+term,
 		"REDLOCK_FENCING_TOKEN="+term, "REDLOCK_VALUE="+cfg.value)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	dieWithRedlock(cmd)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
 		return -exitNotExecutable, false, false

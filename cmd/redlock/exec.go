@@ -48,7 +48,8 @@ like flock(1) across hosts: for a cron job that must run on one host only,
 put the same line on every host. The lock is renewed every third of TTL
 while the command runs and released when it exits. If the lock is lost
 (a majority of the nodes no longer hold it, or it could not be renewed in
-time), the command gets SIGTERM, and SIGKILL after --grace. The lock
+time), the command gets SIGTERM, and SIGKILL after --grace; on Linux it
+is killed with redlock (SIGKILL) if redlock itself dies. The lock
 carries this host, the command's pid and its command line as its
 metadata: 'redlock status KEY' shows who holds it, and so does exit 75's
 message.

@@ -18,6 +18,7 @@ func holdCommand(path string, argv, env []string, stdout, stderr io.Writer) (*he
 	cmd.Args[0] = argv[0]
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	dieWithRedlock(cmd)
 	return &heldCommand{cmd: cmd}, nil
 }
 

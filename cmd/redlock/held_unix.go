@@ -41,6 +41,7 @@ func holdCommand(path string, argv, env []string, stdout, stderr io.Writer) (*he
 	cmd.Env = append(env, heldEnv+"=1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.ExtraFiles = []*os.File{r}
+	dieWithRedlock(cmd)
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		return nil, err

@@ -824,8 +824,8 @@ func TestBinary_failedAcquireLeavesNothing(t *testing.T) {
 
 // TestBinary_electTakesOverAfterKill: two hosts run the same redlock elect
 // line on redis-server nodes; one runs the command. Killed (SIGKILL), its
-// leadership is neither renewed nor released, and the other runs the
-// command once the ttl has run out.
+// command dies with it, its leadership is neither renewed nor released,
+// and the other runs the command once the ttl has run out.
 func TestBinary_electTakesOverAfterKill(t *testing.T) {
 	needRedisServer(t)
 	addrs := strings.Join([]string{plainServer(t), plainServer(t), plainServer(t)}, ",")
@@ -852,8 +852,14 @@ func TestBinary_electTakesOverAfterKill(t *testing.T) {
 		t.Fatal("both candidates run the command")
 	}
 	killed := time.Now()
+	orphan, _ := strconv.Atoi(children[leader].pid(t))
 	_ = procs[leader].cmd.Process.Kill()
-	children[leader].release(t) // the orphaned command, which nobody stops now
+	// The kernel kills the command with redlock: it must not run on
+	// beside the next leader's.
+	waitFor(t, 10*time.Second, "the killed leader's command to die", func() bool { return syscall.Kill(orphan, 0) != nil })
+	if _, err := os.Stat(children[other].file + ".ready"); err == nil {
+		t.Fatal("the next leader's command started before the killed leader's died")
+	}
 	children[other].waitReady(t)
 	if d := time.Since(killed); d > ttl+3*time.Second {
 		t.Errorf("taken over %v after the kill, ttl %v", d, ttl)
@@ -861,4 +867,16 @@ func TestBinary_electTakesOverAfterKill(t *testing.T) {
 	children[other].release(t)
 	_ = procs[other].cmd.Process.Signal(syscall.SIGTERM)
 	procs[other].wait(t, 30*time.Second)
+}
+
+// TestBinary_execCommandDiesWithRedlock: redlock exec killed with SIGKILL
+// takes its command with it, so that the next holder's never runs beside
+// it.
+func TestBinary_execCommandDiesWithRedlock(t *testing.T) {
+	needRedisServer(t)
+	addrs := strings.Join([]string{plainServer(t), plainServer(t), plainServer(t)}, ",")
+	p, c := holdWith(t, nil, "cron", "--addrs", addrs)
+	pid, _ := strconv.Atoi(c.pid(t))
+	_ = p.cmd.Process.Kill()
+	waitFor(t, 10*time.Second, "the command to die with redlock", func() bool { return syscall.Kill(pid, 0) != nil })
 }
