@@ -122,22 +122,33 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	lock.Done() // its end is watched, and cancels the context with why
 	lock.afterEnd(func() { cancel(cmp.Or(lock.lossCause(), errResigned)) })
 	if err := l.Proclaim(ctx, value); err != nil {
+		if ctx.Err() != nil {
+			// The caller is gone: its deadline is not held up by the
+			// release, which goes on in the background.
+			go func() { _ = l.Resign(context.WithoutCancel(ctx)) }()
+			return nil, err
+		}
 		return nil, errors.Join(err, l.Resign(context.WithoutCancel(ctx)))
 	}
 	go l.keep()
 	return l, nil
 }
 
+// keepEvery is how often a leader keeps its record (see keep): every third
+// of the ttl, at least once a minute.
+func (e *Election) keepEvery() time.Duration { return min(e.ttl/3, time.Minute) }
+
 // recordLife is how long a leader record lives after it was written or
-// kept (see keep): the ttl, as the lock key; it is kept every third of it.
-func (e *Election) recordLife() int64 { return pxMillis(e.ttl) }
+// kept: the ttl, as the lock key, but no more than three keeps, so that the
+// record of a leadership lost with a long ttl goes within minutes.
+func (e *Election) recordLife() int64 { return pxMillis(min(e.ttl, 3*e.keepEvery())) }
 
 // keep keeps the leader record alive as long as the leadership: every
-// third of the ttl it lengthens it where the election's key holds the
-// leader's token. (The record outlives the leadership by a ttl at most; a
-// reader trusts it only while its token holds the key on a quorum.)
+// keepEvery it lengthens it where the election's key holds the leader's
+// token. (A reader trusts a record only while its token holds the key on
+// a quorum; Resign deletes it, and a lost leadership's expires.)
 func (l *Leadership) keep() {
-	t := time.NewTicker(l.e.ttl / 3)
+	t := time.NewTicker(l.e.keepEvery())
 	defer t.Stop()
 	lk, c := l.lock, l.e.c
 	op := nodeOp{script: leaderScript, keys: []string{l.e.name, l.e.recordKey()}, args: []any{"keep", lk.token, l.e.recordLife()}}
@@ -164,6 +175,7 @@ type Leadership struct {
 
 	mu     sync.Mutex // serialises Proclaim
 	leader Leader
+	tried  uint64 // the highest revision a Proclaim wrote, or tried to
 }
 
 // Term returns the leadership's term: its fencing token, higher than every
@@ -210,8 +222,11 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// A Proclaim that failed may have landed on some nodes: the next one
+	// goes above it, so that no two values share a revision.
+	l.tried++
 	next := l.leader
-	next.Value, next.Revision = value, next.Revision+1
+	next.Value, next.Revision = value, l.tried
 	lk, c := l.lock, l.e.c
 	lk.op.Lock()
 	defer lk.op.Unlock()
@@ -234,9 +249,17 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		detail: fmt.Sprintf("proclaim %q: written on %d of %d nodes, quorum %d", l.e.name, t.yes, len(c.nodes), lk.quorum)}
 }
 
-// Resign ends the leadership: the lock is released, and the candidates
-// campaigning are woken at once. It returns what Lock.Release returns.
-func (l *Leadership) Resign(ctx context.Context) error { return l.lock.Release(ctx) }
+// Resign ends the leadership: the lock is released, the candidates
+// campaigning are woken at once, and the leader record is deleted where it
+// is still this leadership's. It returns what Lock.Release returns.
+func (l *Leadership) Resign(ctx context.Context) error {
+	err := l.lock.Release(ctx)
+	c, lk := l.e.c, l.lock
+	tm, _ := lk.lease()
+	op := nodeOp{script: leaderScript, keys: []string{l.e.name, l.e.recordKey()}, args: []any{"drop", lk.token}}
+	c.fanOut(context.WithoutCancel(ctx), tm, func(*tally) bool { return true }, nil, settlement{}, op)
+	return err
+}
 
 // Leader returns the election's current leader: the record of the
 // candidate that holds the election on a quorum of the nodes. It writes
@@ -247,21 +270,41 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := ctx.Err(); err != nil {
 		return Leader{}, err
 	}
-	reads := e.c.readNodes(ctx, leaderScript, []string{e.name, e.recordKey()}, "read")
 	q := e.c.quorum
+	reads := e.c.readNodes(ctx, leaderDecided(q), leaderScript, []string{e.name, e.recordKey()}, "read")
+	best, found, answered, errs := leaderOf(reads, q)
+	switch {
+	case found:
+		return best, nil
+	case answered >= q:
+		return Leader{}, ErrNoLeader
+	}
+	var nodes []error
+	for i, err := range errs {
+		if err != nil {
+			nodes = append(nodes, e.c.nodeError(i, misconfigured(err)))
+		}
+	}
+	return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d nodes answered, quorum %d: %w",
+		e.name, answered, len(reads), q, errors.Join(append(nodes, ctx.Err())...))
+}
+
+// leaderOf is the leader the answers of reads show: the newest record of
+// the token that holds the election on q nodes, if any; answered counts
+// the nodes that answered, errs holds the others' errors (by node).
+func leaderOf(reads []nodeRead, q int) (best Leader, found bool, answered int, errs []error) {
 	held := map[string]int{}
-	var errs []error
+	errs = make([]error, len(reads))
 	for i, r := range reads {
 		if r.err != nil {
-			errs = append(errs, e.c.nodeError(i, misconfigured(r.err)))
+			errs[i] = r.err
 			continue
 		}
+		answered++
 		if v, ok := r.value(0); ok {
 			held[v]++
 		}
 	}
-	var best Leader
-	found := false
 	for _, r := range reads {
 		rec, ok := r.value(1)
 		if r.err != nil || !ok {
@@ -272,14 +315,29 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 			best, found = l, true
 		}
 	}
-	switch {
-	case found:
-		return best, nil
-	case len(reads)-len(errs) >= q:
-		return Leader{}, ErrNoLeader
+	return best, found, answered, errs
+}
+
+// leaderDecided tells readNodes when the answers so far decide Leader: a
+// token holds the election on q of the nodes that answered (whose records
+// then include the newest one confirmed: a Proclaim is confirmed on a
+// quorum, which meets any q holders), or no token can reach q with the
+// nodes yet to answer.
+func leaderDecided(q int) func([]nodeRead, []bool) bool {
+	return func(reads []nodeRead, got []bool) bool {
+		held, most, waiting := map[string]int{}, 0, 0
+		for i, r := range reads {
+			if !got[i] {
+				waiting++
+				continue
+			}
+			if v, ok := r.value(0); ok && r.err == nil {
+				held[v]++
+				most = max(most, held[v])
+			}
+		}
+		return most >= q || most+waiting < q
 	}
-	return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d nodes answered, quorum %d: %w",
-		e.name, len(reads)-len(errs), len(reads), q, errors.Join(append(errs, ctx.Err())...))
 }
 
 // Observe returns a channel that receives the election's leader each time
@@ -289,7 +347,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // terms it sees never go backwards. Changes are announced by the nodes
 // (each node's pub/sub connection, shared with the Client's waiters), and
 // the leader is read again at least every pollEvery, for a node whose
-// announcement was lost. A time without a leader is not sent.
+// announcement was lost. A time without a leader is not sent: after a
+// leadership ends with no successor, the last leader sent stays the
+// latest (Leader tells whether anyone leads now).
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	poke := make(chan struct{}, 1)

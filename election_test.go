@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/redlock"
 )
 
@@ -354,4 +356,72 @@ func TestElection_recordLivesAsLongAsTheLeadership(t *testing.T) {
 	if got, err := e.Leader(ctx); err != nil || got.Value != "v" {
 		t.Fatalf("after 3 s (5 ttls) Leader = %+v, %v", got, err)
 	}
+}
+
+// TestElection_failedProclaimDoesNotShareARevision: a Proclaim that failed
+// (its context had ended) may still land on the nodes; the next one goes
+// above it, so that Leader and observers report the newest value.
+func TestElection_failedProclaimDoesNotShareARevision(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	e := mustElection(t, c.client(t), "revisions", 2*time.Second)
+	l, err := e.Campaign(ctx, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := l.Proclaim(ended, "failed"); err == nil {
+		t.Fatal("a Proclaim with an ended context succeeded")
+	}
+	waitFor(t, "the failed Proclaim to land", func() bool {
+		got, _ := e.Leader(ctx)
+		return got.Value == "failed"
+	})
+	if err := l.Proclaim(ctx, "v3"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Leader(ctx); err != nil || got.Value != "v3" || got.Revision != 3 {
+		t.Fatalf("Leader = %+v, %v; want v3 at revision 3", got, err)
+	}
+}
+
+// TestElection_leaderDoesNotWaitForAHungNode: with one node of three hung,
+// Leader answers from the two others, not after the read timeout (1 s).
+func TestElection_leaderDoesNotWaitForAHungNode(t *testing.T) {
+	c := newCluster(t, 2)
+	hung := newHungNode(t)
+	nodes := append(c.clients, redis.NewClient(&redis.Options{Addr: hung.Addr(), MaxRetries: -1}))
+	t.Cleanup(func() { _ = nodes[2].Close() })
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(time.Second))
+	e := mustElection(t, rc, "hung", 5*time.Second)
+	l, err := e.Campaign(context.Background(), "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(context.Background())
+	start := time.Now()
+	got, err := e.Leader(context.Background())
+	if err != nil || got.Value != "v" {
+		t.Fatalf("Leader = %+v, %v", got, err)
+	}
+	if d := time.Since(start); d > 800*time.Millisecond {
+		t.Fatalf("Leader took %v: it waited for the hung node", d)
+	}
+}
+
+// TestElection_resignDeletesTheRecord: the leader record goes with the
+// leadership, not a ttl later.
+func TestElection_resignDeletesTheRecord(t *testing.T) {
+	c := newCluster(t, 3)
+	e := mustElection(t, c.client(t), "tidy", time.Minute)
+	l, err := e.Campaign(context.Background(), "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the record to go", func() bool { return len(c.holdersAny("{tidy}:leader")) == 0 })
 }

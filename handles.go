@@ -145,7 +145,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	n := len(c.nodes)
 	in := &Inspection{Key: key, Quorum: quorumOf(n), Nodes: make([]NodeHold, n)}
 	keys := []string{key, companion(key, "grants"), companion(key, "permits")}
-	for i, r := range c.readNodes(ctx, inspectScript, keys) {
+	for i, r := range c.readNodes(ctx, nil, inspectScript, keys) {
 		h := readHold(r.raw, r.err)
 		h.Node, h.Addr = i, c.nodes[i].addr
 		if h.Err != nil {
@@ -426,8 +426,10 @@ func (r nodeRead) value(i int) (v string, ok bool) {
 
 // readNodes runs script, which writes nothing, on every node at once, each
 // within readTimeout, and returns the answers by node (Inspect,
-// Election.Leader). A reply that comes after it returned is dropped.
-func (c *Client) readNodes(ctx context.Context, script *redis.Script, keys []string, args ...any) []nodeRead {
+// Election.Leader), once every node answered or, when enough is not nil,
+// as soon as it says the answers so far decide (the calls still out are
+// then cut). A reply that comes after it returned is dropped.
+func (c *Client) readNodes(ctx context.Context, enough func(reads []nodeRead, got []bool) bool, script *redis.Script, keys []string, args ...any) []nodeRead {
 	timeout := c.readTimeout()
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
 	defer cancel()
@@ -451,14 +453,17 @@ func (c *Client) readNodes(ctx context.Context, script *redis.Script, keys []str
 	}
 	reads := make([]nodeRead, len(c.nodes))
 	got := make([]bool, len(c.nodes))
+wait:
 	for range c.nodes {
 		select {
 		case r := <-replies:
 			reads[r.i], got[r.i] = r.nodeRead, true
-			continue
+			if enough != nil && enough(reads, got) {
+				break wait
+			}
 		case <-ctx.Done():
+			break wait
 		}
-		break
 	}
 	for i := range reads {
 		if !got[i] {
