@@ -104,34 +104,41 @@ func (e *Election) channel() string   { return companion(e.name, "leader-changed
 // validity ends.
 //
 // It returns what Acquire returns when it does not lead (an error matching
-// ErrNotAcquired, and ctx's error when ctx ended); a value that is too
+// ErrNotAcquired, and ctx's error when ctx ended; ErrMisconfigured when
+// the nodes' setup keeps the quorum out of reach); a value that is too
 // long gives ErrInvalidArgument. Elected, it writes the leader record on
-// the nodes; when that is not confirmed on a quorum, it resigns and
+// the nodes; when that is not confirmed on a quorum (the lock's nodes
+// failed since), it resigns and campaigns again, or, once ctx has ended,
 // returns that error (matching ErrNotConfirmed or ErrLockLost).
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if len(value) > MaxMetadata {
 		return nil, invalid("value of %d bytes is longer than MaxMetadata (%d)", len(value), MaxMetadata)
 	}
-	lock, err := e.c.Acquire(ctx, e.name, e.ttl, WithFencing(), WithAutoRenew())
-	if err != nil {
-		return nil, err
-	}
-	l := &Leadership{e: e, lock: lock, leader: Leader{Term: lock.FencingToken(), Since: time.Now()}}
-	var cancel context.CancelCauseFunc
-	l.ctx, cancel = context.WithCancelCause(context.Background())
-	lock.Done() // its end is watched, and cancels the context with why
-	lock.afterEnd(func() { cancel(cmp.Or(lock.lossCause(), errResigned)) })
-	if err := l.Proclaim(ctx, value); err != nil {
+	for {
+		lock, err := e.c.Acquire(ctx, e.name, e.ttl, WithFencing(), WithAutoRenew())
+		if err != nil {
+			return nil, err
+		}
+		l := &Leadership{e: e, lock: lock, leader: Leader{Term: lock.FencingToken(), Since: time.Now()}}
+		var cancel context.CancelCauseFunc
+		l.ctx, cancel = context.WithCancelCause(context.Background())
+		lock.Done() // its end is watched, and cancels the context with why
+		lock.afterEnd(func() { cancel(cmp.Or(lock.lossCause(), errResigned)) })
+		err = l.Proclaim(ctx, value)
+		if err == nil {
+			go l.keep()
+			return l, nil
+		}
 		if ctx.Err() != nil {
 			// The caller is gone: its deadline is not held up by the
 			// release, which goes on in the background.
 			go func() { _ = l.Resign(context.WithoutCancel(ctx)) }()
 			return nil, err
 		}
-		return nil, errors.Join(err, l.Resign(context.WithoutCancel(ctx)))
+		// Won, but the record did not reach a quorum (the lock's nodes
+		// failed since): not a leadership anyone can see. Again.
+		_ = l.Resign(context.WithoutCancel(ctx))
 	}
-	go l.keep()
-	return l, nil
 }
 
 // keepEvery is how often a leader keeps its record (see keep): every third

@@ -425,3 +425,70 @@ func TestElection_resignDeletesTheRecord(t *testing.T) {
 	}
 	waitFor(t, "the record to go", func() bool { return len(c.holdersAny("{tidy}:leader")) == 0 })
 }
+
+// failLeaderWrites fails the first n leader-record writes it sees, as a
+// node that failed between the Campaign's win and its record.
+type failLeaderWrites struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (h *failLeaderWrites) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failLeaderWrites) fail(cmds []redis.Cmder) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range cmds {
+		for _, a := range c.Args() {
+			if a == "write" && h.n > 0 {
+				h.n--
+				return true
+			}
+		}
+	}
+	return false
+}
+func (h *failLeaderWrites) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.fail([]redis.Cmder{cmd}) {
+			err := errors.New("node failed")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *failLeaderWrites) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.fail(cmds) {
+			err := errors.New("node failed")
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestElection_campaignAgainWhenTheRecordFails: a Campaign that won the
+// lock but could not write its record on a quorum (two nodes failed in
+// between) resigns and campaigns again, rather than return an error while
+// its context lasts.
+func TestElection_campaignAgainWhenTheRecordFails(t *testing.T) {
+	c := newCluster(t, 3)
+	clients := c.connect(t)
+	for _, rdb := range clients[:2] {
+		rdb.(*redis.Client).AddHook(&failLeaderWrites{n: 1})
+	}
+	e := mustElection(t, mustNew(t, clients), "retry", time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := e.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	defer l.Resign(ctx)
+	if got, err := e.Leader(ctx); err != nil || got.Value != "v" || got.Term != l.Term() {
+		t.Fatalf("Leader = %+v, %v", got, err)
+	}
+}

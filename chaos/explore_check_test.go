@@ -377,6 +377,19 @@ func TestGenerate_shapes(t *testing.T) {
 			if !extreme && s.Clients[0].Retry == nil {
 				t.Fatalf("seed %d: no extreme value:\n%s", seed, s)
 			}
+		case shapeElect:
+			if len(s.Clients) < 2 {
+				t.Fatalf("seed %d: fewer than 2 candidates' Clients:\n%s", seed, s)
+			}
+			for _, c := range s.Clients {
+				for _, a := range c.Actors {
+					for _, st := range a {
+						if st.Call != "campaign" || !st.Fenced || !st.Renew || st.Repeat == 0 || st.Keys[0] != "a" {
+							t.Fatalf("seed %d: a step that is not a repeated campaign for \"a\":\n%s", seed, s)
+						}
+					}
+				}
+			}
 		default:
 			t.Fatalf("seed %d: shape %q", seed, s.Shape)
 		}
