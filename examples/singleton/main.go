@@ -132,7 +132,8 @@ func lead(ctx context.Context, l *redlock.Leadership, id int, store *redis.Clien
 		if err := redlock.FencedSet(ctx, store, counter, strconv.Itoa(n+1), l.Term()); err != nil {
 			continue
 		}
-		store.RPush(ctx, ticks, fmt.Sprintf("%d %d %d %d", l.Term(), id, start.UnixMicro(), time.Now().UnixMicro()))
+		store.RPush(context.Background(), ticks, // recorded even if told to stop meanwhile
+			fmt.Sprintf("%d %d %d %d", l.Term(), id, start.UnixMicro(), time.Now().UnixMicro()))
 	}
 }
 
