@@ -342,11 +342,16 @@ func TestElection_recordLivesAsLongAsTheLeadership(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Resign(ctx)
-	for i, s := range c.servers {
-		if ttl := s.TTL("{kept}:leader"); ttl <= 0 {
-			t.Fatalf("node %d: the record's ttl is %v", i, ttl)
+	// Campaign returns once a quorum wrote the record; the third node's
+	// write may still be on its way.
+	waitFor(t, "the record on every node, with a ttl", func() bool {
+		for _, s := range c.servers {
+			if s.TTL("{kept}:leader") <= 0 {
+				return false
+			}
 		}
-	}
+		return true
+	})
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
 		for _, s := range c.servers {
 			s.FastForward(100 * time.Millisecond) // miniredis ages keys only so
@@ -388,13 +393,13 @@ func TestElection_failedProclaimDoesNotShareARevision(t *testing.T) {
 }
 
 // TestElection_leaderDoesNotWaitForAHungNode: with one node of three hung,
-// Leader answers from the two others, not after the read timeout (1 s).
+// Leader answers from the two others, not after the read timeout (3 s).
 func TestElection_leaderDoesNotWaitForAHungNode(t *testing.T) {
 	c := newCluster(t, 2)
 	hung := newHungNode(t)
 	nodes := append(c.clients, redis.NewClient(&redis.Options{Addr: hung.Addr(), MaxRetries: -1}))
 	t.Cleanup(func() { _ = nodes[2].Close() })
-	rc := mustNew(t, nodes, redlock.WithNodeTimeout(time.Second))
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(3*time.Second))
 	e := mustElection(t, rc, "hung", 5*time.Second)
 	l, err := e.Campaign(context.Background(), "v")
 	if err != nil {
@@ -406,7 +411,7 @@ func TestElection_leaderDoesNotWaitForAHungNode(t *testing.T) {
 	if err != nil || got.Value != "v" {
 		t.Fatalf("Leader = %+v, %v", got, err)
 	}
-	if d := time.Since(start); d > 800*time.Millisecond {
+	if d := time.Since(start); d > 1500*time.Millisecond {
 		t.Fatalf("Leader took %v: it waited for the hung node", d)
 	}
 }
