@@ -313,7 +313,9 @@ func allCases() []benchCase {
 		cases = append(cases, benchCase{name: fmt.Sprintf("U floor-setnx N=%d", n), workload: "U", lib: "floor-setnx", n: n, clients: 1, newLock: newFloor})
 	}
 	cases = append(cases, benchCase{name: "U floor-ping N=1", workload: "U", lib: "floor-ping", n: 1, clients: 1, newLock: newPing})
-	cases = append(cases, benchCase{name: "K floor-pipelined N=1", workload: "K", lib: "floor-pipelined", n: 1, clients: 1, newLock: newPipelinedFloor})
+	for _, n := range []int{1, 5} {
+		cases = append(cases, benchCase{name: fmt.Sprintf("K floor-pipelined N=%d", n), workload: "K", lib: "floor-pipelined", n: n, clients: 1, newLock: newPipelinedFloor})
+	}
 	return cases
 }
 
@@ -728,9 +730,48 @@ type floorCall struct {
 
 var floorTake = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0`)
 
+// newPipelinedFloor is the pipelined floor on one node, or at N > 1 its
+// quorum: a take on every node at once, done once a majority took it; a
+// delete on every node, done once a majority answered (the others' calls
+// finish in the background, in order on their node).
 func newPipelinedFloor(e *benchEnv, n int) (locker, func()) {
-	cs, stop := e.clients(1)
-	return &pipelinedFloor{rdb: cs[0]}, stop
+	cs, stop := e.clients(n)
+	if n == 1 {
+		return &pipelinedFloor{rdb: cs[0]}, stop
+	}
+	q := &quorumFloor{}
+	for _, c := range cs {
+		q.nodes = append(q.nodes, &pipelinedFloor{rdb: c})
+	}
+	return q, stop
+}
+
+type quorumFloor struct{ nodes []*pipelinedFloor }
+
+// all runs s on every node and returns once a majority answered ok.
+func (q *quorumFloor) all(s *redis.Script, key string, args ...any) error {
+	oks := make(chan bool, len(q.nodes))
+	for _, f := range q.nodes {
+		go func() { oks <- f.call(s, key, args...) == nil }()
+	}
+	need, failed := len(q.nodes)/2+1, 0
+	for range q.nodes {
+		if <-oks {
+			if need--; need == 0 {
+				return nil
+			}
+		} else if failed++; failed > len(q.nodes)/2 {
+			break
+		}
+	}
+	return errors.New("no majority")
+}
+
+func (q *quorumFloor) lock(_ context.Context, key string) (int, func() error, error) {
+	if err := q.all(floorTake, key, "t", ttl.Milliseconds()); err != nil {
+		return 1, nil, err
+	}
+	return 1, func() error { return q.all(floorDel, key, "t") }, nil
 }
 
 func (f *pipelinedFloor) call(s *redis.Script, key string, args ...any) error {
