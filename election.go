@@ -46,9 +46,6 @@ type Election struct {
 // companion key names in docs/election.md). An empty name or a ttl that
 // Acquire would refuse gives ErrInvalidArgument; no node is contacted.
 func (c *Client) Election(name string, ttl time.Duration) (*Election, error) {
-	if _, err := c.checkLease(name, ttl); err != nil {
-		return nil, err
-	}
 	if _, err := c.acquireConfig(name, ttl, []AcquireOption{WithAutoRenew()}); err != nil {
 		return nil, err
 	}
@@ -97,6 +94,19 @@ func parseRecord(s string) (token string, l Leader, ok bool) {
 func (e *Election) recordKey() string { return companion(e.name, "leader") }
 func (e *Election) channel() string   { return companion(e.name, "leader-changed") }
 
+// op is a call of lua/leader.lua on the election's key and record.
+func (e *Election) op(args ...any) nodeOp {
+	return nodeOp{script: leaderScript, keys: []string{e.name, e.recordKey()}, args: args}
+}
+
+// checkValue refuses a value longer than MaxMetadata.
+func checkValue(value string) error {
+	if len(value) > MaxMetadata {
+		return invalid("value of %d bytes is longer than MaxMetadata (%d)", len(value), MaxMetadata)
+	}
+	return nil
+}
+
 // Campaign blocks until this candidate leads the election, with value as
 // what it proclaims (at most MaxMetadata bytes), or until ctx ends. The
 // Leadership is renewed automatically until Resign; its Done channel and
@@ -111,8 +121,8 @@ func (e *Election) channel() string   { return companion(e.name, "leader-changed
 // failed since), it resigns and campaigns again, or, once ctx has ended,
 // returns that error (matching ErrNotConfirmed or ErrLockLost).
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
-	if len(value) > MaxMetadata {
-		return nil, invalid("value of %d bytes is longer than MaxMetadata (%d)", len(value), MaxMetadata)
+	if err := checkValue(value); err != nil {
+		return nil, err
 	}
 	for {
 		lock, err := e.c.Acquire(ctx, e.name, e.ttl, WithFencing(), WithAutoRenew())
@@ -158,7 +168,7 @@ func (l *Leadership) keep() {
 	t := time.NewTicker(l.e.keepEvery())
 	defer t.Stop()
 	lk, c := l.lock, l.e.c
-	op := nodeOp{script: leaderScript, keys: []string{l.e.name, l.e.recordKey()}, args: []any{"keep", lk.token, l.e.recordLife()}}
+	op := l.e.op("keep", lk.token, l.e.recordLife())
 	for {
 		select {
 		case <-lk.Done():
@@ -224,8 +234,8 @@ func (l *Leadership) Leading() bool {
 // nodes no longer hold it, ErrNotConfirmed when too few nodes answered,
 // ErrInvalidArgument for a value that is too long.
 func (l *Leadership) Proclaim(ctx context.Context, value string) error {
-	if len(value) > MaxMetadata {
-		return invalid("value of %d bytes is longer than MaxMetadata (%d)", len(value), MaxMetadata)
+	if err := checkValue(value); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -241,7 +251,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	tm, _ := lk.lease()
-	op := nodeOp{script: leaderScript, keys: []string{l.e.name, l.e.recordKey()}, args: []any{"write", lk.token, l.e.recordLife(), next.record(lk.token), l.e.channel()}}
+	op := l.e.op("write", lk.token, l.e.recordLife(), next.record(lk.token), l.e.channel())
 	t, settled := c.fanOut(ctx, tm, decidedAt(len(c.nodes), lk.quorum), nil, lk.settled, op)
 	lk.settled = settled
 	if t.yes >= lk.quorum {
@@ -263,8 +273,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	err := l.lock.Release(ctx)
 	c, lk := l.e.c, l.lock
 	tm, _ := lk.lease()
-	op := nodeOp{script: leaderScript, keys: []string{l.e.name, l.e.recordKey()}, args: []any{"drop", lk.token}}
-	c.fanOut(context.WithoutCancel(ctx), tm, func(*tally) bool { return true }, nil, settlement{}, op)
+	c.fanOut(context.WithoutCancel(ctx), tm, func(*tally) bool { return true }, nil, settlement{}, l.e.op("drop", lk.token))
 	return err
 }
 
@@ -300,7 +309,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // the token that holds the election on q nodes, if any; answered counts
 // the nodes that answered, errs holds the others' errors (by node).
 func leaderOf(reads []nodeRead, q int) (best Leader, found bool, answered int, errs []error) {
-	held := map[string]int{}
+	held, _ := holders(reads)
 	errs = make([]error, len(reads))
 	for i, r := range reads {
 		if r.err != nil {
@@ -308,13 +317,8 @@ func leaderOf(reads []nodeRead, q int) (best Leader, found bool, answered int, e
 			continue
 		}
 		answered++
-		if v, ok := r.value(0); ok {
-			held[v]++
-		}
-	}
-	for _, r := range reads {
 		rec, ok := r.value(1)
-		if r.err != nil || !ok {
+		if !ok {
 			continue
 		}
 		token, l, ok := parseRecord(rec)
@@ -325,6 +329,19 @@ func leaderOf(reads []nodeRead, q int) (best Leader, found bool, answered int, e
 	return best, found, answered, errs
 }
 
+// holders counts, by token, the nodes of reads whose election key holds
+// it, and returns the largest count.
+func holders(reads []nodeRead) (held map[string]int, most int) {
+	held = map[string]int{}
+	for _, r := range reads {
+		if v, ok := r.value(0); ok && r.err == nil {
+			held[v]++
+			most = max(most, held[v])
+		}
+	}
+	return held, most
+}
+
 // leaderDecided tells readNodes when the answers so far decide Leader: a
 // token holds the election on q of the nodes that answered (whose records
 // then include the newest one confirmed: a Proclaim is confirmed on a
@@ -332,15 +349,11 @@ func leaderOf(reads []nodeRead, q int) (best Leader, found bool, answered int, e
 // nodes yet to answer.
 func leaderDecided(q int) func([]nodeRead, []bool) bool {
 	return func(reads []nodeRead, got []bool) bool {
-		held, most, waiting := map[string]int{}, 0, 0
-		for i, r := range reads {
-			if !got[i] {
+		_, most := holders(reads) // a node yet to answer holds nothing yet
+		waiting := 0
+		for _, g := range got {
+			if !g {
 				waiting++
-				continue
-			}
-			if v, ok := r.value(0); ok && r.err == nil {
-				held[v]++
-				most = max(most, held[v])
 			}
 		}
 		return most >= q || most+waiting < q

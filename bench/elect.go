@@ -148,12 +148,15 @@ func waitTerm(seen <-chan redlock.Leader, term uint64) bool {
 	}
 }
 
+// newHist is a histogram of durations in microseconds, up to a minute.
 func newHist() *hdrhistogram.Histogram {
 	return hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
 }
 
+// record adds d to h (1 µs at least).
 func record(h *hdrhistogram.Histogram, d time.Duration) { _ = h.RecordValue(max(d.Microseconds(), 1)) }
 
+// q is h's p-th percentile.
 func q(h *hdrhistogram.Histogram, p float64) time.Duration {
 	return time.Duration(h.ValueAtQuantile(p)) * time.Microsecond
 }

@@ -347,9 +347,9 @@ type result struct {
 
 func (r *result) record(d time.Duration) {
 	if r.hist == nil {
-		r.hist = hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
+		r.hist = newHist()
 	}
-	_ = r.hist.RecordValue(max(1, d.Microseconds()))
+	record(r.hist, d)
 }
 
 // failed counts a failure and keeps err if it is the case's first. Safe

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"time"
 
 	"github.com/quorumlock/redlock"
@@ -73,7 +74,10 @@ func parseElect(args []string, stdout, stderr io.Writer) (electConfig, int, bool
 	fs.BoolVar(&cfg.once, "once", false, "run the command once as leader, then exit with its status")
 	fs.BoolVar(&cfg.observe, "observe", false, "print each change of leader instead of campaigning")
 	// The name and the flags in any order, the command after "--".
-	before, after, _ := cutArgs(args, "--")
+	before, after := args, []string(nil)
+	if i := slices.Index(args, "--"); i >= 0 {
+		before, after = args[:i], args[i+1:]
+	}
 	if exit, ok := fs.parse(before, interspersed); !ok {
 		return cfg, exit, false
 	}
@@ -191,14 +195,4 @@ func leadCommand(ctx context.Context, path string, cfg electConfig, l *redlock.L
 	})
 	_, signalled = interruptedBy(ctx)
 	return status, lost, signalled
-}
-
-// cutArgs splits args at the first sep.
-func cutArgs(args []string, sep string) (before, after []string, found bool) {
-	for i, a := range args {
-		if a == sep {
-			return args[:i], args[i+1:], true
-		}
-	}
-	return args, nil, false
 }
