@@ -142,8 +142,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		// A token per attempt (see cleanup); what lasts across attempts (a
 		// writer's mark, a place in a fair queue) has a waiter ID in the kind.
 		a := c.newAcquisition(k, ac, settled)
-		// Only an announcement made while the attempt runs ends the wait.
-		w.watch.drain()
+		w.attempting()
 		// A fair waiter named first in line is eager: refused, it tries
 		// again at once rather than wait out a frozen node's timeout.
 		lock, qe := c.attempt(ctx, &a, w.first)
@@ -195,8 +194,18 @@ type waiting struct {
 	ln         *waitLine     // a plain lock's waiter's place in line, once it waits
 	first      bool          // a fair lock's last announcement named this waiter first in line
 	woken      bool          // the last wait ended with a release announcement
-	wokeAt     time.Time     // when a wait last did
+	wokeAt     time.Time     // when a release was last heard
 	lastHolder int64         // the other holder the last refusal named on a quorum, if any
+}
+
+// attempting is called before each attempt. Only an announcement made
+// while the attempt runs ends the next wait; one heard since the last wait
+// ended (the timer fired first, or it came just after) still counts as a
+// wake-up: the attempt may find the release not yet landed on a quorum.
+func (w *waiting) attempting() {
+	if w.watch.drain() {
+		w.wokeAt = time.Now()
+	}
 }
 
 // listen subscribes to the release on a node that named a holder (qe), and

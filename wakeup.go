@@ -148,16 +148,18 @@ func (c *Client) sendOne(i int, op nodeOp, timeout time.Duration) {
 	go func() { reply(op.run(ctx, c.nodes[i].rdb, c.nodes[i].scripts, c.cfg.replicaAck, timeout)) }()
 }
 
-// drain drops the announcements received so far.
-func (w *releaseWatch) drain() {
+// drain drops the announcements received so far, and reports whether
+// there was one.
+func (w *releaseWatch) drain() (heard bool) {
 	if w == nil {
-		return
+		return false
 	}
 	for {
 		select {
 		case <-w.w.Messages():
+			heard = true
 		default:
-			return
+			return heard
 		}
 	}
 }

@@ -92,3 +92,39 @@ func TestWatchRelease_lateSubscription(t *testing.T) {
 		t.Fatal("the announcement did not arrive")
 	}
 }
+
+// TestWaiting_releaseHeardBeforeTheAttemptIsAWakeUp: an announcement that
+// arrives after a wait ended on its timer, and before the next attempt,
+// still makes that attempt's refusal by the same holder (the release not
+// yet landed on a quorum) a reason to try again soon. It used to be
+// dropped unheard, and the waiter slept its policy's delay.
+func TestWaiting_releaseHeardBeforeTheAttemptIsAWakeUp(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := New([]*redis.Client{rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	channel := releaseChannel("k")
+	w := waiting{kind: plain{key: "k"}, lastHolder: -7}
+	w.watch = c.watchRelease(context.Background(), []string{channel}, nil, 0, 10*time.Second)
+	defer w.watch.close()
+	if !w.watch.subscribed() {
+		t.Fatal("the subscription was not confirmed")
+	}
+	m.Publish(channel, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for len(w.watch.released()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the announcement did not arrive")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.attempting()
+	ac := acquireConfig{retry: RetryFunc(func(int) time.Duration { return time.Minute })}
+	refused := &quorumError{taken: true, holder: -7, heldOn: 0}
+	if d, _ := w.delay(ac, refused, 2, time.Second, false); d > 10*time.Millisecond {
+		t.Fatalf("refused by the holder whose release was just heard, the waiter waits %v", d)
+	}
+}
