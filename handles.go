@@ -39,12 +39,31 @@ func WithMetadata(metadata string) AcquireOption {
 // characters (crypto/rand, base 32), and for a kind other than the plain
 // lock a dot and the kind's name, so that Inspect can tell the kinds that
 // store a string apart and Resume can refuse them. The acquire scripts
-// name a holder by its token's first 8 bytes, which stay random.
+// name a holder by its token's first 8 bytes, which stay random (a run of
+// hand-offs is named as one holder: see runOf).
 func newToken(k kind) string {
 	if n := k.name(); n != "plain" {
 		return rand.Text() + "." + n
 	}
 	return rand.Text()
+}
+
+// runLen is how long the prefix is that the tokens of a run of hand-offs
+// share: newToken's random characters.
+const runLen = 26
+
+// runOf returns the prefix that token shares with the other tokens of its
+// run of hand-offs: its first runLen characters, which a lock handed on
+// puts before its own token (Client.handOff); "" for a shorter token. A
+// hand-off that never ran on a node leaves an earlier token of the run
+// there, which the run's later hand-offs and its release take (of_run in
+// lua/prelude.lua) rather than leave until its ttl. Only one token of a
+// run is live at a time, each taken over from the one before.
+func runOf(token string) string {
+	if len(token) < runLen {
+		return ""
+	}
+	return token[:runLen]
 }
 
 // kindOf returns the kind a token names (see newToken): "plain" for a

@@ -92,6 +92,7 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // handedOver).
 func (c *Client) handOff(ctx context.Context, l *Lock, next handsOver, w *waiter) handOffResult {
 	a := c.newAcquisition(w.kind, w.ac, l.settled)
+	a.token = runOf(l.token) + a.token // one run: see runOf
 	a.start = c.cfg.clock.Now()
 	t := a.fanOut(ctx, c, c.handedOver(l), nil, next.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenceKeep()))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}

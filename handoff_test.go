@@ -800,3 +800,59 @@ func TestClient_Acquire_listenerThatNeverTries(t *testing.T) {
 		t.Fatalf("4 goroutines took the key %d times in 6 s beside a listener that never tries, %d times in 2 s alone", listened, alone)
 	}
 }
+
+// TestLock_Release_handOffNotRunOnALaggingNodeLeavesNothing: a hand-off
+// that never ran on a lagging node (queued there behind the slow acquire
+// of its key until its deadline passed, so not sent) left the released
+// lock's token on that node until its ttl, out of reach of every later
+// release of the run: another Client then needed that node's key to
+// expire whenever a fast node failed. The run's last release deletes it.
+func TestLock_Release_handOffNotRunOnALaggingNodeLeavesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		keys    []string
+		acquire func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error)
+		waiting func(rc *redlock.Client) int
+	}{
+		{"plain", []string{"k"}, func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute)
+		}, func(rc *redlock.Client) int { return redlock.LocalWaiters(rc, "k") }},
+		{"write", []string{"k"}, func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.Acquire(ctx, "k", time.Minute, redlock.ForWrite())
+		}, func(rc *redlock.Client) int { return redlock.LocalWriters(rc, "k") }},
+		{"multi-key", []string{"a", "b"}, func(ctx context.Context, rc *redlock.Client) (*redlock.Lock, error) {
+			return rc.AcquireAll(ctx, []string{"a", "b"}, time.Minute)
+		}, func(rc *redlock.Client) int { return redlock.LocalMultiWaiters(rc, "a", "b") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, links, rc := lateCluster(t)
+			ctx := context.Background()
+			// Node 2's calls land a second late: the first lock's acquire
+			// there holds its pipe that long, and the hand-off behind it
+			// passes its deadline unsent.
+			links[2].setDelay(time.Second)
+			first, err := tc.acquire(ctx, rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan acquired, 1)
+			go func() {
+				l, err := tc.acquire(ctx, rc)
+				got <- acquired{l, err}
+			}()
+			waitFor(t, "the second Acquire to queue", func() bool { return tc.waiting(rc) == 1 })
+			mustRelease(t, first)
+			second := mustGet(t, got)
+			mustRelease(t, second)
+			links[2].delivered(t)
+			waitIdle(t, rc)
+			links[2].delivered(t)
+			for _, k := range tc.keys {
+				if got := c.holdersAny(k); len(got) != 0 {
+					v, _ := c.servers[got[0]].Get(k)
+					t.Fatalf("%s left on nodes %v (%q; first %q, second %q)", k, got, v, first.Token(), second.Token())
+				}
+			}
+		})
+	}
+}

@@ -196,13 +196,15 @@ func (k multi) turns() string {
 func (k multi) release(token string) nodeOp {
 	op := k.scripted.release(token)
 	op.args[3] = "1"
+	op.args = append(op.args, "", runOf(token))
 	return op
 }
 
-// handOff takes every key from the holder of from (kind_multi.lua).
+// handOff takes every key from the holder of from, or from the run's
+// tokens left behind (kind_multi.lua).
 func (k multi) handOff(token, from string, ttl, fence time.Duration) nodeOp {
 	op := k.scripted.op("handoff", token, ttl, fence, false)
-	op.args = append(op.args, from)
+	op.args = append(op.args, from, runOf(from))
 	return op
 }
 
@@ -311,11 +313,21 @@ func (k readWrite) drop(token string) nodeOp {
 	return k.op("drop", token, time.Millisecond, 0, !k.writer)
 }
 
-// handOff takes a write lock from the writer holding from (kind_rw.lua).
-// Only writers take local turns, so only a writer is handed over.
+// handOff takes a write lock from the writer holding from, or from the
+// run's tokens left behind (kind_rw.lua). Only writers take local turns,
+// so only a writer is handed over.
 func (k readWrite) handOff(token, from string, ttl, fence time.Duration) nodeOp {
 	op := k.op("handoff", token, ttl, fence, true)
-	op.args = append(op.args, from)
+	op.args = append(op.args, from, runOf(from))
+	return op
+}
+
+// release also deletes a writer's run's tokens left behind (kind_rw.lua).
+func (k readWrite) release(token string) nodeOp {
+	op := k.scripted.release(token)
+	if k.writer {
+		op.args = append(op.args, "", runOf(token))
+	}
 	return op
 }
 

@@ -129,15 +129,16 @@ func acquireOn(key, token string, ttl, fence time.Duration) nodeOp {
 	return nodeOp{script: acquireScript, keys: []string{key}, args: []any{token, px}, holds: true, takes: true}
 }
 
-// handOffOn takes key for token where it holds from's token or is free;
-// see handoff.lua for its result.
+// handOffOn takes key for token where it holds from's token, one of
+// from's run (runOf), or is free; see handoff.lua for its result.
 func handOffOn(key, token, from string, ttl, fence time.Duration) nodeOp {
 	keys := []string{key}
-	args := []any{token, pxMillis(ttl), from, releaseChannel(key)}
+	keep := int64(0)
 	if fence > 0 {
 		keys = append(keys, fenceKey(key))
-		args = append(args, pxMillis(fence))
+		keep = pxMillis(fence)
 	}
+	args := []any{token, pxMillis(ttl), from, releaseChannel(key), keep, runOf(from)}
 	return nodeOp{script: handOffScript, keys: keys, args: args, holds: true, takes: true}
 }
 
@@ -151,10 +152,11 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 	return nodeOp{script: extendScript, keys: []string{key}, args: []any{token, pxMillis(ttl)}, holds: true}
 }
 
-// releaseOn deletes key if it holds token, and announces it on the key's
-// release channel, so that waiters try again at once.
+// releaseOn deletes key if it holds token or one of its run's (runOf),
+// and announces it on the key's release channel, so that waiters try
+// again at once.
 func releaseOn(key, token string) nodeOp {
-	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key), wokenKey(key)}, args: []any{token, releaseChannel(key)}}
+	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key), wokenKey(key)}, args: []any{token, releaseChannel(key), runOf(token)}}
 }
 
 // lineKey is the line of a plain lock's waiters on a node (line.lua).

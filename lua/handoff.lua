@@ -1,7 +1,8 @@
 -- Hands a lock from its holder in one process to the next goroutine of the
--- same process waiting for it: takes the key if it holds the holder's token
--- or is free, or keeps it if it already holds ours (a resend; its time to
--- live is lengthened, never shortened).
+-- same process waiting for it: takes the key if it holds the holder's token,
+-- an earlier token of the holder's run of hand-offs, or is free, or keeps it
+-- if it already holds ours (a resend; its time to live is lengthened, never
+-- shortened).
 -- KEYS[1]: the lock key
 -- KEYS[2]: the key's fencing counter, given only for a fenced lock
 -- ARGV[1]: our token
@@ -9,7 +10,9 @@
 -- ARGV[3]: the holder's token
 -- ARGV[4]: the key's release channel
 -- ARGV[5]: for a fenced lock, how long (ms) the counter is kept once the
---          node's clock has passed it (prelude.lua)
+--          node's clock has passed it (prelude.lua); else 0
+-- ARGV[6]: the run's token prefix (of_run, prelude.lua): a token of the run
+--          left here is taken as the holder's is
 -- Returns 0 if someone else holds the key (or a lock of another kind).
 -- Otherwise the decimal digits of c followed by one digit, 2*w + r, as a
 -- string (c*10 + 2*w + r, which go-redis reads as an integer): c is the
@@ -27,11 +30,11 @@ local r = 0
 if v == ARGV[3] then
   r = 1
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-elseif v == false then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 elseif v == ARGV[1] then
   r = 4
   lengthen(KEYS[1], tonumber(ARGV[2]))
+elseif v == false or of_run(v, ARGV[6]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 else
   return 0
 end

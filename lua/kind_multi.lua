@@ -11,6 +11,9 @@
 -- ARGV[6]: m, the number of lock keys
 -- ARGV[7..6+m]: the keys' release channels
 -- ARGV[7+m]: for handoff, the releasing holder's token
+-- ARGV[8+m]: for handoff and release, the run's token prefix (of_run,
+--            prelude.lua): a token of the run left on a key is taken or
+--            deleted as the holder's is
 -- A key held by a lock of another kind (not a string: GET fails, and pcall
 -- returns the error as a table) counts as held by another holder.
 -- Acquire returns 0 when another holder has any of the keys, else the
@@ -24,13 +27,14 @@
 -- Extend returns 1 if every key held our token; release and drop return 1 if
 -- any key held it.
 local op, token, px, m = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
--- Takes every key for our token when none is held by another than us or
--- from (nil but for handoff); returns 0 when one is, else the fencing
--- counter, and whether from's token was on any key.
+local run = ARGV[8 + m]
+-- Takes every key for our token when none is held by another than us,
+-- from (nil but for handoff) or the run; returns 0 when one is, else the
+-- fencing counter, and whether from's token was on any key.
 local function take(from)
   for i = 1, m do
     local v = redis.pcall('GET', KEYS[i])
-    if v and v ~= token and v ~= from then
+    if v and v ~= token and v ~= from and not (from and of_run(v, run)) then
       return 0, 0
     end
   end
@@ -86,9 +90,12 @@ elseif op == 'extend' then
 end
 local n = 0
 for i = 1, m do
-  if redis.pcall('GET', KEYS[i]) == token then
+  local v = redis.pcall('GET', KEYS[i])
+  if v == token or op == 'release' and of_run(v, run) then
     redis.call('DEL', KEYS[i])
-    n = n + 1
+    if v == token then
+      n = n + 1
+    end
     if ARGV[4] ~= '' then
       redis.call('PUBLISH', ARGV[6 + i], '')
     end

@@ -21,6 +21,9 @@
 -- A key held by a lock of another kind (a hash, a semaphore's set, another
 -- holder's string) counts as held against us.
 -- ARGV[8]: for handoff, the releasing writer's token
+-- ARGV[9]: for a writer's handoff and release, the run's token prefix
+--          (of_run, prelude.lua): a token of the run left here is taken
+--          or deleted as the holder's is
 -- Acquire returns 0 when the lock is held against us, else the fencing
 -- counter (1 when not fenced). Handoff returns 0 when the lock is held
 -- against us, else c, w and r as handoff.lua does (c the fencing
@@ -122,8 +125,10 @@ if op == 'acquire' then
   return take()
 elseif op == 'handoff' then
   local r, c = 0, 0
-  if held == ARGV[8] then
-    r = 1
+  if held == ARGV[8] or not ours and of_run(held, ARGV[9]) then
+    if held == ARGV[8] then
+      r = 1
+    end
     redis.call('SET', k, token, 'PX', px)
     c = fence()
   else
@@ -150,9 +155,11 @@ elseif op == 'unmark' then
   return 0
 end
 local n = 0
-if ours then
+if ours or op == 'release' and of_run(held, ARGV[9]) then
   redis.call('DEL', k)
-  n = 1
+  if ours then
+    n = 1
+  end
   announce()
 end
 if op ~= 'drop' and redis.call('GET', ww) == waiter then

@@ -98,3 +98,12 @@ local function handoff_result(c, r, channel)
   end
   return string.format('%d', c) .. (2 * w + r)
 end
+
+-- of_run reports whether v, a key's value, is a token of the run of
+-- hand-offs whose tokens begin with run (nil or '' for none): a holder of
+-- this run handed the key on, but the hand-off never ran here, so the
+-- value is ours, left behind, and the run's later hand-offs and its
+-- release take it.
+local function of_run(v, run)
+  return run ~= nil and run ~= '' and type(v) == 'string' and string.sub(v, 1, #run) == run
+end

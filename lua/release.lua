@@ -15,14 +15,20 @@
 -- KEYS[3]: the line's woken waiters, a hash of names (with KEYS[2])
 -- ARGV[1]: our token
 -- ARGV[2]: the release channel, or "" to say nothing
--- Returns 1 if our key was deleted, 0 if it was gone, held another token or
--- is held by a lock of another kind.
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+-- ARGV[3]: the run's token prefix (of_run, prelude.lua), or none: a token
+--          of the run left here is deleted too
+-- Returns 1 if our key was deleted, 0 if it was gone, held another token
+-- (one of the run's, deleted, included) or is held by a lock of another
+-- kind.
+local v = redis.pcall('GET', KEYS[1])
+local ours = v == ARGV[1]
+if not ours and not of_run(v, ARGV[3]) then
   return 0
 end
 redis.call('DEL', KEYS[1])
+local n = ours and 1 or 0
 if ARGV[2] == '' then
-  return 1
+  return n
 end
 local woken = 0
 if #KEYS > 2 and redis.call('TYPE', KEYS[2]).ok == 'zset' then
@@ -47,4 +53,4 @@ end
 if woken == 0 then
   redis.call('PUBLISH', ARGV[2], '')
 end
-return 1
+return n
