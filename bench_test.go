@@ -59,9 +59,11 @@ func (s stubAnswers) ProcessPipelineHook(redis.ProcessPipelineHook) redis.Proces
 func (s stubAnswers) answer(cmd redis.Cmder) {
 	switch cmd := cmd.(type) {
 	case *redis.Cmd:
+		if cmd.Name() == "info" {
+			cmd.SetVal("run_id:" + s.runID + "\r\n")
+			return
+		}
 		cmd.SetVal(int64(1))
-	case *redis.StringCmd: // INFO
-		cmd.SetVal("run_id:" + s.runID + "\r\n")
 	default:
 		cmd.SetErr(fmt.Errorf("stub: %s not answered", cmd.Name()))
 	}

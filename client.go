@@ -5,10 +5,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quorumlock/redlock/internal/pubsub"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/redlock/internal/nodeio"
+	"github.com/quorumlock/redlock/internal/pubsub"
 	"github.com/quorumlock/redlock/internal/rtt"
+	"github.com/quorumlock/redlock/internal/transport"
 )
 
 // Defaults, in one place. A derived node timeout is a tenth of the ttl,
@@ -68,6 +70,30 @@ type Client struct {
 // node is nil, the same node appears twice (the same client, or clients with
 // the same address), or an option's value is out of range.
 func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
+	ts := make([]transport.Node, len(nodes))
+	for i, rdb := range nodes {
+		if isNil(rdb) {
+			return nil, invalid("node %d is nil", i)
+		}
+		ts[i] = transport.GoRedis(rdb)
+	}
+	return newClient(ts, opts)
+}
+
+// NewOver is New for the nodes of another client than go-redis, through
+// the adapters of the modules beside this one (rueidisredlock). Their own
+// New calls it; a program calls theirs.
+func NewOver(nodes []transport.Node, opts ...Option) (*Client, error) {
+	for i, t := range nodes {
+		if isNil(t) {
+			return nil, invalid("node %d is nil", i)
+		}
+	}
+	return newClient(nodes, opts)
+}
+
+// newClient is New over nodes, checked not to be nil.
+func newClient(nodes []transport.Node, opts []Option) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, invalid("no nodes")
 	}
@@ -87,11 +113,9 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 		},
 	}
 	c.idents.init(len(nodes))
-	for i, rdb := range nodes {
-		if isNil(rdb) {
-			return nil, invalid("node %d is nil", i)
-		}
-		c.nodes[i] = node{rdb: rdb, addr: addrOf(rdb), inline: cutsAtDeadline(rdb), scripts: &scripts{}}
+	for i, t := range nodes {
+		info := t.Info()
+		c.nodes[i] = node{info: info, addr: info.Addr}
 		for j := range i {
 			if sameNode(c.nodes[j], c.nodes[i]) {
 				return nil, invalid("node %d is the same as node %d (%s): the nodes must be independent", i, j, c.nodes[i].describe())
@@ -108,16 +132,14 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 	}
 	c.subscribers = make([]*pubsub.Subscriber, len(c.nodes))
 	c.batchRenewals = !c.cfg.unbatched
-	for i := range c.nodes {
-		c.subscribers[i] = pubsub.New(c.nodes[i].rdb)
-		if !c.cfg.unbatched {
-			c.nodes[i].pipe = &pipe{rdb: c.nodes[i].rdb, known: c.nodes[i].scripts, ack: c.cfg.replicaAck}
-		}
-		if _, cluster := any(nodes[i]).(*redis.ClusterClient); cluster {
+	for i, t := range nodes {
+		c.subscribers[i] = pubsub.New(t)
+		c.nodes[i].io = nodeio.New(t, c.cfg.replicaAck, !c.cfg.unbatched)
+		if c.nodes[i].info.Cluster {
 			c.batchRenewals = false // the keys of a batch span slots
 		}
-		if _, single := any(nodes[i]).(*redis.Client); c.cfg.replicaAck.on() && !single {
-			return nil, invalid("node %d is a %T: WithReplicaAck needs WAIT on the write's own connection, which only a *redis.Client keeps (a Cluster or Ring client routes a keyless WAIT to a server of its choosing)", i, nodes[i])
+		if c.cfg.replicaAck.Replicas > 0 && !c.nodes[i].info.OneConnection {
+			return nil, invalid("node %d's client does not send a pipeline on one connection: WithReplicaAck needs WAIT on the write's own connection (a go-redis *redis.Client; a Cluster or Ring client routes a keyless WAIT to a server of its choosing)", i)
 		}
 	}
 	c.sched = newScheduler(c)
@@ -137,7 +159,7 @@ type config struct {
 	unbatched   bool
 	handOffs    int
 	observer    Observer
-	replicaAck  replicaAck
+	replicaAck  nodeio.Ack
 	// fenceHorizon: see WithFenceHorizon
 	fenceHorizon time.Duration
 }
@@ -210,6 +232,25 @@ func WithLogger(logger *slog.Logger) Option {
 			return invalid("logger is nil")
 		}
 		c.logger = logger
+		return nil
+	})
+}
+
+// WithBatching turns the batching of concurrent calls on or off. With it,
+// a call bound for an idle node is sent at once, alone; calls made while
+// one is in flight to that node then go together as one pipeline, so that
+// under load many locks share each round trip. Each node gets one send at
+// a time, in the order the calls were made, and a write of a hold whose
+// deadline passed while it waited is never sent.
+//
+// Turn it off for nodes whose client cannot pipeline, or to let a node's
+// calls use its whole connection pool (a hung connection then holds up
+// only its own calls). Without it, a sent call runs to its answer even
+// when its caller gave up, so a stream of callers that give up at once
+// can hold every connection past other callers' node timeouts. Default: on.
+func WithBatching(on bool) Option {
+	return clientOption(func(c *config) error {
+		c.unbatched = !on
 		return nil
 	})
 }

@@ -418,8 +418,8 @@ func (serverIDHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h serverIDHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if sc, ok := cmd.(*redis.StringCmd); ok && cmd.Name() == "info" {
-			sc.SetVal("# Server\r\nredis_version:7.0.15\r\nrun_id:" + string(h) + "\r\n# Cluster\r\ncluster_enabled:0\r\n")
+		if c, ok := cmd.(*redis.Cmd); ok && cmd.Name() == "info" {
+			c.SetVal("# Server\r\nredis_version:7.0.15\r\nrun_id:" + string(h) + "\r\n# Cluster\r\ncluster_enabled:0\r\n")
 			return nil
 		}
 		return next(ctx, cmd)
@@ -498,7 +498,7 @@ func (identityHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h identityHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		sc, ok := cmd.(*redis.StringCmd)
+		sc, ok := cmd.(*redis.Cmd)
 		if !ok || cmd.Name() != "info" {
 			return next(ctx, cmd)
 		}

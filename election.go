@@ -96,7 +96,7 @@ func (e *Election) channel() string   { return companion(e.name, "leader-changed
 
 // op is a call of lua/leader.lua on the election's key and record.
 func (e *Election) op(args ...any) nodeOp {
-	return nodeOp{script: leaderScript, keys: []string{e.name, e.recordKey()}, args: args}
+	return nodeOp{Script: leaderScript, Keys: []string{e.name, e.recordKey()}, Args: args}
 }
 
 // checkValue refuses a value longer than MaxMetadata.

@@ -33,23 +33,15 @@ func QueuedKeys(c *Client) int {
 // QueuedCalls returns how many calls wait in node i's pipe behind the send
 // in flight.
 func QueuedCalls(c *Client, i int) int {
-	p := c.nodes[i].pipe
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.queue)
+	n, _ := c.nodes[i].io.Queued()
+	return n
 }
 
 // PipesIdle reports whether no node's pipe has a send in flight or a call
 // queued.
 func PipesIdle(c *Client) bool {
 	for _, n := range c.nodes {
-		if n.pipe == nil {
-			continue // batching off: nothing to tell
-		}
-		n.pipe.mu.Lock()
-		busy := n.pipe.busy || len(n.pipe.queue) > 0
-		n.pipe.mu.Unlock()
-		if busy {
+		if _, busy := n.io.Queued(); busy {
 			return false
 		}
 	}

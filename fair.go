@@ -57,7 +57,7 @@ func newFair(key string) *fair {
 }
 
 func (k *fair) withArgs(op nodeOp) nodeOp {
-	op.args = append(op.args, k.ticket, cmp.Or(k.patience, fairPatience).Milliseconds(), k.waiter)
+	op.Args = append(op.Args, k.ticket, cmp.Or(k.patience, fairPatience).Milliseconds(), k.waiter)
 	return op
 }
 

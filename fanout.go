@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
 // answer is one node's part in an operation.
@@ -140,7 +142,7 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 		// waits for every node not known to be failing, so that two nodes
 		// on one server are found before a lock is granted.
 		c.startIdentifying(skip, deadline)
-		if inner := stop; inner != nil && op.holds {
+		if inner := stop; inner != nil && op.Holds {
 			stop = func(t *tally) bool { return inner(t) && !c.awaits(t, settlement{}) }
 		}
 	}
@@ -203,7 +205,7 @@ func (f *fan) send(skip []bool, after settlement) settlement {
 	for i, nd := range c.nodes {
 		settled.done[i] = make(chan struct{})
 		settled.deadlines[i] = f.deadline
-		if nd.pipe == nil && after.pending(i) {
+		if !nd.io.Batched() && after.pending(i) {
 			// This call waits for the one before; the next operation's
 			// must not give up on it before it had its own timeout.
 			settled.deadlines[i] = after.deadlines[i].Add(time.Until(f.deadline))
@@ -230,16 +232,16 @@ func (f *fan) send(skip []bool, after settlement) settlement {
 func (f *fan) call(i int, nd node, settled, after settlement) {
 	begun := f.deadline.Add(-f.timeout)
 	switch {
-	case nd.inline && len(f.c.nodes) == 1:
+	case nd.info.CutsAtDeadline && len(f.c.nodes) == 1:
 		// No quorum to return early with: the call runs here.
-		v, vs, err := f.op.run(f.ctx, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
-		if err != nil && f.ctx.Err() != nil && context.Cause(f.ctx) != errNodeTimeout {
-			err = fmt.Errorf("%w: %w", errCutByCaller, err)
+		r := nd.io.Run(f.ctx, f.op, f.timeout)
+		if r.Err != nil && f.ctx.Err() != nil && context.Cause(f.ctx) != errNodeTimeout {
+			r.Err = fmt.Errorf("%w: %w", errCutByCaller, r.Err)
 		}
-		f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
-	case nd.pipe != nil:
-		nd.pipe.submit(call{ctx: f.ctx, io: f.io, timeout: f.timeout, op: f.op, reply: func(v int64, vs []int64, err error) {
-			f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(begun)})
+		f.reply(settled, nodeReply{node: i, value: r.Value, values: r.Values, err: r.Err, took: time.Since(begun)})
+	case nd.io.Batched():
+		nd.io.Submit(nodeio.Call{Ctx: f.ctx, IO: f.io, Timeout: f.timeout, Op: f.op, Reply: func(r nodeio.Result) {
+			f.reply(settled, nodeReply{node: i, value: r.Value, values: r.Values, err: r.Err, took: time.Since(begun)})
 		}})
 	default:
 		go f.callAfter(i, nd, settled, after)
@@ -260,17 +262,17 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 	if err := f.ctx.Err(); err != nil && time.Now().Before(f.deadline) {
 		// The caller gave up while this call waited: see lateIO. (Past
 		// the node timeout, the call before took it all; this has its own.)
-		late, cancelLate, send := lateIO(f.op, callIO, f.timeout)
+		late, cancelLate, send := nodeio.LateIO(f.op, callIO, f.timeout)
 		if !send {
-			f.reply(settled, nodeReply{node: i, err: notSent(err)})
+			f.reply(settled, nodeReply{node: i, err: nodeio.NotSent(err)})
 			return
 		}
 		defer cancelLate()
 		callIO = late
 	}
 	sent := time.Now()
-	v, vs, err := f.op.run(callIO, nd.rdb, nd.scripts, f.c.cfg.replicaAck, f.timeout)
-	f.reply(settled, nodeReply{node: i, value: v, values: vs, err: err, took: time.Since(sent)})
+	r := nd.io.Run(callIO, f.op, f.timeout)
+	f.reply(settled, nodeReply{node: i, value: r.Value, values: r.Values, err: r.Err, took: time.Since(sent)})
 }
 
 // reply takes node i's reply (r): it settles the node's call, notes what
@@ -412,7 +414,7 @@ func (t *tally) record(c *Client, r nodeReply) {
 func (t *tally) fail(c *Client, i int, err error) {
 	t.answers[i] = failed
 	t.notYes++
-	if errors.Is(err, errNotSent) {
+	if errors.Is(err, nodeio.ErrNotSent) {
 		if t.unsent == nil {
 			t.unsent = make([]bool, len(t.answers))
 		}

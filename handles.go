@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock/internal/rtt"
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlock/redlock/internal/transport"
 )
 
 // MaxMetadata is the longest metadata WithMetadata accepts, in bytes.
@@ -448,7 +448,7 @@ func (r nodeRead) value(i int) (v string, ok bool) {
 // Election.Leader), once every node answered or, when enough is not nil,
 // as soon as it says the answers so far decide (the calls still out are
 // then cut). A reply that comes after it returned is dropped.
-func (c *Client) readNodes(ctx context.Context, enough func(reads []nodeRead, got []bool) bool, script *redis.Script, keys []string, args ...any) []nodeRead {
+func (c *Client) readNodes(ctx context.Context, enough func(reads []nodeRead, got []bool) bool, script *transport.Script, keys []string, args ...any) []nodeRead {
 	timeout := c.readTimeout()
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
 	defer cancel()
@@ -462,12 +462,12 @@ func (c *Client) readNodes(ctx context.Context, enough func(reads []nodeRead, go
 	for i, nd := range c.nodes {
 		go func() {
 			sent := time.Now()
-			raw, err := script.Run(ctx, nd.rdb, keys, args...).Slice()
-			if err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
-				err = fmt.Errorf("%w: %w", errCutByCaller, err)
+			r := nd.io.Run(ctx, nodeOp{Script: script, Keys: keys, Args: args, Read: true}, timeout)
+			if r.Err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
+				r.Err = fmt.Errorf("%w: %w", errCutByCaller, r.Err)
 			}
-			c.noteReply(i, err, time.Since(sent), timeout)
-			replies <- reply{i, nodeRead{raw, err}}
+			c.noteReply(i, r.Err, time.Since(sent), timeout)
+			replies <- reply{i, nodeRead{r.Raw, r.Err}}
 		}()
 	}
 	reads := make([]nodeRead, len(c.nodes))

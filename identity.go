@@ -81,7 +81,7 @@ func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 	defer close(done)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	ids, how, facts, err := identity.ServerIDs(ctx, c.nodes[i].rdb, c.nodes[i].addr)
+	ids, how, facts, err := identity.ServerIDs(ctx, c.nodes[i].io.T)
 
 	var tell func() // the Observer is told once the lock is let go: it may call the Client
 	defer func() {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlock/redlock/internal/transport"
 )
 
 // A lock's kind is how it is stored on each node and what it excludes.
@@ -99,7 +99,7 @@ func (k plain) handOff(token, from string, ttl, fence time.Duration) nodeOp {
 // scripted is a kind whose operations are one script, given the operation's
 // name; see the kind_*.lua files for the arguments.
 type scripted struct {
-	script *redis.Script
+	script *transport.Script
 	lock   []string // the keys the script works on, fencing counters apart
 	fences []string // the fencing counters, appended to lock when fenced
 	chans  []string
@@ -122,7 +122,7 @@ func (s scripted) op(name, token string, ttl, fence time.Duration, announce bool
 	}
 	args := append([]any{name, token, pxMillis(ttl), channel, keep}, s.extra...)
 	takes := name == "acquire" || name == "handoff"
-	return nodeOp{script: s.script, keys: keys, args: args, holds: takes || name == "extend", takes: takes}
+	return nodeOp{Script: s.script, Keys: keys, Args: args, Holds: takes || name == "extend", Takes: takes}
 }
 
 // The operations of a scripted kind; the kinds embed scripted and override
@@ -195,8 +195,8 @@ func (k multi) turns() string {
 // flag rather than one channel.
 func (k multi) release(token string) nodeOp {
 	op := k.scripted.release(token)
-	op.args[3] = "1"
-	op.args = append(op.args, "", runOf(token))
+	op.Args[3] = "1"
+	op.Args = append(op.Args, "", runOf(token))
 	return op
 }
 
@@ -204,7 +204,7 @@ func (k multi) release(token string) nodeOp {
 // tokens left behind (kind_multi.lua).
 func (k multi) handOff(token, from string, ttl, fence time.Duration) nodeOp {
 	op := k.scripted.op("handoff", token, ttl, fence, false)
-	op.args = append(op.args, from, runOf(from))
+	op.Args = append(op.Args, from, runOf(from))
 	return op
 }
 
@@ -318,7 +318,7 @@ func (k readWrite) drop(token string) nodeOp {
 // so only a writer is handed over.
 func (k readWrite) handOff(token, from string, ttl, fence time.Duration) nodeOp {
 	op := k.op("handoff", token, ttl, fence, true)
-	op.args = append(op.args, from, runOf(from))
+	op.Args = append(op.Args, from, runOf(from))
 	return op
 }
 
@@ -326,7 +326,7 @@ func (k readWrite) handOff(token, from string, ttl, fence time.Duration) nodeOp 
 func (k readWrite) release(token string) nodeOp {
 	op := k.scripted.release(token)
 	if k.writer {
-		op.args = append(op.args, "", runOf(token))
+		op.Args = append(op.Args, "", runOf(token))
 	}
 	return op
 }

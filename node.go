@@ -5,26 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/reply"
 	"github.com/quorumlock/redlock/internal/rtt"
+	"github.com/quorumlock/redlock/internal/transport"
 )
 
 // node is one Redis master.
 type node struct {
-	rdb     redis.UniversalClient
-	addr    string   // "" when the client does not reveal it
-	pipe    *pipe    // nil when batching is off
-	scripts *scripts // the scripts it is known to hold
-	// inline: the client ends a call at its context's deadline
-	// (ContextTimeoutEnabled), so a lone node's call may run inline.
-	inline bool
+	io   *nodeio.Node   // sends its calls (through its pipe, with batching)
+	info transport.Info // what its client is
+	addr string         // "" when the client does not reveal it
 }
+
+// nodeOp is one node's share of an operation (see nodeio.Op).
+type nodeOp = nodeio.Op
 
 // terms are what a lease of ttl means on a Client's nodes when an
 // operation starts: how long each node is waited for, and the drift.
@@ -47,8 +44,8 @@ func (c *Client) termsFor(ttl time.Duration) (terms, error) {
 		return t, invalid("ttl %v must be positive", ttl)
 	case ttl <= t.drift:
 		return t, invalid("ttl %v is not larger than its drift allowance %v", ttl, t.drift)
-	case c.cfg.replicaAck.on() && c.cfg.replicaAck.timeout >= c.baseTimeout(ttl):
-		return t, invalid("replica ack timeout %v is not shorter than the node timeout %v for ttl %v: give WithNodeTimeout, or a longer ttl", c.cfg.replicaAck.timeout, c.baseTimeout(ttl), ttl)
+	case c.cfg.replicaAck.Replicas > 0 && c.cfg.replicaAck.Timeout >= c.baseTimeout(ttl):
+		return t, invalid("replica ack timeout %v is not shorter than the node timeout %v for ttl %v: give WithNodeTimeout, or a longer ttl", c.cfg.replicaAck.Timeout, c.baseTimeout(ttl), ttl)
 	}
 	return t.now(c), nil
 }
@@ -121,37 +118,11 @@ func isNil(v any) bool {
 	return false
 }
 
-// cutsAtDeadline reports whether a client ends its calls at their context's
-// deadline (go-redis's ContextTimeoutEnabled).
-func cutsAtDeadline(rdb redis.UniversalClient) bool {
-	switch v := rdb.(type) {
-	case *redis.Client:
-		return v.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return v.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
-// addrOf returns the address a client connects to, when it reveals one.
-func addrOf(rdb redis.UniversalClient) string {
-	switch v := rdb.(type) {
-	case *redis.Client:
-		return v.Options().Addr
-	case *redis.ClusterClient:
-		addrs := slices.Clone(v.Options().Addrs)
-		slices.Sort(addrs)
-		return strings.Join(addrs, ",")
-	}
-	return ""
-}
-
 func sameNode(a, b node) bool {
 	if a.addr != "" && a.addr == b.addr {
 		return true
 	}
-	ta, tb := reflect.TypeOf(a.rdb), reflect.TypeOf(b.rdb)
-	return ta == tb && ta.Comparable() && a.rdb == b.rdb
+	return a.info.ID != nil && a.info.ID == b.info.ID
 }
 
 func (n node) describe() string {
@@ -163,20 +134,16 @@ func (n node) describe() string {
 
 // What a node's replies tell of it.
 
-// Why a call ended, when not for anything its node did.
+// Why a call ended, when not for anything its node did (and
+// nodeio.ErrNotSent: its operation ended before it was sent).
 var (
 	// errNodeTimeout is the cause of an operation's context that its node
 	// timeout ended (rather than the caller's context).
 	errNodeTimeout = errors.New("node timeout")
-	// errNotSent: the call was never sent, its operation having ended
-	// first (the caller gave up, or its deadline passed while it queued).
-	errNotSent = errors.New("not sent")
 	// errCutByCaller: the call was cut when its caller's context ended,
 	// before the node timeout.
 	errCutByCaller = errors.New("cut by the caller's context")
 )
-
-func notSent(cause error) error { return fmt.Errorf("%w: %w", errNotSent, cause) }
 
 // noteReply records what node i's call, which ended with err after took,
 // tells of the node: a reply within the node timeout is a round-trip
@@ -189,7 +156,7 @@ func notSent(cause error) error { return fmt.Errorf("%w: %w", errNotSent, cause)
 func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 	h := &c.failing[i]
 	switch {
-	case errors.Is(err, errNotSent) || errors.Is(err, errCutByCaller) || errors.Is(err, context.Canceled):
+	case errors.Is(err, nodeio.ErrNotSent) || errors.Is(err, errCutByCaller) || errors.Is(err, context.Canceled):
 		return
 	case err == nil || reply.IsReply(err):
 		if err == nil && c.told[i].Load() {

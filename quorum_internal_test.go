@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/rtt"
 )
 
@@ -423,8 +423,8 @@ func TestNoteReply_callerEndedCallsTellNothing(t *testing.T) {
 	c := &Client{failing: make([]atomic.Pointer[error], 2), rtts: make([]rtt.Estimate, 2), told: make([]atomic.Bool, 2)}
 	c.noteReply(0, fmt.Errorf("no reply within 1s: %w", context.DeadlineExceeded), time.Second, time.Second)
 	for _, err := range []error{
-		notSent(context.Canceled),
-		notSent(context.DeadlineExceeded),
+		nodeio.NotSent(context.Canceled),
+		nodeio.NotSent(context.DeadlineExceeded),
 		fmt.Errorf("%w: %w", errCutByCaller, context.DeadlineExceeded),
 		fmt.Errorf("%w: i/o timeout", errCutByCaller),
 		context.Canceled,
@@ -465,57 +465,5 @@ func TestAttemptDone_eagerGivesFailingNodesAGrace(t *testing.T) {
 	time.Sleep(2 * graceFloor)
 	if !stop(&tl) {
 		t.Fatal("an eager attempt waits on for nodes known to be failing after the grace")
-	}
-}
-
-// TestNextBatch: a pipeline takes at most one call per key, in each key's
-// order, and calls on other keys go past a key many calls wait for; a
-// write of a hold whose operation ended goes at once (it is not sent).
-// A call that takes away what was ours also waits for an acquire on its
-// keys that is out (in an overdue send that another sender went past). The batch used to be the queue's prefix up to the first
-// repeated key: a call on another key behind a hundred calls on one key
-// waited a hundred round trips.
-func TestNextBatch(t *testing.T) {
-	live := context.Background()
-	ended, cancel := context.WithCancel(context.Background())
-	cancel()
-	mk := func(ctx context.Context, holds bool, keys ...string) call {
-		return call{ctx: ctx, op: nodeOp{keys: keys, holds: holds}}
-	}
-	names := func(cs []call) string {
-		var out []string
-		for _, c := range cs {
-			out = append(out, strings.Join(c.op.keys, "+"))
-		}
-		return strings.Join(out, " ")
-	}
-	for _, tt := range []struct {
-		name        string
-		queue       []call
-		out         []string
-		batch, rest string
-	}{
-		{"one", []call{mk(live, true, "a")}, nil, "a", ""},
-		{"distinct keys", []call{mk(live, true, "a"), mk(live, false, "b"), mk(live, true, "c")}, nil, "a b c", ""},
-		{"a hot key does not hold the others up", []call{mk(live, true, "a"), mk(live, false, "a"), mk(live, true, "a"), mk(live, true, "b")}, nil, "a b", "a a"},
-		{"a multi-key call waits for each of its keys", []call{mk(live, true, "a"), mk(live, true, "b", "a"), mk(live, true, "b")}, nil, "a", "b+a b"},
-		{"an ended hold goes now and holds nothing up", []call{mk(ended, true, "a"), mk(live, true, "a"), mk(ended, true, "a"), mk(live, false, "b")}, nil, "a a a b", ""},
-		{"an ended delete keeps its place", []call{mk(live, true, "a"), mk(ended, false, "a")}, nil, "a", "a"},
-		{"a delete waits for an acquire out on its key", []call{mk(live, false, "a")}, []string{"a"}, "", "a"},
-		{"a write does not", []call{mk(live, true, "a")}, []string{"a"}, "a", ""},
-		{"calls on keys out wait, the others go", []call{mk(live, false, "a"), mk(live, true, "b"), mk(live, true, "c", "a")}, []string{"a"}, "b", "a c+a"},
-		{"an ended hold goes even on a key out", []call{mk(ended, true, "a")}, []string{"a"}, "a", ""},
-	} {
-		out := map[string]int{}
-		for _, k := range tt.out {
-			out[k]++
-		}
-		batch, rest := nextBatch(slices.Clone(tt.queue), nil, out)
-		if got := names(batch); got != tt.batch {
-			t.Errorf("%s: batch %q, want %q", tt.name, got, tt.batch)
-		}
-		if got := names(rest); got != tt.rest {
-			t.Errorf("%s: rest %q, want %q", tt.name, got, tt.rest)
-		}
 	}
 }

@@ -352,7 +352,7 @@ func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms)
 			wait = tm
 		}
 	}
-	return nodeOp{script: renewBatchScript, keys: keys, args: args, many: true, holds: true}, leases, wait
+	return nodeOp{Script: renewBatchScript, Keys: keys, Args: args, Many: true, Holds: true}, leases, wait
 }
 
 // renewalOver reports a renewal's outcome, ends the lock if the nodes

@@ -1,41 +1,10 @@
 package redlock
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
-
-// errReplicasBehind: a node's replicas did not confirm a write in time.
-var errReplicasBehind = errors.New("replicas behind")
-
-// replicaAck is WithReplicaAck's setting; the zero value is off.
-type replicaAck struct {
-	replicas int
-	timeout  time.Duration
-}
-
-func (a replicaAck) on() bool { return a.replicas > 0 }
-
-// wait queues WAIT on pl, after the writes it confirms.
-func (a replicaAck) wait(ctx context.Context, pl redis.Pipeliner) *redis.Cmd {
-	return pl.Do(ctx, "wait", a.replicas, pxMillis(a.timeout))
-}
-
-// check reads a WAIT's reply: nil when enough replicas confirmed.
-func (a replicaAck) check(wait *redis.Cmd) error {
-	n, err := wait.Int64()
-	if err != nil {
-		return fmt.Errorf("WAIT for %d replicas (WithReplicaAck): %w", a.replicas, err)
-	}
-	if n < int64(a.replicas) {
-		return fmt.Errorf("%w: %d of %d replicas confirmed the write within %v (WithReplicaAck)", errReplicasBehind, n, a.replicas, a.timeout)
-	}
-	return nil
-}
 
 // WithReplicaAck makes a node count as holding a lock only once at least
 // replicas of its replicas confirm the write, waiting up to timeout: each
@@ -70,7 +39,7 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 		if timeout <= 0 {
 			return invalid("replica ack timeout %v must be positive", timeout)
 		}
-		c.replicaAck = replicaAck{replicas: replicas, timeout: timeout}
+		c.replicaAck = nodeio.Ack{Replicas: replicas, Timeout: timeout}
 		return nil
 	})
 }

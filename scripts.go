@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/transport"
 )
 
 // The per-node operations. Each runs one Lua script, so that comparing the
@@ -21,13 +23,14 @@ var (
 	lineScript       = loadScript("line.lua")
 	renewBatchScript = loadScript("renew_batch.lua")
 	inspectScript    = loadScript("inspect.lua")
-	fencedSetScript  = loadScript("fenced_set.lua")
-	fencedGetScript  = loadScript("fenced_get.lua")
-	reentrantScript  = loadScript("kind_reentrant.lua")
-	multiScript      = loadScript("kind_multi.lua")
-	semaphoreScript  = loadScript("kind_semaphore.lua")
-	rwScript         = loadScript("kind_rw.lua")
-	fairScript       = loadScript("kind_fair.lua")
+	// The resource's scripts run on the user's own go-redis client.
+	fencedSetScript = redis.NewScript(scriptSource("fenced_set.lua"))
+	fencedGetScript = redis.NewScript(scriptSource("fenced_get.lua"))
+	reentrantScript = loadScript("kind_reentrant.lua")
+	multiScript     = loadScript("kind_multi.lua")
+	semaphoreScript = loadScript("kind_semaphore.lua")
+	rwScript        = loadScript("kind_rw.lua")
+	fairScript      = loadScript("kind_fair.lua")
 )
 
 // The scripts are the files of lua/, each run after the functions of
@@ -37,7 +40,7 @@ var (
 var luaFiles embed.FS
 
 // loadScript is lua/file after the prelude.
-func loadScript(file string) *redis.Script { return redis.NewScript(scriptSource(file)) }
+func loadScript(file string) *transport.Script { return transport.NewScript(scriptSource(file)) }
 
 // scriptSource is the text run for lua/file: the prelude's functions that
 // the file uses (directly or through one another), then the file. Only
@@ -124,9 +127,9 @@ func fenceKey(key string) string { return companion(key, "fence") }
 func acquireOn(key, token string, ttl, fence time.Duration) nodeOp {
 	px := pxMillis(ttl)
 	if fence > 0 {
-		return nodeOp{script: acquireScript, keys: []string{key, fenceKey(key)}, args: []any{token, px, pxMillis(fence)}, holds: true, takes: true}
+		return nodeOp{Script: acquireScript, Keys: []string{key, fenceKey(key)}, Args: []any{token, px, pxMillis(fence)}, Holds: true, Takes: true}
 	}
-	return nodeOp{script: acquireScript, keys: []string{key}, args: []any{token, px}, holds: true, takes: true}
+	return nodeOp{Script: acquireScript, Keys: []string{key}, Args: []any{token, px}, Holds: true, Takes: true}
 }
 
 // handOffOn takes key for token where it holds from's token, one of
@@ -139,24 +142,24 @@ func handOffOn(key, token, from string, ttl, fence time.Duration) nodeOp {
 		keep = pxMillis(fence)
 	}
 	args := []any{token, pxMillis(ttl), from, releaseChannel(key), keep, runOf(from)}
-	return nodeOp{script: handOffScript, keys: keys, args: args, holds: true, takes: true}
+	return nodeOp{Script: handOffScript, Keys: keys, Args: args, Holds: true, Takes: true}
 }
 
 // raiseFenceOn sets the node's fencing (or ticket) counters to at least
 // token, kept for keep once the node's clock has passed it (prelude.lua).
 func raiseFenceOn(fences []string, token int64, keep time.Duration) nodeOp {
-	return nodeOp{script: raiseFenceScript, keys: fences, args: []any{token, pxMillis(keep)}, holds: true}
+	return nodeOp{Script: raiseFenceScript, Keys: fences, Args: []any{token, pxMillis(keep)}, Holds: true}
 }
 
 func extendOn(key, token string, ttl time.Duration) nodeOp {
-	return nodeOp{script: extendScript, keys: []string{key}, args: []any{token, pxMillis(ttl)}, holds: true}
+	return nodeOp{Script: extendScript, Keys: []string{key}, Args: []any{token, pxMillis(ttl)}, Holds: true}
 }
 
 // releaseOn deletes key if it holds token or one of its run's (runOf),
 // and announces it on the key's release channel, so that waiters try
 // again at once.
 func releaseOn(key, token string) nodeOp {
-	return nodeOp{script: releaseScript, keys: []string{key, lineKey(key), wokenKey(key)}, args: []any{token, releaseChannel(key), runOf(token)}}
+	return nodeOp{Script: releaseScript, Keys: []string{key, lineKey(key), wokenKey(key)}, Args: []any{token, releaseChannel(key), runOf(token)}}
 }
 
 // lineKey is the line of a plain lock's waiters on a node (line.lua).
@@ -173,14 +176,14 @@ func lineOn(key, name string, join bool, ttl time.Duration) nodeOp {
 	if join {
 		op = "join"
 	}
-	return nodeOp{script: lineScript, keys: []string{lineKey(key), wokenKey(key)}, args: []any{op, name, pxMillis(ttl)}}
+	return nodeOp{Script: lineScript, Keys: []string{lineKey(key), wokenKey(key)}, Args: []any{op, name, pxMillis(ttl)}}
 }
 
 // dropOn deletes key if it holds token, without announcing it: the cleanup
 // of a failed attempt. Nobody held that lock, and waking every waiter
 // after each failed attempt would set them colliding again and again.
 func dropOn(key, token string) nodeOp {
-	return nodeOp{script: releaseScript, keys: []string{key}, args: []any{token, ""}}
+	return nodeOp{Script: releaseScript, Keys: []string{key}, Args: []any{token, ""}}
 }
 
 // releaseChannel is where the nodes announce that key was released.

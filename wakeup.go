@@ -7,8 +7,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/pubsub"
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlock/redlock/internal/transport"
 )
 
 // A waiting Acquire listens on one node where another holder's key was
@@ -50,7 +51,7 @@ func (c *Client) watchRelease(ctx context.Context, channels []string, ln *waitLi
 
 // released returns a channel that receives when a release is announced; nil
 // (never ready) for a nil watch.
-func (w *releaseWatch) released() <-chan *redis.Message {
+func (w *releaseWatch) released() <-chan transport.Message {
 	if w == nil {
 		return nil
 	}
@@ -137,15 +138,15 @@ func (ln *waitLine) leave(c *Client, timeout time.Duration) {
 func (c *Client) sendOne(i int, op nodeOp, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	c.calls.add()
-	reply := func(int64, []int64, error) {
+	reply := func(nodeio.Result) {
 		cancel()
 		c.calls.done()
 	}
-	if p := c.nodes[i].pipe; p != nil {
-		p.submit(call{ctx: ctx, io: ctx, timeout: timeout, op: op, reply: reply})
+	if n := c.nodes[i].io; n.Batched() {
+		n.Submit(nodeio.Call{Ctx: ctx, IO: ctx, Timeout: timeout, Op: op, Reply: reply})
 		return
 	}
-	go func() { reply(op.run(ctx, c.nodes[i].rdb, c.nodes[i].scripts, c.cfg.replicaAck, timeout)) }()
+	go func() { reply(c.nodes[i].io.Run(ctx, op, timeout)) }()
 }
 
 // drain drops the announcements received so far, and reports whether

@@ -12,24 +12,25 @@ import (
 	"strings"
 
 	"github.com/quorumlock/redlock/internal/reply"
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlock/redlock/internal/transport"
 )
 
-// ServerIDs returns the IDs that name rdb's server, and what its INFO
+// ServerIDs returns the IDs that name node's server, and what its INFO
 // tells of its configuration: for a plain client its run_id and, in
-// cluster mode, its Cluster node ID; for a ClusterClient the node IDs of
+// cluster mode, its Cluster node ID; for a Cluster client the node IDs of
 // its cluster (no facts: it chooses its masters). A server that will not
 // tell (no run_id, or an ACL user without INFO) is named by its address.
-func ServerIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids []string, how string, facts Facts, err error) {
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		if ids, err = clusterIDs(ctx, cc); err != nil {
+func ServerIDs(ctx context.Context, node transport.Node) (ids []string, how string, facts Facts, err error) {
+	addr := node.Info().Addr
+	if node.Info().Cluster {
+		if ids, err = clusterIDs(ctx, node); err != nil {
 			return nil, "", facts, err
 		}
 		return ids, "the same cluster", facts, nil
 	}
 	// INFO without arguments: its default sections hold all we read,
 	// and Redis before 7 takes at most one section.
-	info, err := rdb.Info(ctx).Result()
+	info, err := do(ctx, node, "info").Text()
 	if err != nil {
 		if reply.IsReply(err) && !reply.Transient(err) {
 			// The server answered but will not tell: name it by its
@@ -45,16 +46,23 @@ func ServerIDs(ctx context.Context, rdb redis.UniversalClient, addr string) (ids
 	}
 	ids = []string{"run:" + runID}
 	if clusterOn == "1" {
-		if id, err := rdb.Do(ctx, "CLUSTER", "MYID").Text(); err == nil {
+		if id, err := do(ctx, node, "cluster", "myid").Text(); err == nil {
 			ids = append(ids, "node:"+id)
 		}
 	}
 	return ids, "run_id " + runID, facts, nil
 }
 
+// do sends one command to node and returns its reply.
+func do(ctx context.Context, node transport.Node, cmd ...any) transport.Reply {
+	var r [1]transport.Reply
+	node.Do(ctx, []transport.Cmd{cmd}, r[:])
+	return r[0]
+}
+
 // clusterIDs names a cluster by the IDs of its nodes (CLUSTER NODES).
-func clusterIDs(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
-	nodes, err := cc.ClusterNodes(ctx).Result()
+func clusterIDs(ctx context.Context, node transport.Node) ([]string, error) {
+	nodes, err := do(ctx, node, "cluster", "nodes").Text()
 	if err != nil {
 		return nil, err
 	}

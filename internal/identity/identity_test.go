@@ -6,6 +6,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/quorumlock/redlock/internal/leaktest"
+	"github.com/quorumlock/redlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -39,11 +40,11 @@ func TestServerIDs_twoAddressesOfOneServer(t *testing.T) {
 	a := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	b := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
-	idsA, howA, _, err := ServerIDs(context.Background(), a, m.Addr())
+	idsA, howA, _, err := ServerIDs(context.Background(), transport.GoRedis(a))
 	if err != nil {
 		t.Fatal(err)
 	}
-	idsB, _, _, err := ServerIDs(context.Background(), b, m.Addr())
+	idsB, _, _, err := ServerIDs(context.Background(), transport.GoRedis(b))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,17 +12,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlock/redlock/internal/transport"
 )
 
 // Watch is one waiter's subscription to some channels on a node.
 type Watch struct {
 	channels []string
 	sub      *Subscriber
-	ch       chan *redis.Message // messages, once subscribed
-	ready    chan struct{}       // closed once every channel is subscribed
-	heard    []bool              // by channel: its subscription is confirmed (under sub.mu)
-	unheard  int                 // channels not yet confirmed (under sub.mu)
+	ch       chan transport.Message // messages, once subscribed
+	ready    chan struct{}          // closed once every channel is subscribed
+	heard    []bool                 // by channel: its subscription is confirmed (under sub.mu)
+	unheard  int                    // channels not yet confirmed (under sub.mu)
 	stop     func()
 }
 
@@ -32,7 +32,7 @@ func (s *Subscriber) Watch(channels []string) *Watch {
 	w := &Watch{
 		channels: channels,
 		sub:      s,
-		ch:       make(chan *redis.Message, 1),
+		ch:       make(chan transport.Message, 1),
 		ready:    make(chan struct{}),
 		heard:    make([]bool, len(channels)),
 	}
@@ -43,7 +43,7 @@ func (s *Subscriber) Watch(channels []string) *Watch {
 
 // Messages receives the messages published on the watch's channels once
 // they are subscribed; one pending message is kept, later ones dropped.
-func (w *Watch) Messages() <-chan *redis.Message { return w.ch }
+func (w *Watch) Messages() <-chan transport.Message { return w.ch }
 
 // Ready is closed once every channel of the watch is subscribed.
 func (w *Watch) Ready() <-chan struct{} { return w.ready }
@@ -75,7 +75,7 @@ const Linger = 250 * time.Millisecond
 // dials and greets a new connection: a frozen node would otherwise hold an
 // Acquire for the client's ReadTimeout.
 type Subscriber struct {
-	rdb redis.UniversalClient
+	node transport.Node
 
 	mu       sync.Mutex
 	watches  map[string]map[*Watch]struct{} // by channel
@@ -83,8 +83,9 @@ type Subscriber struct {
 	running  bool                           // the goroutine runs
 	kick     chan struct{}                  // buffered: the watches changed
 
-	// deaf: see Deaf. go-redis reconnects and resubscribes by itself;
-	// while it cannot (the node refuses new clients), nothing is heard.
+	// deaf: see Deaf. The transport makes the connection again with its
+	// channels; while it cannot (the node refuses new clients), nothing
+	// is heard.
 	deaf atomic.Bool
 }
 
@@ -100,10 +101,10 @@ type subscription struct {
 // confirmed (a resubscription confirms more) and the last was a SUBSCRIBE.
 func (s *subscription) confirmed() bool { return s.wanted && s.live && s.acked >= s.sent }
 
-// New returns a Subscriber for rdb; it connects at its first Watch.
-func New(rdb redis.UniversalClient) *Subscriber {
+// New returns a Subscriber for node; it connects at its first Watch.
+func New(node transport.Node) *Subscriber {
 	return &Subscriber{
-		rdb:      rdb,
+		node:     node,
 		watches:  make(map[string]map[*Watch]struct{}),
 		channels: make(map[string]*subscription),
 		kick:     make(chan struct{}, 1),
@@ -169,12 +170,12 @@ func (s *Subscriber) wake() {
 // run is the subscriber's goroutine.
 func (s *Subscriber) run() {
 	ctx := context.Background()
-	ps := s.rdb.Subscribe(ctx) // no channels yet: no connection yet
+	ps := s.node.PubSub()
 	defer func() { _ = ps.Close() }()
 	quit := make(chan struct{})
 	defer close(quit) // before the Close above: the receiver stops handing on
 	s.deaf.Store(false)
-	var msgs <-chan any
+	var msgs <-chan transport.Message
 	linger := time.NewTimer(Linger)
 	defer linger.Stop()
 	for {
@@ -207,11 +208,11 @@ func (s *Subscriber) run() {
 }
 
 // receive hands on what ps receives, from a goroutine of its own, until
-// quit or ps is closed, and keeps s.deaf. After a failure go-redis
+// quit or ps is closed, and keeps s.deaf. After a failure the transport
 // reconnects and resubscribes at the next receive; while it cannot, the
 // receives are retried at a growing pace (up to once a second).
-func (s *Subscriber) receive(ps *redis.PubSub, quit <-chan struct{}) <-chan any {
-	out := make(chan any)
+func (s *Subscriber) receive(ps transport.PubSub, quit <-chan struct{}) <-chan transport.Message {
+	out := make(chan transport.Message)
 	go func() {
 		failures := 0
 		for {
@@ -222,7 +223,7 @@ func (s *Subscriber) receive(ps *redis.PubSub, quit <-chan struct{}) <-chan any 
 					return // the subscriber closed the connection: it went idle
 				default:
 				}
-				if errors.Is(err, redis.ErrClosed) {
+				if errors.Is(err, transport.ErrClosed) {
 					return
 				}
 				s.deaf.Store(true)
@@ -236,11 +237,6 @@ func (s *Subscriber) receive(ps *redis.PubSub, quit <-chan struct{}) <-chan any 
 			}
 			failures = 0
 			s.deaf.Store(false)
-			switch m.(type) {
-			case *redis.Subscription, *redis.Message:
-			default:
-				continue // a pong
-			}
 			select {
 			case out <- m:
 			case <-quit:
@@ -281,11 +277,11 @@ func (s *Subscriber) changes() (subscribe, unsubscribe []string, idle bool) {
 
 // deliver handles what the connection received: a confirmation, which may
 // make watches ready, or an announcement, handed to its channel's watches.
-func (s *Subscriber) deliver(m any) {
+func (s *Subscriber) deliver(m transport.Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch m := m.(type) {
-	case *redis.Subscription:
+	switch m.Kind {
+	case "subscribe", "unsubscribe":
 		sub := s.channels[m.Channel]
 		if sub == nil {
 			return
@@ -308,7 +304,7 @@ func (s *Subscriber) deliver(m any) {
 				}
 			}
 		}
-	case *redis.Message:
+	case "message":
 		for w := range s.watches[m.Channel] {
 			select {
 			case w.ch <- m:

@@ -6,6 +6,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/quorumlock/redlock/internal/leaktest"
+	"github.com/quorumlock/redlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,7 +19,7 @@ func TestWatch_sharesOneConnection(t *testing.T) {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	s := New(rdb)
+	s := New(transport.GoRedis(rdb))
 	a, b := s.Watch([]string{"ch", "a-only"}), s.Watch([]string{"ch"})
 	for _, w := range []*Watch{a, b} {
 		select {

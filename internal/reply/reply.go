@@ -10,14 +10,11 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlock/redlock/internal/transport"
 )
 
 // IsReply reports whether err is the server's own answer (an error reply).
-func IsReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
-}
+func IsReply(err error) bool { return transport.IsReply(err) }
 
 // TimedOut reports whether err is a call that got no reply in time: a
 // context deadline, or a socket timeout (a client's own ReadTimeout).
@@ -35,11 +32,11 @@ func TimedOut(err error) bool {
 // Transient reports whether err is a server's error reply that tells of a
 // passing state (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN).
 func Transient(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
+	msg, ok := transport.ReplyText(err)
+	if !ok {
 		return false
 	}
-	prefix, _, _ := strings.Cut(re.Error(), " ")
+	prefix, _, _ := strings.Cut(msg, " ")
 	switch prefix {
 	case "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN":
 		return true
@@ -51,11 +48,10 @@ func Transient(err error) bool {
 // retrying cannot cure (a configuration error), and "" otherwise: no
 // reply, a timeout, a passing state, or an error a retry may cure.
 func Hint(err error) string {
-	var re redis.Error
-	if !errors.As(err, &re) {
+	msg, ok := transport.ReplyText(err)
+	if !ok {
 		return ""
 	}
-	msg := re.Error()
 	prefix, _, _ := strings.Cut(msg, " ")
 	var hint string
 	switch prefix {
