@@ -58,7 +58,9 @@ const runLen = 26
 // hand-off that never ran on a node leaves an earlier token of the run
 // there, which the run's later hand-offs and its release take (of_run in
 // lua/prelude.lua) rather than leave until its ttl. Only one token of a
-// run is live at a time, each taken over from the one before.
+// run is live at a time, each taken over from the one before in the one
+// Client that made them: only its Locks know their run (a resumed copy of
+// a token, which may have been handed on since, does not).
 func runOf(token string) string {
 	if len(token) < runLen {
 		return ""

@@ -17,7 +17,7 @@ type handsOver interface {
 	// answers (the fencing counter, 1 when not fenced), w 1 if another
 	// process listens for the lock's release on the node, r 1 if from's
 	// token was there, 0 if not, 4 if token was (see handoff.lua).
-	handOff(token, from string, ttl, fence time.Duration) nodeOp
+	handOff(token, from, run string, ttl, fence time.Duration) nodeOp
 }
 
 // handOffHad tells from a node's part in a hand-off (its answer ans and the
@@ -92,9 +92,9 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // handedOver).
 func (c *Client) handOff(ctx context.Context, l *Lock, next handsOver, w *waiter) handOffResult {
 	a := c.newAcquisition(w.kind, w.ac, l.settled)
-	a.token = runOf(l.token) + a.token // one run: see runOf
+	a.token = l.run + a.token // one run: see runOf
 	a.start = c.cfg.clock.Now()
-	t := a.fanOut(ctx, c, c.handedOver(l), nil, next.handOff(a.token, l.token, a.cfg.ttl, a.cfg.fenceKeep()))
+	t := a.fanOut(ctx, c, c.handedOver(l), nil, next.handOff(a.token, l.token, l.run, a.cfg.ttl, a.cfg.fenceKeep()))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, ans := range t.answers {
 		h.had[i] = handOffHad(ans, t.values[i])
@@ -163,7 +163,7 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	}
 	defer t.qs.giveTurn(t.q, w)
 	skipped := yes + no // the nodes the hand-off heard from
-	r, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, yes, no, skipped, false, l.settled), invert(unknown), l.settled, l.kind.release(l.token))
+	r, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, yes, no, skipped, false, l.settled), invert(unknown), l.settled, l.kind.release(l.token, l.run))
 	l.settled = settled
 	l.finish()
 	// A node the hand-off did not hear from may have run it all the same

@@ -856,3 +856,39 @@ func TestLock_Release_handOffNotRunOnALaggingNodeLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestLock_Release_resumedCopyOfAHandedOnTokenTakesNothing: a lock
+// resumed elsewhere from a token that has since been handed on (the run
+// of hand-offs went on in the process that acquired it) deletes nothing
+// at its release: the run's tokens left behind are taken only by the run's
+// own Client. Its release used to delete the next holder's key on every
+// node, and another Client got the lock while that holder still held it.
+func TestLock_Release_resumedCopyOfAHandedOnTokenTakesNothing(t *testing.T) {
+	c := newCluster(t, 3)
+	a, b := c.client(t), mustNew(t, c.connect(t))
+	ctx := context.Background()
+	first, err := a.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := b.Resume(ctx, "k", first.Token(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := a.Acquire(ctx, "k", time.Minute)
+		got <- acquired{l, err}
+	}()
+	waitFor(t, "the second Acquire to queue", func() bool { return redlock.LocalWaiters(a, "k") == 1 })
+	mustRelease(t, first)
+	second := mustGet(t, got)
+	redlock.WaitSettled(second)
+	if err := resumed.Release(ctx); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("release of the resumed copy of a token handed on: %v, want ErrLockLost", err)
+	}
+	if got := c.holders("k", second.Token()); len(got) != 3 {
+		t.Fatalf("the handed lock is on nodes %v after the resumed copy's release, want all 3", got)
+	}
+	mustRelease(t, second)
+}

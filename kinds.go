@@ -28,8 +28,10 @@ type kind interface {
 	// fence: how long fencing counters are kept (see scripted.op)
 	acquire(token string, ttl, fence time.Duration) nodeOp
 	extend(token string, ttl time.Duration) nodeOp
-	// release gives the lock up and announces it on its release channels.
-	release(token string) nodeOp
+	// release gives the lock up and announces it on its release channels;
+	// a kind handed over also takes the tokens of the lock's run of
+	// hand-offs left behind, when run is not "" (see runOf).
+	release(token, run string) nodeOp
 	// drop undoes a failed attempt, without announcing it (except a
 	// reader's, which may leave the key free for a waiting writer).
 	drop(token string) nodeOp
@@ -89,11 +91,11 @@ func (k plain) acquire(token string, ttl, fence time.Duration) nodeOp {
 	return acquireOn(k.key, token, ttl, fence)
 }
 func (k plain) extend(token string, ttl time.Duration) nodeOp { return extendOn(k.key, token, ttl) }
-func (k plain) release(token string) nodeOp                   { return releaseOn(k.key, token) }
+func (k plain) release(token, run string) nodeOp              { return releaseOn(k.key, token, run) }
 func (k plain) drop(token string) nodeOp                      { return dropOn(k.key, token) }
 func (k plain) leave(string) *nodeOp                          { return nil }
-func (k plain) handOff(token, from string, ttl, fence time.Duration) nodeOp {
-	return handOffOn(k.key, token, from, ttl, fence)
+func (k plain) handOff(token, from, run string, ttl, fence time.Duration) nodeOp {
+	return handOffOn(k.key, token, from, run, ttl, fence)
 }
 
 // scripted is a kind whose operations are one script, given the operation's
@@ -133,7 +135,7 @@ func (s scripted) acquire(token string, ttl, fence time.Duration) nodeOp {
 func (s scripted) extend(token string, ttl time.Duration) nodeOp {
 	return s.op("extend", token, ttl, 0, false)
 }
-func (s scripted) release(token string) nodeOp {
+func (s scripted) release(token, _ string) nodeOp {
 	return s.op("release", token, time.Millisecond, 0, true)
 }
 func (s scripted) drop(token string) nodeOp {
@@ -193,18 +195,18 @@ func (k multi) turns() string {
 
 // The multi-key script announces on every key's channel; its ARGV[4] is a
 // flag rather than one channel.
-func (k multi) release(token string) nodeOp {
-	op := k.scripted.release(token)
+func (k multi) release(token, run string) nodeOp {
+	op := k.scripted.release(token, "")
 	op.Args[3] = "1"
-	op.Args = append(op.Args, "", runOf(token))
+	op.Args = append(op.Args, "", run)
 	return op
 }
 
 // handOff takes every key from the holder of from, or from the run's
 // tokens left behind (kind_multi.lua).
-func (k multi) handOff(token, from string, ttl, fence time.Duration) nodeOp {
+func (k multi) handOff(token, from, run string, ttl, fence time.Duration) nodeOp {
 	op := k.scripted.op("handoff", token, ttl, fence, false)
-	op.Args = append(op.Args, from, runOf(from))
+	op.Args = append(op.Args, from, run)
 	return op
 }
 
@@ -316,17 +318,17 @@ func (k readWrite) drop(token string) nodeOp {
 // handOff takes a write lock from the writer holding from, or from the
 // run's tokens left behind (kind_rw.lua). Only writers take local turns,
 // so only a writer is handed over.
-func (k readWrite) handOff(token, from string, ttl, fence time.Duration) nodeOp {
+func (k readWrite) handOff(token, from, run string, ttl, fence time.Duration) nodeOp {
 	op := k.op("handoff", token, ttl, fence, true)
-	op.Args = append(op.Args, from, runOf(from))
+	op.Args = append(op.Args, from, run)
 	return op
 }
 
 // release also deletes a writer's run's tokens left behind (kind_rw.lua).
-func (k readWrite) release(token string) nodeOp {
-	op := k.scripted.release(token)
+func (k readWrite) release(token, run string) nodeOp {
+	op := k.scripted.release(token, "")
 	if k.writer {
-		op.Args = append(op.Args, "", runOf(token))
+		op.Args = append(op.Args, "", run)
 	}
 	return op
 }

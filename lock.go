@@ -17,6 +17,9 @@ type Lock struct {
 	key    string // the first of kind.keys()
 	quorum int    // how many nodes must hold it
 	token  string // what the nodes store: the random token, and the metadata if any
+	// run is the prefix of the tokens of the lock's run of hand-offs in
+	// this Client (runOf); "" for a resumed lock, which knows no run
+	run string
 
 	// op serialises Extend and Release: each sends its call to a node once
 	// the previous operation's call there settled, so writes land in order.
@@ -304,7 +307,7 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 			return tell, err
 		}
 	}
-	t, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, 0, 0, 0, lost || expired, l.settled), nil, l.settled, l.kind.release(l.token))
+	t, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, 0, 0, 0, lost || expired, l.settled), nil, l.settled, l.kind.release(l.token, l.run))
 	l.settled = settled
 	tell = func(err error) {
 		c.observeNodes(ctx, OpRelease, l.kind, wall, t)

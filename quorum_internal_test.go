@@ -402,7 +402,7 @@ func TestSend_skippedNodeKeepsItsLastCall(t *testing.T) {
 	}
 	out := make(chan struct{}) // the call before, still out
 	before := settlement{done: []chan struct{}{out}, deadlines: []time.Time{time.Now().Add(time.Minute)}}
-	_, settled := c.fanOut(context.Background(), terms{timeout: time.Second, base: time.Second}, nil, []bool{true}, before, releaseOn("k", "token"))
+	_, settled := c.fanOut(context.Background(), terms{timeout: time.Second, base: time.Second}, nil, []bool{true}, before, releaseOn("k", "token", ""))
 	if !settled.out(0) {
 		t.Fatal("the skipped node is settled while the call before it is still out")
 	}

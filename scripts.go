@@ -134,14 +134,14 @@ func acquireOn(key, token string, ttl, fence time.Duration) nodeOp {
 
 // handOffOn takes key for token where it holds from's token, one of
 // from's run (runOf), or is free; see handoff.lua for its result.
-func handOffOn(key, token, from string, ttl, fence time.Duration) nodeOp {
+func handOffOn(key, token, from, run string, ttl, fence time.Duration) nodeOp {
 	keys := []string{key}
 	keep := int64(0)
 	if fence > 0 {
 		keys = append(keys, fenceKey(key))
 		keep = pxMillis(fence)
 	}
-	args := []any{token, pxMillis(ttl), from, releaseChannel(key), keep, runOf(from)}
+	args := []any{token, pxMillis(ttl), from, releaseChannel(key), keep, run}
 	return nodeOp{Script: handOffScript, Keys: keys, Args: args, Holds: true, Takes: true}
 }
 
@@ -155,11 +155,11 @@ func extendOn(key, token string, ttl time.Duration) nodeOp {
 	return nodeOp{Script: extendScript, Keys: []string{key}, Args: []any{token, pxMillis(ttl)}, Holds: true}
 }
 
-// releaseOn deletes key if it holds token or one of its run's (runOf),
-// and announces it on the key's release channel, so that waiters try
-// again at once.
-func releaseOn(key, token string) nodeOp {
-	return nodeOp{Script: releaseScript, Keys: []string{key, lineKey(key), wokenKey(key)}, Args: []any{token, releaseChannel(key), runOf(token)}}
+// releaseOn deletes key if it holds token or, when run is not "", one of
+// the tokens of its run (runOf), and announces it on the key's release
+// channel, so that waiters try again at once.
+func releaseOn(key, token, run string) nodeOp {
+	return nodeOp{Script: releaseScript, Keys: []string{key, lineKey(key), wokenKey(key)}, Args: []any{token, releaseChannel(key), run}}
 }
 
 // lineKey is the line of a plain lock's waiters on a node (line.lua).

@@ -182,15 +182,22 @@ func (c *Client) deaf(i int) bool { return c.subscribers[i].Deaf() }
 const wakeSpread = 500 * time.Microsecond
 
 // waitRetry waits before the next attempt: the retry delay, or until a
-// release is announced. It returns false when ctx ends first, whether a
-// fair lock's announcement named this waiter first in line, and whether a
-// release announcement ended the wait.
+// release is announced, or until the watch's subscription, not confirmed
+// yet, is (a release before it was announced to nobody). It returns false
+// when ctx ends first, whether a fair lock's announcement named this
+// waiter first in line, and whether a release announcement ended the wait.
 func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, delay time.Duration) (ok, first, woken bool) {
 	line, inLine := k.(waitsInLine)
 	timer := c.cfg.clock.After(delay)
+	var late <-chan struct{}
+	if watch != nil && isOpen(watch.w.Ready()) {
+		late = watch.w.Ready()
+	}
 	for {
 		select {
 		case <-timer:
+			return true, false, false
+		case <-late:
 			return true, false, false
 		case m := <-watch.released():
 			if watch.own != "" && m.Channel == watch.own {

@@ -909,3 +909,63 @@ func countAttempts() (*atomic.Int64, redlock.Option) {
 		}
 	}))
 }
+
+// heldDial holds the connections its client dials once armed, until let
+// go: a subscription's own connection, with the pool's made before.
+type heldDial struct {
+	armed   atomic.Bool
+	dialing chan struct{} // closed at the first held dial
+	once    sync.Once
+	letGo   chan struct{}
+}
+
+func (h *heldDial) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.armed.Load() {
+			h.once.Do(func() { close(h.dialing) })
+			<-h.letGo
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *heldDial) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *heldDial) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestWaiters_lateSubscriptionTriesAtOnce: a waiter whose subscription is
+// confirmed only after it gave up waiting for it (its connection slow to
+// open) tries again as soon as it is: a release before it was heard by
+// nobody. With a retry policy of a minute, it used to miss the lock for
+// that minute.
+func TestWaiters_lateSubscriptionTriesAtOnce(t *testing.T) {
+	c := newCluster(t, 1)
+	ctx := context.Background()
+	held := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	nodes := c.connect(t)
+	h := &heldDial{dialing: make(chan struct{}), letGo: make(chan struct{})}
+	nodes[0].AddHook(h)
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(100*time.Millisecond),
+		redlock.WithRetry(redlock.RetryFunc(func(int) time.Duration { return time.Minute })))
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "warm-up", time.Minute)) // the pool's connection
+	h.armed.Store(true)
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := rc.Acquire(actx, "k", time.Minute)
+		got <- acquired{l, err}
+	}()
+	<-h.dialing
+	mustRelease(t, held) // announced to nobody: the subscription is not made yet
+	// Past the waiter's wait for its subscription (the node timeout).
+	time.Sleep(300 * time.Millisecond)
+	close(h.letGo)
+	a := <-got
+	if a.err != nil {
+		t.Fatalf("the waiter: %v (its subscription was confirmed late, after the release, and it waited for its retry policy)", a.err)
+	}
+	mustRelease(t, a.lock)
+}
