@@ -81,7 +81,7 @@ func (k *fair) extend(token string, ttl time.Duration) nodeOp {
 	return k.withArgs(k.scripted.extend(token, ttl))
 }
 func (k *fair) release(token, _ string) nodeOp { return k.withArgs(k.scripted.release(token, "")) }
-func (k *fair) drop(token string) nodeOp    { return k.withArgs(k.scripted.drop(token)) }
+func (k *fair) drop(token string) nodeOp       { return k.withArgs(k.scripted.drop(token)) }
 func (k *fair) unmark() *nodeOp {
 	op := k.withArgs(k.op("dequeue", "", time.Millisecond, 0, false))
 	return &op
