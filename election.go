@@ -118,8 +118,10 @@ func checkValue(value string) error {
 // the nodes' setup keeps the quorum out of reach); a value that is too
 // long gives ErrInvalidArgument. Elected, it writes the leader record on
 // the nodes; when that is not confirmed on a quorum (the lock's nodes
-// failed since), it resigns and campaigns again, or, once ctx has ended,
-// returns that error (matching ErrNotConfirmed or ErrLockLost).
+// failed since), or the leadership is lost by then (a validity spent on
+// slow nodes), it resigns and campaigns again, or, once ctx has ended,
+// returns that error (matching ErrNotConfirmed or ErrLockLost). A
+// Leadership it returns is Leading.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if err := checkValue(value); err != nil {
 		return nil, err
@@ -135,6 +137,11 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		lock.Done() // its end is watched, and cancels the context with why
 		lock.afterEnd(func() { cancel(cmp.Or(lock.lossCause(), errResigned)) })
 		err = l.Proclaim(ctx, value)
+		if err == nil && !l.Leading() {
+			// Lost while its record was written (its validity or the
+			// renewal margin spent on slow nodes): not a leadership.
+			err = cmp.Or(lock.lossCause(), lock.over(), error(errExpiredAtWin))
+		}
 		if err == nil {
 			go l.keep()
 			return l, nil
@@ -146,7 +153,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 			return nil, err
 		}
 		// Won, but the record did not reach a quorum (the lock's nodes
-		// failed since): not a leadership anyone can see. Again.
+		// failed since), or the leadership was lost meanwhile: not a
+		// leadership anyone can see. Again.
 		_ = l.Resign(context.WithoutCancel(ctx))
 	}
 }
@@ -182,6 +190,10 @@ func (l *Leadership) keep() {
 
 // errResigned is the cause of a Leadership's context after Resign.
 var errResigned = errors.New("redlock: resigned")
+
+// errExpiredAtWin is why Campaign, out of time, returns no leadership it
+// won but could not keep until its record was written.
+var errExpiredAtWin = fmt.Errorf("%w: its validity ran out while the leader record was written", ErrLockLost)
 
 // Leadership is a candidate's term as leader, from Campaign until Resign
 // or its loss. It is safe for concurrent use.
@@ -279,9 +291,11 @@ func (l *Leadership) Resign(ctx context.Context) error {
 
 // Leader returns the election's current leader: the record of the
 // candidate that holds the election on a quorum of the nodes. It writes
-// nothing. It returns ErrNoLeader when a quorum answered and none leads,
-// an error with each failed node's *NodeError when too few answered to
-// tell, ErrInvalidArgument for nothing, and ctx's error when ctx ended.
+// nothing. It returns ErrNoLeader when the nodes that answered show that
+// none leads (no candidate can hold a quorum even with the nodes that did
+// not answer, or the one that holds it has not announced itself yet), an
+// error with each failed node's *NodeError and ctx's error when too few
+// answered to tell, and ctx's error when ctx had ended.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := ctx.Err(); err != nil {
 		return Leader{}, err
@@ -289,10 +303,13 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	q := e.c.quorum
 	reads := e.c.readNodes(ctx, leaderDecided(q), leaderScript, []string{e.name, e.recordKey()}, "read")
 	best, found, answered, errs := leaderOf(reads, q)
+	_, most := holders(reads)
 	switch {
 	case found:
 		return best, nil
-	case answered >= q:
+	case most >= q || most+len(reads)-answered < q:
+		// A holder that has not announced itself yet, or none can hold
+		// a quorum even with the nodes that did not answer.
 		return Leader{}, ErrNoLeader
 	}
 	var nodes []error

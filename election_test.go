@@ -497,3 +497,58 @@ func TestElection_campaignAgainWhenTheRecordFails(t *testing.T) {
 		t.Fatalf("Leader = %+v, %v", got, err)
 	}
 }
+
+// TestElection_leaderUndecidedWithAHolderUnanswered: with the leader's key
+// on nodes 0 and 1 only and node 1 hung, the nodes that answer (0 holds,
+// 2 does not) cannot tell whether anyone leads: Leader says so with the
+// nodes' errors, not ErrNoLeader. It used to return ErrNoLeader as soon as
+// a quorum had answered, while the leader led.
+func TestElection_leaderUndecidedWithAHolderUnanswered(t *testing.T) {
+	c := newCluster(t, 3)
+	nodes, links := lateNodes(t, c)
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(300*time.Millisecond))
+	e := mustElection(t, rc, "undecided", time.Minute)
+	ctx := context.Background()
+	l, err := e.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	redlock.WaitSettled(l.Lock())
+	c.servers[2].Del("undecided")
+	links[1].setDelay(time.Minute)
+	_, err = e.Leader(ctx)
+	var ne *redlock.NodeError
+	if errors.Is(err, redlock.ErrNoLeader) || !errors.As(err, &ne) || ne.Node != 1 {
+		t.Fatalf("Leader with the leader's node 1 hung: %v, want node 1's error and not ErrNoLeader (the leader leads: %v)", err, l.Leading())
+	}
+}
+
+// TestElection_campaignReturnsOnlyALiveLeadership: a win whose validity
+// is spent before its leader record is written (nodes slower than the
+// ttl's renewal margin) is not returned: Campaign campaigns again, and
+// returns, when its context ends, the last attempt's error. It used to
+// return a Leadership already lost.
+func TestElection_campaignReturnsOnlyALiveLeadership(t *testing.T) {
+	c := newCluster(t, 3)
+	nodes, links := lateNodes(t, c)
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(2*time.Second))
+	e := mustElection(t, rc, "slow", 300*time.Millisecond)
+	// The acquire wins within its validity; the record, one more round
+	// trip of the majority, lands after the renewal margin.
+	links[1].setDelay(130 * time.Millisecond)
+	links[2].setDelay(130 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	l, err := e.Campaign(ctx, "v")
+	if err == nil {
+		defer l.Resign(context.Background())
+		if !l.Leading() {
+			t.Fatalf("Campaign returned a leadership already lost (%v)", context.Cause(l.Context()))
+		}
+		return
+	}
+	if !errors.Is(err, redlock.ErrLockLost) && !errors.Is(err, redlock.ErrNotAcquired) && !errors.Is(err, redlock.ErrNotConfirmed) {
+		t.Fatalf("Campaign: %v, want a live leadership, or ErrLockLost, ErrNotConfirmed or ErrNotAcquired", err)
+	}
+}

@@ -23,7 +23,8 @@ The leadership is renewed every third of TTL; when the leader's host dies,
 another takes over within TTL and a second or so. When the command exits,
 this process resigns (the next candidate takes over at once) and
 campaigns again, unless --once. When the leadership is lost, the command
-gets SIGTERM, and SIGKILL after --grace. On Linux the command is killed
+gets SIGTERM, and SIGKILL after --grace or when the leadership's validity
+ends, whichever is first. On Linux the command is killed
 with redlock (SIGKILL) if redlock itself dies, so that it never runs on
 beside the next leader's.
 
@@ -70,7 +71,7 @@ func parseElect(args []string, stdout, stderr io.Writer) (electConfig, int, bool
 	cfg.nodes = registerNodeFlags(fs.FlagSet, "required")
 	fs.DurationVar(&cfg.ttl, "ttl", 10*time.Second, "the leadership's time to live, renewed every third of it")
 	fs.StringVar(&cfg.value, "value", "", "what this candidate proclaims as leader (default: host=HOST pid=PID)")
-	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL (0: SIGKILL at once)")
+	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL, at most what is left of the leadership's validity (0: SIGKILL at once)")
 	fs.BoolVar(&cfg.once, "once", false, "run the command once as leader, then exit with its status")
 	fs.BoolVar(&cfg.observe, "observe", false, "print each change of leader instead of campaigning")
 	// The name and the flags in any order, the command after "--".
@@ -136,10 +137,9 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return 0
 	}
-	path, err := exec.LookPath(cfg.argv[0])
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
-		return exitNotFound
+	path, status := lookCommand("elect", cfg.argv[0], stderr)
+	if status != 0 {
+		return status
 	}
 	return campaignLoop(ctx, e, path, cfg, stdout, stderr)
 }
@@ -148,6 +148,9 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // exits, and again (once, with --once), and returns elect's exit status.
 func campaignLoop(ctx context.Context, e *redlock.Election, path string, cfg electConfig, stdout, stderr io.Writer) int {
 	for {
+		if status, ok := reachable(ctx, e, cfg, stderr); !ok {
+			return status
+		}
 		l, err := e.Campaign(ctx, cfg.value)
 		if err != nil {
 			if s, ok := interruptedBy(ctx); ok {
@@ -175,6 +178,29 @@ func campaignLoop(ctx context.Context, e *redlock.Election, path string, cfg ele
 	}
 }
 
+// reachable reads the election's leader before a campaign, so that nodes
+// out of reach end elect (69, or 78 for a configuration error) rather
+// than a campaign that waits for them without a word.
+func reachable(ctx context.Context, e *redlock.Election, cfg electConfig, stderr io.Writer) (status int, ok bool) {
+	rctx, cancel := context.WithTimeout(ctx, cfg.ttl)
+	defer cancel()
+	_, err := e.Leader(rctx)
+	switch {
+	case err == nil, errors.Is(err, redlock.ErrNoLeader):
+		return 0, true
+	case ctx.Err() != nil:
+		if s, ok := interruptedBy(ctx); ok {
+			return 128 + int(s), false
+		}
+		return 0, true // the campaign says what ended it
+	}
+	fmt.Fprintf(stderr, "redlock elect: %q: %s\n", cfg.name, explain(err))
+	if errors.Is(err, redlock.ErrMisconfigured) {
+		return exitConfig, false
+	}
+	return exitUnavailable, false
+}
+
 // leadCommand runs the command while l leads; status is negative (the
 // exit status, negated) when it could not start, signalled tells that a
 // signal redlock passed on ended it.
@@ -190,7 +216,7 @@ func leadCommand(ctx context.Context, path string, cfg electConfig, l *redlock.L
 		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
 		return -exitNotExecutable, false, false
 	}
-	status, lost = supervise(cmd, l.Done, l.Lock().Validity, cfg.grace, func() {
+	status, lost = supervise(cmd, l.Lock(), cfg.grace, func() {
 		fmt.Fprintf(stderr, "redlock elect: leadership of %q lost; stopping %s\n", cfg.name, cfg.argv[0])
 	})
 	_, signalled = interruptedBy(ctx)

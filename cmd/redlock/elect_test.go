@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -107,5 +108,35 @@ func TestElect_usage(t *testing.T) {
 	}
 	if exit, out, errOut := runCmd(t, "elect", "--help"); exit != 0 || !strings.Contains(out+errOut, "REDLOCK_TERM") {
 		t.Errorf("elect --help: exit %d, %q", exit, out+errOut)
+	}
+}
+
+// TestElect_exitCodes: elect tells a command that cannot be run (126)
+// from one not found (127), and nodes out of reach (69) at once. It used
+// to say 127 for both, and to campaign without a word for ever while no
+// node answered.
+func TestElect_exitCodes(t *testing.T) {
+	_, addrs := execNodes(t)
+	notExec := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"not found", []string{"--addrs", addrs, "--", "no-such-command-here"}, exitNotFound},
+		{"not executable", []string{"--addrs", addrs, "--", notExec}, exitNotExecutable},
+		{"unreachable", []string{"--addrs", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "--", "true"}, exitUnavailable},
+	} {
+		start := time.Now()
+		exit, _, errOut := runCmd(t, append([]string{"elect", "job", "--ttl", "2s", "--once"}, tc.args...)...)
+		if exit != tc.want {
+			t.Errorf("%s: exit %d, want %d (%s)", tc.name, exit, tc.want, errOut)
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("%s: took %v", tc.name, took)
+		}
 	}
 }

@@ -48,7 +48,8 @@ like flock(1) across hosts: for a cron job that must run on one host only,
 put the same line on every host. The lock is renewed every third of TTL
 while the command runs and released when it exits. If the lock is lost
 (a majority of the nodes no longer hold it, or it could not be renewed in
-time), the command gets SIGTERM, and SIGKILL after --grace; on Linux it
+time), the command gets SIGTERM, and SIGKILL after --grace or when the
+lock's validity ends, whichever is first; on Linux it
 is killed with redlock (SIGKILL) if redlock itself dies. The lock
 carries this host, the command's pid and its command line as its
 metadata: 'redlock status KEY' shows who holds it, and so does exit 75's
@@ -95,7 +96,7 @@ func parseExec(args []string, stdout, stderr io.Writer) (execConfig, int, bool) 
 	fs.StringVar(&cfg.key, "key", "", "the lock key (required)")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "the lock's time to live, renewed every third of it (required)")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait for the lock when another host holds it (0: do not wait)")
-	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL (0: SIGKILL at once)")
+	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL, at most what is left of the lock's validity (0: SIGKILL at once)")
 	fs.BoolVar(&cfg.fencing, "fencing", false, "also take a fencing token, passed as REDLOCK_FENCING_TOKEN")
 	fs.IntVar(&cfg.permits, "permits", 0, "hold one of N permits of a semaphore rather than the lock (0: the lock)")
 	if exit, ok := fs.parse(args, argsAfter); !ok {
@@ -141,13 +142,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	// The command is started first, held back until the lock is taken, so
 	// that the lock's metadata names its own pid (see heldCommand).
-	path, err := exec.LookPath(cfg.argv[0])
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitNotExecutable
+	path, status := lookCommand("exec", cfg.argv[0], stderr)
+	if status != 0 {
+		return status
 	}
 	held, err := holdCommand(path, cfg.argv, commandEnv(os.Environ()), stdout, stderr)
 	if err != nil {
@@ -207,7 +204,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 		return exitNotExecutable
 	}
-	status, lost := supervise(cmd, lock.Done, lock.Validity, cfg.grace, func() {
+	status, lost := supervise(cmd, lock, cfg.grace, func() {
 		fmt.Fprintf(stderr, "redlock exec: lock %q lost; stopping %s\n", cfg.key, cfg.argv[0])
 	})
 	if lost {
@@ -217,10 +214,11 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // supervise waits for the started cmd to exit, passing it the signals
-// redlock gets, and stops it (SIGTERM, SIGKILL after grace) if its lock
-// ends with validity left at zero (lost: lost is then true, after told).
-// It returns the command's exit status.
-func supervise(cmd *exec.Cmd, done func() <-chan struct{}, validity func() time.Duration, grace time.Duration, told func()) (status int, lost bool) {
+// redlock gets, and stops it if its lock is lost (lost is then true, after
+// told): SIGTERM, and SIGKILL after grace, or at the end of the lock's
+// validity if that comes first, so that the command does not run on
+// beside the next holder's. It returns the command's exit status.
+func supervise(cmd *exec.Cmd, lock *redlock.Lock, grace time.Duration, told func()) (status int, lost bool) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -232,7 +230,7 @@ func supervise(cmd *exec.Cmd, done func() <-chan struct{}, validity func() time.
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
-	end := done()
+	end := lock.Done()
 	for {
 		select {
 		case err := <-exited:
@@ -244,11 +242,11 @@ func supervise(cmd *exec.Cmd, done func() <-chan struct{}, validity func() time.
 			_ = cmd.Process.Signal(s)
 		case <-end:
 			end = nil
-			if validity() > 0 {
+			if lock.Validity() > 0 {
 				continue // released: cannot happen before the command exits
 			}
 			told()
-			stopCommand(cmd, exited, grace)
+			stopCommand(cmd, exited, min(grace, max(0, time.Until(lock.Until()))))
 			return 0, true
 		}
 	}
@@ -415,6 +413,21 @@ func (f *nodeFailures) take() []string {
 		out = append(out, f.failed[i])
 	}
 	return out
+}
+
+// lookCommand finds the command to run, or says why not and returns
+// exec's or elect's exit status: 127 when it is not found, 126 when it
+// cannot be run.
+func lookCommand(cmd, name string, stderr io.Writer) (path string, status int) {
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path, 0
+	}
+	fmt.Fprintf(stderr, "redlock %s: %s\n", cmd, explain(err))
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return "", exitNotFound
+	}
+	return "", exitNotExecutable
 }
 
 // stopCommand sends SIGTERM, and SIGKILL if the command has not exited

@@ -379,3 +379,30 @@ func dialAll(t *testing.T, addrs string) []redis.UniversalClient {
 	}
 	return clients
 }
+
+// TestExec_lostLockKillsAtTheEndOfItsValidity: a command that ignores
+// SIGTERM after its lock is lost is killed when the lock's validity ends,
+// not after --grace, so that it does not run beside the next holder's
+// command. It used to run on for the whole grace (10 s by default).
+func TestExec_lostLockKillsAtTheEndOfItsValidity(t *testing.T) {
+	servers, addrs := execNodes(t)
+	go func() {
+		for !servers[0].Exists("nightly") {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		for _, s := range servers[:2] { // a majority cannot be reached: the renewals fail
+			s.Close()
+		}
+	}()
+	start := time.Now()
+	exit, _, errOut := runCmd(t, "exec", "--addrs", addrs, "--key", "nightly", "--ttl", "3s", "--grace", "1m", "--",
+		"sh", "-c", "trap '' TERM; exec sleep 120")
+	if exit != exitLockLost {
+		t.Fatalf("exit %d (%s), want %d", exit, errOut, exitLockLost)
+	}
+	// The lock's validity is under 3 s; the grace a minute.
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the command was killed after %v, past the lock's validity", took)
+	}
+}
