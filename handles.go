@@ -370,7 +370,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	tm := ac.terms.now(c) // with the node timeout its replies teach
 	if v := validity(ttl, elapsed, ac.drift); t.yes >= q && v > 0 && (!ac.autoRenew || v > tm.renewMargin()) {
-		l.until, l.terms = start.Add(ttl-ac.drift), tm
+		l.until, l.terms, l.confirmed = start.Add(ttl-ac.drift), tm, t.yes
 		if ac.autoRenew {
 			c.sched.renew(l)
 		}

@@ -341,3 +341,22 @@ func TestInspect_kindsAreNamedAsEventsNameThem(t *testing.T) {
 		})
 	}
 }
+
+// TestResume_confirmedCountsTheNodes: a resumed lock counts the nodes its
+// extend confirmed, as any lock does (Confirmed is at least its quorum).
+// It used to say 0 until its first Extend, which reads as a lock held by
+// no node.
+func TestResume_confirmedCountsTheNodes(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	held := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	redlock.WaitSettled(held)
+	resumed, err := mustNew(t, c.connect(t)).Resume(ctx, "k", held.Token(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Release(ctx)
+	if got := resumed.Confirmed(); got < 2 {
+		t.Fatalf("Confirmed of a resumed lock = %d, want at least its quorum (2)", got)
+	}
+}
