@@ -23,13 +23,20 @@ var (
 	// is over, and by Release when the lock did not hold until the release:
 	// another holder may have taken it, so the work done under it may not
 	// have been protected. A failure that shows neither (nodes that fail or
-	// do not answer) gives ErrNotConfirmed instead.
+	// do not answer) gives ErrNotConfirmed instead. Do, Resume,
+	// Election.Campaign and Leadership.Proclaim return it too (see each).
 	ErrLockLost = errors.New("redlock: lock lost")
 
-	// ErrInvalidArgument is returned, before any node is contacted, for input
-	// that can never work: no nodes, a nil or repeated node, an empty key, a
-	// ttl that is not positive or not larger than the drift allowance, or an
-	// option with a value out of range. The message names the problem.
+	// ErrInvalidArgument is returned for input that can never work, such
+	// as no nodes, a nil or repeated node, an empty key, a ttl that is not
+	// positive or not larger than the drift allowance, an option with a
+	// value out of range, a nil fn, a value longer than MaxMetadata, or a
+	// fencing token 0. New, Acquire, TryAcquire, AcquireAll, TryAcquireAll,
+	// Extend, Do, Resume, Inspect, Election, Election.Campaign,
+	// Leadership.Proclaim, FencedSet and FencedGet return it, before any
+	// node is contacted; Resume also returns it after reading the nodes when
+	// the key holds the token in another kind of lock (nothing is written).
+	// The message names the problem.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 
 	// ErrMisconfigured matches an error in which a node failed for a reason
@@ -52,12 +59,14 @@ var (
 
 	// ErrNotConfirmed is returned by Extend and Release when too few nodes
 	// answered to confirm the operation on a quorum, and too few to show
-	// the lock lost: nodes failed or did not answer in time. After Extend
-	// the lock stays valid until its Until (no node ever shortens a key),
-	// Done stays open (for a lock acquired WithAutoRenew, until the renewal
-	// margin before Until), and Extend may be tried again. After Release,
-	// the keys the failed nodes may still hold expire with the ttl. The
-	// error joins each failed node's *NodeError.
+	// the lock lost: nodes failed or did not answer in time; Resume,
+	// Election.Campaign and Leadership.Proclaim return it likewise (see
+	// each). After Extend the lock stays valid until its Until (no node
+	// ever shortens a key), Done stays open (for a lock acquired
+	// WithAutoRenew, until the renewal margin before Until), and Extend may
+	// be tried again. After Release, the keys the failed nodes may still
+	// hold expire with the ttl. The error joins each failed node's
+	// *NodeError.
 	ErrNotConfirmed = errors.New("redlock: not confirmed")
 )
 

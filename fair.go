@@ -112,8 +112,9 @@ func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumErr
 }
 
 // nextWait keeps the waiter's place: it tries again within a quarter of its
-// patience, and at once when the last release named it first in line but
-// it was still refused (the release had not reached every node yet).
+// patience, and after wakeSpread (0.5 ms) when the last release named it
+// first in line but it was still refused (the release had not reached
+// every node yet).
 func (k *fair) nextWait(delay time.Duration, first bool) time.Duration {
 	if first {
 		return wakeSpread

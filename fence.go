@@ -26,8 +26,9 @@ var ErrStaleToken = errors.New("redlock: stale fencing token")
 // read-modify-write, read with FencedGet under the same token first.
 //
 // It returns an error matching ErrStaleToken, naming both tokens, when the
-// write was refused, and rdb's error when the script could not run. Pass
-// lock.FencingToken() of a lock acquired WithFencing.
+// write was refused; rdb's error when the script could not run; and an
+// error matching ErrInvalidArgument for an empty key or token 0, before
+// rdb is called. Pass lock.FencingToken() of a lock acquired WithFencing.
 func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token uint64) error {
 	if key == "" {
 		return invalid("empty key")
@@ -58,9 +59,10 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token
 //
 // It returns the value; an error matching redis.Nil when key does not
 // exist (the token is recorded all the same); an error matching
-// ErrStaleToken, naming both tokens, when a higher token was seen; and
-// rdb's error when the script could not run. Pass lock.FencingToken() of a
-// lock acquired WithFencing.
+// ErrStaleToken, naming both tokens, when a higher token was seen; rdb's
+// error when the script could not run; and an error matching
+// ErrInvalidArgument for an empty key or token 0, before rdb is called.
+// Pass lock.FencingToken() of a lock acquired WithFencing.
 func FencedGet(ctx context.Context, rdb redis.Scripter, key string, token uint64) (string, error) {
 	if key == "" {
 		return "", invalid("empty key")

@@ -136,7 +136,7 @@ type NodeHold struct {
 	Permits  int           // a semaphore's K; 0 for another kind
 	TTL      time.Duration // the key's remaining time to live on this node (the first holder's, for a semaphore or readers)
 	Holders  []Holder      // every holder on this node: several for readers and a semaphore
-	Err      error         // a *NodeError when the node did not answer; the other fields are then zero
+	Err      error         // a *NodeError when the node did not answer; the fields but Node and Addr are then zero
 }
 
 // Holder is one holder of a lock key.

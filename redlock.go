@@ -50,12 +50,17 @@ import (
 // the lock's release announced by the nodes.
 //
 // Options choose another kind of lock (WithOwner, ForRead, ForWrite,
-// WithPermits, Fair; AcquireAll for several keys; see docs/kinds.md); those
-// do not take local turns.
+// WithPermits, Fair; AcquireAll for several keys; see docs/kinds.md).
+// Writers and multi-key locks take local turns and are handed over as the
+// plain lock is; readers, permits, an owner's holds and fair waiters do
+// not.
 //
 // It returns an error matching ErrInvalidArgument for an empty key, a ttl
 // that is not larger than the drift allowance, a bad option, or two kind
-// options, before any node is contacted. When ctx ends first, the error
+// options, before any node is contacted. When two nodes reach one server,
+// or misconfigured nodes keep a quorum out of reach (see
+// ErrMisconfigured), it returns at once with an error matching both
+// ErrNotAcquired and ErrMisconfigured. When ctx ends first, the error
 // matches both ErrNotAcquired and ctx.Err(), and joins the last attempt's
 // *NodeError values.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
@@ -72,8 +77,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 // It returns an error matching ErrNotAcquired when fewer than a quorum of
 // nodes took the lock or its validity was spent, joined with a *NodeError
 // for every node that failed; when ctx ended, the error also matches
-// ctx.Err(). Bad input gives an error matching ErrInvalidArgument, before
-// any node is contacted.
+// ctx.Err(); when two nodes reach one server, or misconfigured nodes keep
+// a quorum out of reach, it also matches ErrMisconfigured. Bad input gives an error matching ErrInvalidArgument,
+// before any node is contacted.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	ac, err := c.acquireConfig(key, ttl, opts)
 	if err != nil {

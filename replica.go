@@ -25,9 +25,9 @@ import (
 // timeout is still sent.
 //
 // replicas must be at least 1 and timeout positive and shorter than each
-// operation's node timeout (WithNodeTimeout, or a tenth of the ttl), which
-// an Acquire or Extend otherwise refuses with an error matching
-// ErrInvalidArgument. Every node must be a *redis.Client: New refuses the
+// operation's base node timeout (WithNodeTimeout, or else a tenth of the
+// ttl within 50 ms and 1 s), which an Acquire or Extend otherwise refuses
+// with an error matching ErrInvalidArgument. Every node must be a *redis.Client: New refuses the
 // others (a ClusterClient or a Ring sends a keyless WAIT to a server of
 // its choosing, not after the write). Default: off; a node counts once it
 // answers.

@@ -139,10 +139,13 @@ func (o retryOption) applyAcquire(c *acquireConfig) error { return o.apply(&c.re
 // 1 s (up to 1.5 s) between attempts: at most one a second per waiter.
 //
 // Any policy given here, the default's parameters included, is followed
-// with three exceptions: a release heard ends the wait at once (after a
-// random 0.5 ms at most); an attempt refused right after a release was
-// heard, with no holder on a quorum (a split vote, or the release not yet
-// landed everywhere), waits at most 2.5 ms; and while so many nodes fail
+// with four exceptions: a release heard ends the wait at once; so does a
+// release subscription confirmed after the Acquire stopped waiting for it
+// (a release before it was announced to nobody); for up to a node timeout
+// after a release was heard, an attempt refused with no holder on a
+// quorum (a split vote) or with the same holder as the refusal before (the
+// release not yet landed on a quorum) waits at most 2.5 ms, while a new
+// holder is waited for as the policy says; and while so many nodes fail
 // that no quorum can form, the wait is at least 250 ms (up to 375 ms). A
 // fair lock's waiter also tries at least every quarter of its patience.
 func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }

@@ -68,7 +68,8 @@ func designated(t *tally, token string) bool {
 // its round took, then twice that, ...), tries the nodes it does not hold
 // again, and returns the tally of every node. It stops when a quorum holds,
 // when it is no longer designated, after splitRounds rounds, or when
-// another round could not leave the lock any validity.
+// another round (its wait and a node timeout) could not leave the lock
+// more validity than its renewal margin (renewMargin), renewed or not.
 func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q int) tally {
 	wait := max(t.lastAt, time.Millisecond)
 	for range splitRounds {

@@ -267,7 +267,7 @@ func (n *Node) kill() error {
 }
 
 // freeze stops the process with SIGSTOP: it keeps its connections but
-// answers nothing until Thaw.
+// answers nothing until thaw.
 func (n *Node) freeze() error { return n.signal(syscall.SIGSTOP) }
 
 // thaw resumes a frozen process with SIGCONT.
