@@ -326,8 +326,9 @@ func (readOnlyAcquires) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // warned about once over many locks, although its answers to releases (which
 // find nothing to delete) carry no error.
 func TestAcquire_misconfiguredReplicaWarnedOnce(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
-	c.clients[2].AddHook(readOnlyAcquires{})
+	addHook(t, c.clients[2], readOnlyAcquires{})
 	var ev recorder
 	rc := c.client(t, redlock.WithObserver(&ev), redlock.WithBatching(false))
 	ctx := context.Background()
@@ -435,12 +436,13 @@ func (serverIDHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // the first Acquire is refused with ErrMisconfigured naming both nodes, no
 // key is left behind, and later acquires are refused at once.
 func TestNew_sameServerTwiceIsRefused(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, batching := range []bool{true, false} {
 		t.Run(map[bool]string{true: "batched", false: "unbatched"}[batching], func(t *testing.T) {
 			c := newCluster(t, 3)
-			c.clients[0].AddHook(serverIDHook("aaaa"))
-			c.clients[1].AddHook(serverIDHook("bbbb"))
-			c.clients[2].AddHook(serverIDHook("aaaa"))
+			addHook(t, c.clients[0], serverIDHook("aaaa"))
+			addHook(t, c.clients[1], serverIDHook("bbbb"))
+			addHook(t, c.clients[2], serverIDHook("aaaa"))
 			rc := c.client(t, redlock.WithBatching(batching))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -468,9 +470,10 @@ func TestNew_sameServerTwiceIsRefused(t *testing.T) {
 // TestNew_distinctServersAreAccepted: nodes with distinct run_ids, and
 // nodes that tell none (named by their addresses), take locks as before.
 func TestNew_distinctServersAreAccepted(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
-	c.clients[0].AddHook(serverIDHook("aaaa"))
-	c.clients[1].AddHook(serverIDHook("bbbb"))
+	addHook(t, c.clients[0], serverIDHook("aaaa"))
+	addHook(t, c.clients[1], serverIDHook("bbbb"))
 	rc := c.client(t)
 	lock := mustTryAcquire(t, rc, context.Background(), "k", time.Minute)
 	if got := c.holders("k", lock.Token()); len(got) != 3 {
@@ -522,10 +525,11 @@ func (identityHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // TestNew_sameServerTwiceOnRedis6: a server that takes one INFO section at
 // a time (Redis before 7) is still identified by its run_id.
 func TestNew_sameServerTwiceOnRedis6(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
-	c.clients[0].AddHook(newIdentityHook("aaaa", true))
-	c.clients[1].AddHook(newIdentityHook("bbbb", true))
-	c.clients[2].AddHook(newIdentityHook("aaaa", true))
+	addHook(t, c.clients[0], newIdentityHook("aaaa", true))
+	addHook(t, c.clients[1], newIdentityHook("bbbb", true))
+	addHook(t, c.clients[2], newIdentityHook("aaaa", true))
 	_, err := c.client(t).TryAcquire(context.Background(), "k", time.Minute)
 	if !errors.Is(err, redlock.ErrMisconfigured) {
 		t.Fatalf("err = %v, want ErrMisconfigured", err)
@@ -539,11 +543,12 @@ func TestNew_sameServerTwiceOnRedis6(t *testing.T) {
 // granted on distinct servers, stays valid until its Until), and Resume is
 // refused.
 func TestNew_duplicateFoundLaterRefusesEverything(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
-	c.clients[0].AddHook(newIdentityHook("aaaa", false))
-	c.clients[1].AddHook(newIdentityHook("bbbb", false))
+	addHook(t, c.clients[0], newIdentityHook("aaaa", false))
+	addHook(t, c.clients[1], newIdentityHook("bbbb", false))
 	late := newIdentityHook("", false) // node 2 cannot tell yet
-	c.clients[2].AddHook(late)
+	addHook(t, c.clients[2], late)
 	rc := c.client(t)
 	ctx := context.Background()
 	lock, err := rc.Acquire(ctx, "h", time.Minute) // holds the local turn: its release may hand over

@@ -87,11 +87,12 @@ func scriptCalls(t *testing.T, h *roundTrips, files ...string) map[string]int {
 }
 
 func TestLock_Release_handsOffToLocalWaiter(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	h := newRoundTrips()
 	close(h.gate)
 	for _, rdb := range c.clients {
-		rdb.AddHook(h)
+		addHook(t, rdb, h)
 	}
 	rc := c.client(t)
 	ctx := context.Background()
@@ -163,6 +164,7 @@ func TestLock_Release_handOffRaisesFencingToken(t *testing.T) {
 }
 
 func TestLock_Release_handOffsAreBounded(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, tc := range []struct {
 		limit     int
 		contended bool // another process waits for the key
@@ -307,6 +309,7 @@ const counterIn2042 = "2272147200000000"
 // trip: a new token and a higher fencing token on every node, no release in
 // between; also with fencing counters past 2^51.
 func TestLock_Release_handsEveryTurnTakingKindToLocalWaiter(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, tc := range []struct {
 		name    string
 		keys    []string
@@ -329,7 +332,7 @@ func TestLock_Release_handsEveryTurnTakingKindToLocalWaiter(t *testing.T) {
 				h := newRoundTrips()
 				close(h.gate)
 				for _, rdb := range c.clients {
-					rdb.AddHook(h)
+					addHook(t, rdb, h)
 				}
 				if counter != "" {
 					for _, s := range c.servers {
@@ -518,12 +521,13 @@ func (g *gatedScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // majority no longer had it: Release reports ErrLockLost. It used to
 // judge from the first two answers alone and report the lock held.
 func TestLock_Release_handOffTellsALossOnAMajority(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, first, waiting := heldWithWaiter(t)
 	ctx := context.Background()
 	c.servers[1].Del("k")
 	c.servers[2].Del("k")
 	gate := newGatedScript(scriptSHA(t, "handoff.lua"))
-	c.clients[2].AddHook(gate)
+	addHook(t, c.clients[2], gate)
 
 	released := make(chan error, 1)
 	go func() { released <- first.Release(ctx) }()
@@ -602,6 +606,7 @@ func (h *answerLost) mangle(cmds []redis.Cmder, send func() error) error {
 // it lost. It used to count those nodes as a majority without the token
 // (ErrLockLost); whether the lock held is not known (ErrNotConfirmed).
 func TestLock_Release_afterHandOffWhoseAnswersWereLost(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, first, waiting := heldWithWaiter(t)
 	ctx := context.Background()
 	loadScript(t, c, "handoff.lua")
@@ -609,7 +614,7 @@ func TestLock_Release_afterHandOffWhoseAnswersWereLost(t *testing.T) {
 	for _, i := range []int{1, 2} {
 		h := &answerLost{sha: scriptSHA(t, "handoff.lua")}
 		h.armed.Store(true)
-		c.clients[i].AddHook(h)
+		addHook(t, c.clients[i], h)
 		lost = append(lost, h)
 	}
 
@@ -633,6 +638,7 @@ func TestLock_Release_afterHandOffWhoseAnswersWereLost(t *testing.T) {
 // "the releasing token was not there", and Release reported ErrLockLost.
 // For each kind that is handed over.
 func TestLock_Release_handOffResent(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, tc := range []struct {
 		name    string
 		script  string
@@ -671,7 +677,7 @@ func TestLock_Release_handOffResent(t *testing.T) {
 			for _, i := range []int{1, 2} {
 				h := &answerLost{sha: scriptSHA(t, tc.script), resend: true}
 				h.armed.Store(true)
-				c.clients[i].AddHook(h)
+				addHook(t, c.clients[i], h)
 				resent = append(resent, h)
 			}
 

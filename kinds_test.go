@@ -915,6 +915,7 @@ func (h failedAttempt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // in the queue there: a waiter with a higher ticket does not get ahead of it
 // before it tries again.
 func TestKinds_fairFailedAttemptKeepsItsPlace(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	ctx := context.Background()
 	fair := redlock.Fair()
@@ -923,7 +924,7 @@ func TestKinds_fairFailedAttemptKeepsItsPlace(t *testing.T) {
 	state := &attemptState{start: make(chan struct{}), gate: make(chan struct{})}
 	firstNodes := c.connect(t)
 	for i, rdb := range firstNodes {
-		rdb.AddHook(failedAttempt{script: newScriptHook(t, "kind_fair.lua", nil), state: state, lose: i < 2})
+		addHook(t, rdb, failedAttempt{script: newScriptHook(t, "kind_fair.lua", nil), state: state, lose: i < 2})
 	}
 	first := mustNew(t, firstNodes, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
 	second := mustNew(t, c.connect(t), redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 2*time.Millisecond)))
@@ -968,6 +969,7 @@ func TestKinds_fairFailedAttemptKeepsItsPlace(t *testing.T) {
 // longer than its calls may take between two attempts, however long the
 // node timeout: 4 s, or 8 node timeouts when that is longer.
 func TestKinds_fairPatienceOutlastsAnAttempt(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, tt := range []struct {
 		nodeTimeout time.Duration
 		want        int64 // ms
@@ -983,7 +985,7 @@ func TestKinds_fairPatienceOutlastsAnAttempt(t *testing.T) {
 		)
 		seen := newScriptHook(t, "kind_fair.lua", nil)
 		for _, rdb := range c.clients {
-			rdb.AddHook(argvHook{script: seen, argv: func(argv []any) {
+			addHook(t, rdb, argvHook{script: seen, argv: func(argv []any) {
 				if argv[0] == "acquire" {
 					p, _ := strconv.ParseInt(fmt.Sprint(argv[6]), 10, 64)
 					mu.Lock()
@@ -1056,13 +1058,14 @@ func (h opHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // key) is slow; the leave must land after it, or the waiter that gave up
 // would hold the queue there for its patience.
 func TestKinds_fairGivingUpAfterALateAttempt(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	for _, s := range c.servers[1:] {
 		s.Set("turn", "another holder") // nodes 1 and 2 are taken
 	}
 	nodes := c.connect(t)
 	landed := make(chan string, 4)
-	nodes[0].AddHook(opHook{script: newScriptHook(t, "kind_fair.lua", nil), do: func(ctx context.Context, op string, call func() error) error {
+	addHook(t, nodes[0], opHook{script: newScriptHook(t, "kind_fair.lua", nil), do: func(ctx context.Context, op string, call func() error) error {
 		switch op {
 		case "acquire":
 			err := call()

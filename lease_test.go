@@ -626,9 +626,10 @@ func TestLock_autoRenew_lossClosesDone(t *testing.T) {
 // report the lock held until its release, while the third node, slower,
 // had lost it too.
 func TestLock_autoRenew_lostLockReleasesAsLost(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, _, lock := renewedLockLostOnMajority(t)
 	gate := newGatedScript(scriptSHA(t, "release.lua"))
-	c.clients[1].AddHook(gate)
+	addHook(t, c.clients[1], gate)
 	defer close(gate.open)
 	if err := lock.Release(context.Background()); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Release of a lock lost on a majority, one node slow: err = %v, want ErrLockLost", err)
@@ -807,6 +808,7 @@ func (h onceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // renewed at once, from the validity actually left, not a third of the ttl
 // after it.
 func TestLock_autoRenew_lateAcquire(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	clock := fakeClock()
 	rc := c.client(t, redlock.WithClock(clock))
@@ -822,7 +824,7 @@ func TestLock_autoRenew_lateAcquire(t *testing.T) {
 	})
 	hook := onceHook{clock: clock, by: 700 * time.Millisecond, once: new(sync.Once)}
 	for _, rdb := range c.clients {
-		rdb.AddHook(hook)
+		addHook(t, rdb, hook)
 	}
 	const ttl = time.Second
 	lock := mustTryAcquire(t, rc, context.Background(), "k", ttl, redlock.WithAutoRenew())
@@ -919,13 +921,14 @@ func TestLock_autoRenew_slowMajorityLostBeforeUntil(t *testing.T) {
 // the renewal margin before Until at the latest, so an acquire that leaves
 // less validity than that does not count; without renewal it does.
 func TestLock_autoRenew_needsMoreThanTheMargin(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	const ttl = time.Second
 	for _, renewed := range []bool{false, true} {
 		c := newCluster(t, 3)
 		clock := fakeClock()
 		hook := onceHook{clock: clock, by: 900 * time.Millisecond, once: new(sync.Once)} // leaves 88ms
 		for _, rdb := range c.clients {
-			rdb.AddHook(hook)
+			addHook(t, rdb, hook)
 		}
 		var opts []redlock.AcquireOption
 		if renewed {
@@ -1005,14 +1008,15 @@ func TestLock_autoRenew_shorterExtend(t *testing.T) {
 // reports the lock held until then (nil), as for any lock past its Until.
 // It reported ErrLockLost, as if a majority had lost the token.
 func TestLock_Release_afterExtendRanOutOfValidity(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	clock := fakeClock()
 	rc := c.client(t, redlock.WithClock(clock))
 	lock := mustTryAcquire(t, rc, context.Background(), "k", 10*time.Second)
 	redlock.WaitSettled(lock)
 	gate := newGatedScript(scriptSHA(t, "extend.lua"))
-	c.clients[1].AddHook(gate)
-	c.clients[2].AddHook(gate)
+	addHook(t, c.clients[1], gate)
+	addHook(t, c.clients[2], gate)
 	extended := make(chan error, 1)
 	go func() { extended <- lock.Extend(context.Background(), 10*time.Second) }()
 	<-gate.hit
@@ -1037,6 +1041,7 @@ func TestLock_Release_afterExtendRanOutOfValidity(t *testing.T) {
 // from the release's first answers (one node deleting, one absent), report
 // nil, and hand the lost lock to the waiter.
 func TestLock_Release_fromObserverOfTheLoss(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, waiter := range []bool{false, true} {
 		t.Run(fmt.Sprintf("waiter=%v", waiter), func(t *testing.T) {
 			c := newCluster(t, 3)
@@ -1074,8 +1079,8 @@ func TestLock_Release_fromObserverOfTheLoss(t *testing.T) {
 			c.servers[1].Del("k")
 			gate := newGatedScript(scriptSHA(t, "release.lua"))
 			handOff := newGatedScript(scriptSHA(t, "handoff.lua"))
-			c.clients[1].AddHook(gate)
-			c.clients[1].AddHook(handOff)
+			addHook(t, c.clients[1], gate)
+			addHook(t, c.clients[1], handOff)
 			defer close(gate.open)
 			defer close(handOff.open)
 			clock.Advance(time.Second) // the renewal
@@ -1101,6 +1106,7 @@ func TestLock_Release_fromObserverOfTheLoss(t *testing.T) {
 // reports the loss (one node without the token is slow to answer it),
 // where it used to forget what the Extend found and report nil.
 func TestLock_Release_afterLossFoundPastTheMargin(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	clock := fakeClock()
 	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(time.Hour))
@@ -1110,8 +1116,8 @@ func TestLock_Release_afterLossFoundPastTheMargin(t *testing.T) {
 	c.servers[0].Del("k")
 	c.servers[1].Del("k")
 	gate := newGatedScript(scriptSHA(t, "extend.lua"))
-	c.clients[0].AddHook(gate)
-	c.clients[1].AddHook(gate)
+	addHook(t, c.clients[0], gate)
+	addHook(t, c.clients[1], gate)
 	extended := make(chan error, 1)
 	go func() { extended <- lock.Extend(context.Background(), 3*time.Second) }()
 	<-gate.hit
@@ -1124,7 +1130,7 @@ func TestLock_Release_afterLossFoundPastTheMargin(t *testing.T) {
 		t.Fatalf("Extend: %v, want ErrLockLost", err)
 	}
 	slow := newGatedScript(scriptSHA(t, "release.lua"))
-	c.clients[0].AddHook(slow)
+	addHook(t, c.clients[0], slow)
 	defer close(slow.open)
 	if err := lock.Release(context.Background()); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Release after an Extend found a majority without the token: %v, want ErrLockLost", err)
@@ -1255,13 +1261,14 @@ func (h *nodeScripts) before(cmds []redis.Cmder) error {
 // used to fail ("the fencing token could not be stored on a quorum") with
 // four healthy nodes of five.
 func TestLock_FencingToken_aHolderFailsBeforeItsRaise(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 5)
 	acquire := redis.NewScript(redlock.ScriptSource("acquire.lua")).Hash()
 	raise := redis.NewScript(redlock.ScriptSource("raise_fence.lua")).Hash()
 	slow := &nodeScripts{delay: map[string]time.Duration{acquire: 200 * time.Millisecond}}
 	frozen := &nodeScripts{fail: map[string]bool{raise: true}}
-	c.clients[0].AddHook(slow)
-	c.clients[2].AddHook(frozen)
+	addHook(t, c.clients[0], slow)
+	addHook(t, c.clients[2], frozen)
 	rc := c.client(t, redlock.WithNodeTimeout(2*time.Second))
 	ctx := context.Background()
 	// Past the first contact, which waits for every node.

@@ -133,7 +133,7 @@ func (c *cluster) client(t *testing.T, opts ...redlock.Option) *redlock.Client {
 
 func mustNew(t *testing.T, nodes []redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	rc, err := redlock.New(nodes, opts...)
+	rc, err := newTestClient(t, nodes, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -387,4 +387,35 @@ func (l *lateLink) accept() {
 			_ = up.Close()
 		}()
 	}
+}
+
+// hooker is a client that takes go-redis hooks.
+type hooker interface{ AddHook(redis.Hook) }
+
+// addHook adds h to rdb, for a test that steers or watches a node through
+// its go-redis client's hooks: such a test runs on the go-redis transport
+// only (see testTransport).
+func addHook(t testing.TB, rdb hooker, h redis.Hook) {
+	t.Helper()
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
+	rdb.AddHook(h)
+}
+
+// goRedisOnly skips a test that steers its nodes through the go-redis
+// client itself (its dialer, its options) on another transport.
+func goRedisOnly(t testing.TB, why string) {
+	t.Helper()
+	if testTransport != "go-redis" {
+		t.Skipf("%s; the %s transport has none", why, testTransport)
+	}
+}
+
+// testTransport is the node transport the suite's Clients use: go-redis,
+// or another when a build tag adds one (transport_*_test.go), with
+// REDLOCK_TEST_TRANSPORT naming it.
+var testTransport = "go-redis"
+
+// newTestClient is redlock.New over nodes on the test transport.
+var newTestClient = func(_ testing.TB, nodes []redis.UniversalClient, opts ...redlock.Option) (*redlock.Client, error) {
+	return redlock.New(nodes, opts...)
 }

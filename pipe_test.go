@@ -154,7 +154,7 @@ func hookedNode(t *testing.T) (*cluster, *roundTrips) {
 	t.Helper()
 	c := newCluster(t, 1)
 	h := newRoundTrips()
-	c.clients[0].AddHook(h)
+	addHook(t, c.clients[0], h)
 	return c, h
 }
 
@@ -213,6 +213,7 @@ func scriptTrips(trips []trip) (alone, pipelined int) {
 }
 
 func TestBatching_aloneSendsPlainCommands(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, h := hookedNode(t)
 	close(h.gate)
 	rc := c.client(t)
@@ -267,6 +268,7 @@ func mustHoldAll(t *testing.T, c *cluster, keys []string, locks []*redlock.Lock,
 }
 
 func TestBatching_concurrentCallsShareRoundTrips(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, h := hookedNode(t)
 	rc := c.client(t)
 	h.warmUp(t, rc)
@@ -283,6 +285,7 @@ func TestBatching_concurrentCallsShareRoundTrips(t *testing.T) {
 }
 
 func TestBatching_nodeForgotScripts(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, h := hookedNode(t)
 	rc := c.client(t)
 	h.warmUp(t, rc)
@@ -309,6 +312,7 @@ func TestBatching_nodeForgotScripts(t *testing.T) {
 }
 
 func TestBatching_cancelledQueuedCallsAreNotSent(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, h := hookedNode(t)
 	rc := c.client(t)
 	h.warmUp(t, rc)
@@ -342,6 +346,7 @@ func TestBatching_cancelledQueuedCallsAreNotSent(t *testing.T) {
 }
 
 func TestBatching_hungSendDoesNotHoldUpLaterCalls(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, h := hookedNode(t)
 	rc := c.client(t, redlock.WithNodeTimeout(50*time.Millisecond))
 	defer close(h.gate)
@@ -370,6 +375,7 @@ func TestBatching_hungSendDoesNotHoldUpLaterCalls(t *testing.T) {
 }
 
 func TestBatching_off(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, h := hookedNode(t)
 	close(h.gate)
 	rc := c.client(t, redlock.WithBatching(false))
@@ -391,9 +397,10 @@ func TestBatching_off(t *testing.T) {
 // calls on one key, so the SET's resend with the script's text can not
 // come after the delete, which would leave the key until its ttl.
 func TestBatching_noScriptKeepsAKeysCallsInOrder(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	gate := &gateHook{}
-	c.clients[0].AddHook(gate)
+	addHook(t, c.clients[0], gate)
 	rc := c.client(t, redlock.WithNodeTimeout(time.Minute))
 	ctx := context.Background()
 	other := mustTryAcquire(t, rc, ctx, "other", time.Minute)
@@ -449,6 +456,7 @@ func gatedAfterWarmUp(t *testing.T) (*cluster, *roundTrips, *redlock.Client) {
 // dropping it left the key until its ttl. (An acquire queued so is not
 // sent: TestBatching_cancelledQueuedCallsAreNotSent.)
 func TestBatching_releaseQueuedPastItsDeadlineIsSent(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, h, rc := gatedAfterWarmUp(t)
 	ctx := context.Background()
 	acquired := time.Now()
@@ -476,13 +484,14 @@ func TestBatching_releaseQueuedPastItsDeadlineIsSent(t *testing.T) {
 // own: the key goes (go-redis used to refuse the EVAL under the ended
 // context, and the key stayed until its ttl).
 func TestRelease_noScriptAnsweredLateIsSentAgain(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, batching := range []bool{true, false} {
 		t.Run(fmt.Sprint("batching=", batching), func(t *testing.T) {
 			c := newCluster(t, 1)
 			admin := redis.NewClient(&redis.Options{Addr: c.addrs[0]})
 			t.Cleanup(func() { _ = admin.Close() })
 			slow := &lateNoScript{sha: scriptSHA(t, "release.lua"), delay: 80 * time.Millisecond, flush: func() { admin.ScriptFlush(context.Background()) }}
-			c.clients[0].AddHook(slow)
+			addHook(t, c.clients[0], slow)
 			rc := c.client(t, redlock.WithNodeTimeout(50*time.Millisecond), redlock.WithBatching(batching))
 			ctx := context.Background()
 			lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
@@ -533,12 +542,13 @@ func (h *lateNoScript) around(cmds []redis.Cmder, send func() error) error {
 // it used to be taken for a hung send, and the new call went out on a
 // sender of its own, overtaking it.
 func TestBatching_lateDeleteInFlightIsNotOvertaken(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, h, rc := gatedAfterWarmUp(t)
 	ctx := context.Background()
 	lock := mustTryAcquire(t, rc, ctx, "a", 2*time.Second) // node timeout 400ms (the tests' floor)
 	waitIdle(t, rc)
 	release := newGatedScript(scriptSHA(t, "release.lua"))
-	c.clients[0].AddHook(release)
+	addHook(t, c.clients[0], release)
 	defer close(release.open)
 	h.mu.Lock()
 	h.gated = false
@@ -578,6 +588,7 @@ func TestBatching_lateDeleteInFlightIsNotOvertaken(t *testing.T) {
 // the key until its ttl (the explorer's soak, with a jittering network).
 // Calls on other keys still go meanwhile.
 func TestBatching_callOnAKeyOfAnOverdueSendWaitsForIt(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, h := hookedNode(t)
 	rc := c.client(t, redlock.WithNodeTimeout(50*time.Millisecond))
 	h.warmUp(t, rc)
@@ -650,9 +661,10 @@ func (h *slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // too late), and neither the logger nor the Observer is told that the node
 // keeps no scripts.
 func TestBatching_lateNoScriptIsNotMisconfigured(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 1)
 	slow := &slowReplies{d: 300 * time.Millisecond}
-	c.clients[0].AddHook(slow)
+	addHook(t, c.clients[0], slow)
 	var misconfigured atomic.Int32
 	observer := redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
 		if e.Op == redlock.OpMisconfigured {

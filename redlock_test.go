@@ -91,6 +91,7 @@ func TestClient_Quorum(t *testing.T) {
 func TestClient_TryAcquire_badInput(t *testing.T) {
 	c := newCluster(t, 3)
 	rc := c.client(t)
+	before := c.commands() // a client that dials at once has greeted the nodes
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -119,7 +120,7 @@ func TestClient_TryAcquire_badInput(t *testing.T) {
 			}
 		})
 	}
-	if n := c.commands(); n != 0 {
+	if n := c.commands() - before; n != 0 {
 		t.Errorf("bad input sent %d commands to the nodes, want 0", n)
 	}
 }
@@ -414,6 +415,7 @@ func TestLock_Extend_failedShorterKeepsTheKeys(t *testing.T) {
 // Extend that land after a later, successful Extend do not cut the keys
 // short of the validity that Extend gave.
 func TestLock_Extend_lateShorterAfterLonger(t *testing.T) {
+	goRedisOnly(t, "it needs a connection per call (a go-redis pool): rueidis pipelines a node's calls on shared connections, where a late call holds up those behind it")
 	c, links, rc := lateCluster(t)
 	ctx := context.Background()
 	var lock *redlock.Lock
@@ -528,13 +530,14 @@ func TestLock_validity_customDriftFactor(t *testing.T) {
 // that the quorum comes after the ttl; the attempt fails and leaves nothing
 // behind.
 func TestClient_TryAcquire_slowNodeSpendsValidity(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	clock := fakeClock()
 	const ttl = time.Second
 	// Every node answers, each taking half the ttl: by the time any two
 	// (a quorum) have, the whole ttl has passed.
 	for _, rdb := range c.clients {
-		rdb.AddHook(clockHook{clock: clock, by: ttl / 2})
+		addHook(t, rdb, clockHook{clock: clock, by: ttl / 2})
 	}
 	rc := c.client(t, redlock.WithClock(clock))
 	_, err := rc.TryAcquire(context.Background(), "k", ttl)
@@ -552,12 +555,13 @@ func TestClient_TryAcquire_slowNodeSpendsValidity(t *testing.T) {
 // its new ttl has passed is not confirmed and leaves Until as it was: the
 // lock is still valid (no node shortens a key), so it is not lost.
 func TestLock_Extend_slowNodeSpendsValidity(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 1)
 	clock := fakeClock()
 	ctx := context.Background()
 	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), ctx, "k", time.Second)
 	until := lock.Until()
-	c.clients[0].AddHook(clockHook{clock: clock, by: 100 * time.Millisecond})
+	addHook(t, c.clients[0], clockHook{clock: clock, by: 100 * time.Millisecond})
 	err := lock.Extend(ctx, 50*time.Millisecond)
 	if !errors.Is(err, redlock.ErrNotConfirmed) || errors.Is(err, redlock.ErrLockLost) || !strings.Contains(err.Error(), "validity was spent") {
 		t.Fatalf("Extend: err = %v, want ErrNotConfirmed (not ErrLockLost) saying the validity was spent", err)
@@ -693,6 +697,7 @@ func TestClient_singleNodeInline(t *testing.T) {
 func TestClient_Acquire_cancelledContext(t *testing.T) {
 	c := newCluster(t, 3)
 	rc := c.client(t)
+	before := c.commands() // a client that dials at once has greeted the nodes
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for name, acquire := range acquireFuncs(rc) {
@@ -704,7 +709,7 @@ func TestClient_Acquire_cancelledContext(t *testing.T) {
 			t.Fatalf("%s returned a lock", name)
 		}
 	}
-	if n := c.commands(); n != 0 {
+	if n := c.commands() - before; n != 0 {
 		t.Errorf("cancelled acquires sent %d commands, want 0", n)
 	}
 }
@@ -874,11 +879,12 @@ func TestLock_Release_cancelledContext(t *testing.T) {
 // a much slower node is not waited for, and its delete still lands, in the
 // background.
 func TestLock_Release_slowNodeFinishesInBackground(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, batching := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			c := newCluster(t, 5)
 			slow := &delayHook{}
-			c.clients[4].AddHook(slow)
+			addHook(t, c.clients[4], slow)
 			ctx := context.Background()
 			rc := c.client(t, redlock.WithBatching(batching), redlock.WithNodeTimeout(5*time.Second))
 			lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
@@ -905,14 +911,15 @@ func TestLock_Release_slowNodeFinishesInBackground(t *testing.T) {
 // confirmed return long before the node timeout; the frozen nodes' calls
 // finish in the background, in order per node.
 func TestOutcomeKnown_slowNodesNotWaited(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, batching := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			c := newCluster(t, 5)
 			// Each call lands, but its reply comes late: as from a node
 			// frozen right after it read the call.
 			frozen := []*delayHook{{after: true}, {after: true}}
-			c.clients[3].AddHook(frozen[0])
-			c.clients[4].AddHook(frozen[1])
+			addHook(t, c.clients[3], frozen[0])
+			addHook(t, c.clients[4], frozen[1])
 			const nodeTimeout = 2 * time.Second
 			rc := c.client(t, redlock.WithBatching(batching), redlock.WithNodeTimeout(nodeTimeout))
 			ctx := context.Background()
@@ -993,13 +1000,14 @@ func TestLock_Release_doesNotWaitForAFailingNode(t *testing.T) {
 // is played up to 5 times, on fresh nodes, and must come out clean once; a
 // node still taken for failing is passed over every time.
 func TestLock_Release_waitsForARecoveredNode(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	var left []int
 	for run := range 5 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			c := newCluster(t, 5)
 			clients := c.connect(t)
 			slow := &delayHook{}
-			clients[4].AddHook(slow)
+			addHook(t, clients[4], slow)
 			rc := mustNew(t, clients)
 			ctx := context.Background()
 			c.servers[4].Close()
@@ -1205,10 +1213,11 @@ func TestClient_Acquire_mutualExclusion(t *testing.T) {
 // on two, absent on one) do not tell whether the lock held, so Release
 // waits for the rest, up to the node timeout.
 func TestLock_Release_lossShownBySlowerNodes(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 5)
 	slow := []*gateHook{{}, {}}
 	for i, h := range slow {
-		c.clients[1+i].AddHook(h)
+		addHook(t, c.clients[1+i], h)
 	}
 	ctx := context.Background()
 	lock := mustTryAcquire(t, c.client(t, redlock.WithNodeTimeout(5*time.Second)), ctx, "k", 10*time.Second)
@@ -1327,6 +1336,7 @@ func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // 10; but once i's lock ends, j's call to node 0 draws 7 and j holds nodes
 // 0, 3 and 4 with token 7, after i's 10. i must not be granted.
 func TestFencing_storedOnlyWhereHeld(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 5)
 	ctx := context.Background()
 	for i, v := range []string{"5", "5", "9"} {
@@ -1347,9 +1357,9 @@ func TestFencing_storedOnlyWhereHeld(t *testing.T) {
 			}
 		}
 	}
-	jClients[0].AddHook(newScriptHook(t, "acquire.lua", block(goOn)))
+	addHook(t, jClients[0], newScriptHook(t, "acquire.lua", block(goOn)))
 	for _, i := range []int{1, 2} {
-		jClients[i].AddHook(newScriptHook(t, "acquire.lua", func(context.Context) error { return errors.New("node down") }))
+		addHook(t, jClients[i], newScriptHook(t, "acquire.lua", func(context.Context) error { return errors.New("node down") }))
 	}
 	j, err := redlock.New(jClients, redlock.WithNodeTimeout(5*time.Second))
 	if err != nil {
@@ -1369,7 +1379,7 @@ func TestFencing_storedOnlyWhereHeld(t *testing.T) {
 	// i's clients: the raise fails on nodes 0 and 1.
 	iClients := c.connect(t)
 	for _, i := range []int{0, 1} {
-		iClients[i].AddHook(newScriptHook(t, "raise_fence.lua", func(context.Context) error { return errors.New("node down") }))
+		addHook(t, iClients[i], newScriptHook(t, "raise_fence.lua", func(context.Context) error { return errors.New("node down") }))
 	}
 	i, err := redlock.New(iClients)
 	if err != nil {
@@ -1400,12 +1410,13 @@ func TestFencing_storedOnlyWhereHeld(t *testing.T) {
 // those calls have returned, so that a program exiting after it leaves no
 // key behind. A Drain whose context ends first says so.
 func TestClient_Drain(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			c := newCluster(t, 5)
 			slow := []*gateHook{{}, {}}
-			c.clients[3].AddHook(slow[0])
-			c.clients[4].AddHook(slow[1])
+			addHook(t, c.clients[3], slow[0])
+			addHook(t, c.clients[4], slow[1])
 			rc := c.client(t, redlock.WithBatching(batching), redlock.WithNodeTimeout(time.Minute))
 			ctx := context.Background()
 			if err := rc.Drain(ctx); err != nil {
@@ -1503,6 +1514,7 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // ends although the command still lands later, as a client that cuts a
 // read at the deadline does with a command already written.
 func TestTryAcquire_cutByCallerLeavesNothing(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, batching := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			c := newCluster(t, 3)
@@ -1516,7 +1528,7 @@ func TestTryAcquire_cutByCallerLeavesNothing(t *testing.T) {
 			late := make([]*landsLateHook, len(c.clients))
 			for i, rdb := range c.clients {
 				late[i] = &landsLateHook{key: "k", gate: make(chan struct{})}
-				rdb.AddHook(late[i])
+				addHook(t, rdb, late[i])
 				t.Cleanup(late[i].open)
 			}
 			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -1595,6 +1607,7 @@ func (h *landsLateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // at once that the release is not confirmed. It used to wait out the node
 // timeout whenever fewer than a quorum had deleted the token.
 func TestLock_Release_doesNotWaitForAFailingMajority(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	const timeout = 2 * time.Second
 	c := newCluster(t, 3)
 	rc := c.client(t, redlock.WithNodeTimeout(timeout))
@@ -1604,7 +1617,7 @@ func TestLock_Release_doesNotWaitForAFailingMajority(t *testing.T) {
 	for _, i := range []int{1, 2} {
 		h := &gateHook{}
 		h.close()
-		c.clients[i].AddHook(h)
+		addHook(t, c.clients[i], h)
 		t.Cleanup(h.open)
 	}
 	// An Extend finds them failing.
@@ -1654,9 +1667,9 @@ func recoveredCluster(t *testing.T) (c *cluster, rc *redlock.Client, lock *redlo
 	stall := []*stallHook{nil, {}, {}}
 	slow := []*slowReplies{{d: 400 * time.Millisecond}, {d: 500 * time.Millisecond}, {d: 500 * time.Millisecond}}
 	for i, rdb := range c.clients {
-		rdb.AddHook(slow[i])
+		addHook(t, rdb, slow[i])
 		if stall[i] != nil {
-			rdb.AddHook(stall[i])
+			addHook(t, rdb, stall[i])
 		}
 	}
 	rc = c.client(t, redlock.WithNodeTimeout(2*time.Second))
@@ -1685,6 +1698,7 @@ func recoveredCluster(t *testing.T) (c *cluster, rc *redlock.Client, lock *redlo
 // majority. (Not waiting for them at all, Release took them for failed
 // nodes that may still hold it, and returned nil.)
 func TestLock_Release_waitsForNodesMarkedFailingThatAnswer(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c, _, lock, armSlow := recoveredCluster(t)
 	c.servers[1].Del("k")
 	c.servers[2].Del("k")
@@ -1700,13 +1714,14 @@ func TestLock_Release_waitsForNodesMarkedFailingThatAnswer(t *testing.T) {
 // found without the token as free: neither waits a node timeout for nodes
 // that cannot change its result.
 func TestLock_Release_mixedAnswersFailingNodes(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	const timeout = 2 * time.Second
 	ctx := context.Background()
 	frozen := func(t *testing.T, c *cluster) {
 		for _, i := range []int{3, 4} {
 			h := &gateHook{}
 			h.close()
-			c.clients[i].AddHook(h)
+			addHook(t, c.clients[i], h)
 			t.Cleanup(h.open)
 		}
 	}

@@ -61,11 +61,11 @@ func (sc *scriptCounter) note(cmd redis.Cmder) {
 }
 
 // countRenewals counts the renewal scripts' runs on each node.
-func countRenewals(c *cluster) []*scriptCounter {
+func countRenewals(t *testing.T, c *cluster) []*scriptCounter {
 	counters := make([]*scriptCounter, len(c.clients))
 	for i, rdb := range c.clients {
 		counters[i] = newScriptCounter("renew_batch.lua", "extend.lua")
-		rdb.AddHook(counters[i])
+		addHook(t, rdb, counters[i])
 	}
 	return counters
 }
@@ -98,9 +98,10 @@ func (sc *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // together, at most 128 locks in one script call per node, and each lock
 // is renewed on every node.
 func TestRenewal_batchedPerNode(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	const locks = 300
 	c := newCluster(t, 3)
-	counters := countRenewals(c)
+	counters := countRenewals(t, c)
 	clock := fakeClock()
 	// A generous node timeout: a batch that timed out on a loaded machine
 	// would be tried again only when the fake clock moves.
@@ -254,6 +255,7 @@ func TestRenewal_noGoroutinePerLock(t *testing.T) {
 // ending at the renewal margin before Until: Done closes then, while both
 // are still out.
 func TestRenewal_heldUpRenewalStillEndsAtTheDeadline(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	gate, entered := gateExtends(t, c)
 	clock := fakeClock()
@@ -295,6 +297,7 @@ func TestRenewal_heldUpRenewalStillEndsAtTheDeadline(t *testing.T) {
 // while a shorter Extend was out renews the lease that Extend gave (its
 // ttl), not the one from before it.
 func TestRenewal_followsAShorterExtendItWaitedFor(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	gate, entered := gateExtends(t, c)
 	clock := fakeClock()
@@ -408,8 +411,9 @@ func TestRenewal_slowObserverHoldsUpNoOtherLock(t *testing.T) {
 // twentieth of the ttl, at most 100 ms) of the first's, are renewed with
 // it in one script call per node.
 func TestRenewal_dueWithinTheSlackGoTogether(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
-	counters := countRenewals(c)
+	counters := countRenewals(t, c)
 	clock := fakeClock()
 	// A generous node timeout: a batch that timed out on a loaded machine
 	// would be tried again only when the fake clock moves.
@@ -455,7 +459,7 @@ func TestRenewal_dueWithinTheSlackGoTogether(t *testing.T) {
 func gateExtends(t *testing.T, c *cluster) (gate chan struct{}, entered chan struct{}) {
 	gate, entered = make(chan struct{}), make(chan struct{}, 16)
 	for _, rdb := range c.clients {
-		rdb.AddHook(newScriptHook(t, "extend.lua", func(ctx context.Context) error {
+		addHook(t, rdb, newScriptHook(t, "extend.lua", func(ctx context.Context) error {
 			entered <- struct{}{}
 			select {
 			case <-gate:

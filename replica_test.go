@@ -27,11 +27,15 @@ func TestWithReplicaAck_badValues(t *testing.T) {
 	// A wait as long as the node timeout could never be answered in time:
 	// refused before any node is contacted.
 	rc := c.client(t, redlock.WithReplicaAck(1, 100*time.Millisecond), redlock.WithNodeTimeout(100*time.Millisecond))
-	before := c.commands()
+	before := c.commands() // a client that dials at once has greeted the nodes
 	if _, err := rc.TryAcquire(context.Background(), "k", time.Minute); !errors.Is(err, redlock.ErrInvalidArgument) {
 		t.Fatalf("TryAcquire with the ack timeout at the node timeout: %v, want ErrInvalidArgument", err)
 	}
+	if after := c.commands(); after != before {
+		t.Fatalf("%d commands reached the nodes for a refused call", after-before)
+	}
 	rc = c.client(t, redlock.WithReplicaAck(1, 100*time.Millisecond))
+	before = c.commands()
 	if _, err := rc.TryAcquire(context.Background(), "k", time.Second); !errors.Is(err, redlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "node timeout") {
 		t.Fatalf("TryAcquire with a ttl whose node timeout (100ms) is not above the ack timeout: %v, want ErrInvalidArgument naming the node timeout", err)
 	}
@@ -86,12 +90,13 @@ func (h *replicaAcks) PipelineHook(next func(context.Context, []redis.Cmder) err
 // pipeline (on the write's connection); a node whose replicas confirm too
 // few counts as failed, and its write is cleaned up.
 func TestWithReplicaAck(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	for _, batching := range []bool{true, false} {
 		t.Run(map[bool]string{true: "batched", false: "unbatched"}[batching], func(t *testing.T) {
 			c := newCluster(t, 3)
 			h := &replicaAcks{confirm: 1}
 			for _, rdb := range c.clients {
-				rdb.AddHook(h)
+				addHook(t, rdb, h)
 			}
 			rc := c.client(t, redlock.WithReplicaAck(1, 20*time.Millisecond), redlock.WithBatching(batching))
 			ctx := context.Background()
@@ -161,10 +166,11 @@ func TestWithReplicaAck_embeddedNodeHasNoReplicas(t *testing.T) {
 // answer was dropped with its WAIT, and the release that followed found
 // the token gone).
 func TestWithReplicaAck_handOffWhoseReplicasLag(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
 	h := &replicaAcks{confirm: 1}
 	for _, rdb := range c.clients {
-		rdb.AddHook(h)
+		addHook(t, rdb, h)
 	}
 	rc := c.client(t, redlock.WithReplicaAck(1, 20*time.Millisecond))
 	ctx := context.Background()

@@ -1,0 +1,171 @@
+// Package rueidisredlock runs the redlock library over rueidis clients
+// (github.com/redis/rueidis): the Redlock algorithm over N independent
+// Redis masters, with every lock kind, fencing, renewal, hand-offs, wake-ups
+// and election, as redlock.New gives them over go-redis. Give it one
+// rueidis.Client per master:
+//
+//	nodes := []rueidis.Client{a, b, c} // each rueidis.NewClient of one master
+//	locker, err := rueidisredlock.New(nodes)
+//	lock, err := locker.Acquire(ctx, "job", 10*time.Second)
+//
+// What is the same: the options, errors and guarantees of package redlock
+// (the returned value is a *redlock.Client). What differs from go-redis:
+//
+//   - A node's calls are sent as rueidis pipelines (DoMulti), one at a time
+//     per node, in the order they were made; rueidis's own auto-pipelining
+//     shares its connections with the program's other commands.
+//   - Every call waits for its reply, as go-redis does on its default
+//     options: the library gives up on a node at its node timeout and
+//     leaves the call to finish in the background, so that a write sent
+//     late cannot land after the release that follows it. A hung node's
+//     call ends at rueidis's ConnWriteTimeout.
+//   - Client-side caching is not used: a lock's keys are read and written
+//     by Lua scripts only.
+//   - Release announcements come on a dedicated connection per node (one
+//     per Client, shared by its waiting Acquires and observers).
+//   - WithReplicaAck needs a client of one master (not a Cluster client),
+//     whose pipeline runs on one connection.
+//
+// valkey-go (github.com/valkey-io/valkey-go), Valkey's fork of rueidis,
+// has the same API in other types; this package does not take its clients.
+package rueidisredlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/redis/rueidis"
+
+	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/transport"
+)
+
+// New returns a redlock Client over nodes, one rueidis client per
+// independent Redis master, configured by opts as redlock.New is. It
+// returns an error matching redlock.ErrInvalidArgument when nodes is
+// empty, a node is nil, the same client is given twice, or an option is
+// out of range; it does not contact the nodes.
+func New(nodes []rueidis.Client, opts ...redlock.Option) (*redlock.Client, error) {
+	ts := make([]transport.Node, len(nodes))
+	for i, c := range nodes {
+		if c == nil {
+			return nil, fmt.Errorf("%w: node %d is nil", redlock.ErrInvalidArgument, i)
+		}
+		ts[i] = Transport(c)
+	}
+	return redlock.NewOver(ts, opts...)
+}
+
+// Transport returns c as the library's node transport.
+func Transport(c rueidis.Client) transport.Node {
+	n := &node{c: c}
+	n.info.Addr = strings.Join(slices.Sorted(maps.Keys(c.Nodes())), ",")
+	n.info.ID = c
+	if c.Mode() == rueidis.ClientModeCluster {
+		n.info.Cluster = true
+	} else {
+		n.info.OneConnection = true // DoMulti pipelines on one connection
+	}
+	return n
+}
+
+type node struct {
+	c    rueidis.Client
+	info transport.Info
+}
+
+func (n *node) Info() transport.Info { return n.info }
+
+// Do sends cmds as one rueidis pipeline, and waits for every reply: see
+// the package doc, "Every call waits for its reply". When the connection
+// broke before the replies (a node restarted since its last call), the
+// pipeline is sent once more, as go-redis does by default: the library's
+// scripts are idempotent for a token, and a pipeline holds no two calls
+// on one key.
+func (n *node) Do(ctx context.Context, cmds []transport.Cmd, replies []transport.Reply) {
+	ctx = context.WithoutCancel(ctx)
+	n.do(ctx, cmds, replies)
+	if slices.ContainsFunc(replies, func(r transport.Reply) bool { return broken(r.Err) }) {
+		n.do(ctx, cmds, replies)
+	}
+}
+
+func (n *node) do(ctx context.Context, cmds []transport.Cmd, replies []transport.Reply) {
+	if len(cmds) == 1 {
+		replies[0] = reply(n.c.Do(ctx, n.build(cmds[0])))
+		return
+	}
+	built := make(rueidis.Commands, len(cmds))
+	for i, c := range cmds {
+		built[i] = n.build(c)
+	}
+	for i, r := range n.c.DoMulti(ctx, built...) {
+		replies[i] = reply(r)
+	}
+}
+
+// broken reports whether err is a connection that broke: closed by the
+// node, or reset.
+func broken(err error) bool {
+	return err != nil && !transport.IsReply(err) &&
+		(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+}
+
+// build is cmd as a rueidis command, its keys marked (EVAL and EVALSHA
+// name them after numkeys), so that a Cluster client routes it.
+func (n *node) build(cmd transport.Cmd) rueidis.Completed {
+	words := make([]string, len(cmd))
+	for i, w := range cmd {
+		words[i] = word(w)
+	}
+	name := strings.ToLower(words[0])
+	if (name == "evalsha" || name == "eval") && len(words) >= 3 {
+		if nk, err := strconv.Atoi(words[2]); err == nil && 3+nk <= len(words) {
+			return n.c.B().Arbitrary(words[:3]...).Keys(words[3 : 3+nk]...).Args(words[3+nk:]...).Build()
+		}
+	}
+	return n.c.B().Arbitrary(words...).Build()
+}
+
+// word is one argument as Redis reads it.
+func word(w any) string {
+	switch w := w.(type) {
+	case string:
+		return w
+	case []byte:
+		return string(w)
+	case int:
+		return strconv.Itoa(w)
+	case int64:
+		return strconv.FormatInt(w, 10)
+	case uint64:
+		return strconv.FormatUint(w, 10)
+	}
+	return fmt.Sprint(w)
+}
+
+// reply is r as the transport's reply: the server's error replies as
+// transport.ErrorReply, a nil reply as a nil value.
+func reply(r rueidis.RedisResult) transport.Reply {
+	v, err := r.ToAny()
+	if err == nil {
+		return transport.Reply{Val: v}
+	}
+	var re *rueidis.RedisError
+	if errors.As(err, &re) {
+		if re.IsNil() {
+			return transport.Reply{}
+		}
+		return transport.Reply{Err: transport.ErrorReply(re.Error())}
+	}
+	return transport.Reply{Err: err}
+}
