@@ -411,8 +411,7 @@ func goRedisOnly(t testing.TB, why string) {
 }
 
 // testTransport is the node transport the suite's Clients use: go-redis,
-// or another when a build tag adds one (transport_*_test.go), with
-// REDLOCK_TEST_TRANSPORT naming it.
+// or rueidis when rueidisredlock/matrix's overlay adds it.
 var testTransport = "go-redis"
 
 // newTestClient is redlock.New over nodes on the test transport.
