@@ -831,11 +831,31 @@ func (r *runner) inject(ctx context.Context, i int, f planFault, applied chan<- 
 		span()
 		return links(func(link *netLink) error { return link.undo(ctx, name) })
 	case "freeze":
-		if err := each(func(n int) error { return l.nodes[n].freeze() }); err != nil {
+		// A node that another fault has killed meanwhile is left alone:
+		// it is down, which a freeze would only make it look like.
+		var frozen sync.Map
+		down := func(n int, err error) error {
+			if err != nil && l.nodes[n].pid() == 0 {
+				return nil // killed meanwhile
+			}
+			return err
+		}
+		if err := each(func(n int) error {
+			if l.nodes[n].pid() == 0 {
+				return nil
+			}
+			frozen.Store(n, true)
+			return down(n, l.nodes[n].freeze())
+		}); err != nil {
 			return err
 		}
 		span()
-		return each(func(n int) error { return l.nodes[n].thaw() })
+		return each(func(n int) error {
+			if _, ok := frozen.Load(n); !ok {
+				return nil
+			}
+			return down(n, l.nodes[n].thaw())
+		})
 	case "kill":
 		if err := each(func(n int) error { return l.nodes[n].kill() }); err != nil {
 			return err
