@@ -274,6 +274,8 @@ func allCases() []benchCase {
 	libs := []libDef{
 		{"redlock", []int{1, 3, 5}, newRedlock, ""},
 		{"redlock-unbatched", []int{1, 3, 5}, newRedlockUnbatched, ""},
+		// This library over rueidis clients (rueidisredlock).
+		{"redlock-rueidis", []int{1, 3, 5}, newRedlockRueidis, ""},
 		{"redsync", []int{1, 3, 5}, newRedsync(0), ""},
 		{"redsync-2ms", []int{1, 3, 5}, newRedsync(2 * time.Millisecond), ""},
 		{"redislock", []int{1}, newRedislock, ""},

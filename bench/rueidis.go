@@ -5,6 +5,8 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
+
+	"github.com/quorumlock/redlock/rueidisredlock"
 )
 
 // rueidisLocker is rueidis' rueidislock, set up as its README advises: on
@@ -26,6 +28,30 @@ func newRueidislock(e *benchEnv, n int) (locker, func()) {
 		panic(err) // the node was started by this program: a bad address is a bug
 	}
 	return rueidisLocker{l: l}, l.Close
+}
+
+// newRedlockRueidis is this library over rueidis clients of the nodes
+// (rueidisredlock), each on rueidis's defaults but client-side caching,
+// which the library does not use.
+func newRedlockRueidis(e *benchEnv, n int) (locker, func()) {
+	var cs []rueidis.Client
+	stop := func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	for i := range n {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{e.addrs[i]}, DisableCache: true})
+		if err != nil {
+			panic(err) // the node was started by this program: a bad address is a bug
+		}
+		cs = append(cs, c)
+	}
+	c, err := rueidisredlock.New(cs)
+	if err != nil {
+		panic(err)
+	}
+	return &redlockLocker{c: c}, stop
 }
 
 func (r rueidisLocker) lock(ctx context.Context, key string) (int, func() error, error) {

@@ -268,7 +268,10 @@ func (l *lane) run(ctx context.Context, s Schedule) (*history, error) {
 			clients = append(clients, c)
 			nodes[i] = c
 		}
-		rc, err := redlock.New(nodes, clientOptions(plan)...)
+		rc, closeLocker, err := newLocker(nodes, clientOptions(plan)...)
+		if err == nil {
+			defer closeLocker()
+		}
 		if err != nil {
 			if !errors.Is(err, redlock.ErrInvalidArgument) || !plan.extreme() {
 				return nil, err

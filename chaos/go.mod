@@ -1,6 +1,6 @@
 module github.com/quorumlock/redlock/chaos
 
-go 1.24.0
+go 1.25.0
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
@@ -27,7 +27,14 @@ require (
 	github.com/rs/xid v1.5.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
-	golang.org/x/sys v0.31.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.1 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
+
+require (
+	github.com/quorumlock/redlock/rueidisredlock v0.1.0
+	github.com/redis/rueidis v1.0.79
+)
+
+

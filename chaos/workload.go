@@ -89,7 +89,7 @@ func (w *workload) run(ctx context.Context) (ret error) {
 		if w.nodeTimeout > 0 {
 			opts = append(opts, redlock.WithNodeTimeout(min(w.nodeTimeout, w.ttl/2)))
 		}
-		locker, err := redlock.New(clients, opts...)
+		locker, closeLocker, err := newLocker(clients, opts...)
 		if err != nil {
 			return err
 		}
@@ -128,6 +128,7 @@ func (w *workload) run(ctx context.Context) (ret error) {
 		go func() {
 			defer wg.Done()
 			group.Wait()
+			closeLocker()
 			for _, c := range clients {
 				_ = c.Close()
 			}

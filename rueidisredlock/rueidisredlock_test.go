@@ -3,6 +3,10 @@ package rueidisredlock_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/quorumlock/redlock"
+	"github.com/quorumlock/redlock/internal/transport"
 	"github.com/quorumlock/redlock/rueidisredlock"
 )
 
@@ -60,5 +65,101 @@ func TestNew_acquireExtendRelease(t *testing.T) {
 		if s.Exists("k") {
 			t.Fatalf("node %d keeps the key", i)
 		}
+	}
+}
+
+// deadAfterUse proxies to upstream until killed, and then accepts each
+// connection and closes it, as a proxy whose node died does.
+type deadAfterUse struct {
+	ln       net.Listener
+	upstream string
+	dead     atomic.Bool
+	accepted atomic.Int64 // connections accepted once dead
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newDeadAfterUse(t *testing.T, upstream string) *deadAfterUse {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &deadAfterUse{ln: ln, upstream: upstream}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if p.dead.Load() {
+				p.accepted.Add(1)
+				_ = c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", upstream)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c) }()
+			go func() { _, _ = io.Copy(c, up) }()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		p.kill()
+	})
+	return p
+}
+
+func (p *deadAfterUse) kill() {
+	p.dead.Store(true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// TestTransport_deadNodeFailsFast: once a node's connection broke, its
+// calls fail at once for a while rather than each dialling again, which
+// with rueidis costs about a millisecond a call and held every operation
+// up behind the dead node's calls (see downFor).
+func TestTransport_deadNodeFailsFast(t *testing.T) {
+	s := miniredis.RunT(t)
+	p := newDeadAfterUse(t, s.Addr())
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.ln.Addr().String()}, DisableCache: true, ForceSingleClient: true, DisableRetry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	tr := rueidisredlock.Transport(c)
+	replies := make([]transport.Reply, 1)
+	tr.Do(context.Background(), []transport.Cmd{{"ping"}}, replies)
+	if replies[0].Err != nil {
+		t.Fatal(replies[0].Err)
+	}
+	p.kill()
+	start := time.Now()
+	failed := 0
+	for range 20 {
+		tr.Do(context.Background(), []transport.Cmd{{"ping"}}, replies)
+		if replies[0].Err != nil {
+			failed++
+		}
+	}
+	if took := time.Since(start); took < 40*time.Millisecond && p.accepted.Load() > 3 {
+		t.Fatalf("20 calls to a dead node in %v dialled it %d times, want at most 3", took, p.accepted.Load())
+	}
+	if failed != 20 {
+		t.Fatalf("%d of 20 calls to a dead node failed", failed)
 	}
 }

@@ -47,6 +47,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		server   = fs.String("server", string(chaos.DefaultServerKind()), "node program: redis (redis-server) or embedded")
 		only     = fs.String("only", "", "comma-separated scenarios to run (default all)")
 		jsonPath = fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
+		via      = fs.String("transport", chaos.Transport, "the lock Clients' node clients: go-redis or rueidis")
 	)
 	fs.IntVar(&cfg.Nodes, "nodes", 5, "N, the nodes of the multi-node scenarios")
 	fs.IntVar(&cfg.Size, "size", 1500, "critical sections in each count-bounded scenario")
@@ -73,6 +74,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err == nil {
 		err = checkChaosFlags(*server, *only, cfg.Size)
 	}
+	if err == nil && *via != "go-redis" && *via != "rueidis" {
+		err = fmt.Errorf("--transport %q: go-redis or rueidis", *via)
+	}
 	if err == nil && *shape != "" && !slices.Contains(chaos.ShapeNames(), *shape) {
 		err = fmt.Errorf("--shape: no shape named %q (%s)", *shape, strings.Join(chaos.ShapeNames(), ", "))
 	}
@@ -80,6 +84,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "redlock chaos: %v\n", err)
 		return 2
 	}
+	chaos.Transport = *via
 	if *explore {
 		ec := chaos.ExploreConfig{Server: chaos.ServerKind(*server), Seed: cfg.Seed, Schedules: *schedules,
 			Duration: *duration, Lanes: *lanes, NoShrink: *noShrink, Shape: *shape}
