@@ -318,6 +318,7 @@ func allCases() []benchCase {
 	for _, n := range []int{1, 5} {
 		cases = append(cases, benchCase{name: fmt.Sprintf("K floor-pipelined N=%d", n), workload: "K", lib: "floor-pipelined", n: n, clients: 1, newLock: newPipelinedFloor})
 	}
+	cases = append(cases, benchCase{name: "K floor-rueidis N=1", workload: "K", lib: "floor-rueidis", n: 1, clients: 1, newLock: newRueidisFloor})
 	return cases
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
@@ -52,6 +53,34 @@ func newRedlockRueidis(e *benchEnv, n int) (locker, func()) {
 		panic(err)
 	}
 	return &redlockLocker{c: c}, stop
+}
+
+// rueidisFloor is the least a lock on one node can cost through rueidis:
+// the pipelined floor's take and compare-and-delete scripts, each a Do of
+// the calling goroutine, which rueidis pipelines with the others' on its
+// connections, and nothing else. It is the ceiling of any lock on rueidis
+// on workload K.
+type rueidisFloor struct {
+	c          rueidis.Client
+	take, drop *rueidis.Lua
+}
+
+func newRueidisFloor(e *benchEnv, n int) (locker, func()) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{e.addrs[0]}, DisableCache: true})
+	if err != nil {
+		panic(err)
+	}
+	return &rueidisFloor{c: c,
+		take: rueidis.NewLuaScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0`),
+		drop: rueidis.NewLuaScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`),
+	}, c.Close
+}
+
+func (f *rueidisFloor) lock(ctx context.Context, key string) (int, func() error, error) {
+	if err := f.take.Exec(ctx, f.c, []string{key}, []string{"t", fmt.Sprint(ttl.Milliseconds())}).Error(); err != nil {
+		return 1, nil, err
+	}
+	return 1, func() error { return f.drop.Exec(context.Background(), f.c, []string{key}, []string{"t"}).Error() }, nil
 }
 
 func (r rueidisLocker) lock(ctx context.Context, key string) (int, func() error, error) {

@@ -150,37 +150,7 @@ func (n *Node) note(s *transport.Script, err error) {
 func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Duration) {
 	ack := n.ack.on() && slices.ContainsFunc(ops, func(op Op) bool { return op.Holds })
 	replies := n.send(ctx, ops, nil, ack)
-	var again []int
-	for i := range ops {
-		if transport.NoScript(replies[i].Err) {
-			n.known.Delete(ops[i].Script)
-			again = append(again, i)
-		}
-	}
-	var waitAgain transport.Reply
-	if len(again) > 0 {
-		if ctx.Err() != nil {
-			again = slices.DeleteFunc(again, func(i int) bool {
-				if ops[i].Holds {
-					res[i].Err = notResent(context.DeadlineExceeded)
-					return true
-				}
-				return false
-			})
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), late)
-			defer cancel()
-		}
-		if len(again) > 0 {
-			resent := n.send(ctx, ops, again, ack)
-			for j, i := range again {
-				replies[i] = resent[j]
-			}
-			if ack {
-				waitAgain = resent[len(again)]
-			}
-		}
-	}
+	again, waitAgain := n.resend(ctx, ops, res, replies, ack, late)
 	for i, op := range ops {
 		if res[i].Err != nil { // not sent again
 			continue
@@ -195,6 +165,42 @@ func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Durat
 			res[i].Err = n.ack.check(wait)
 		}
 	}
+}
+
+// resend sends again, with the scripts' text, the ops whose replies are
+// NOSCRIPT (see exec), setting their replies, and returns which it sent and
+// the WAIT that followed them; a write of a hold past ctx's deadline is
+// not sent again, its result's error set instead.
+func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []transport.Reply, ack bool, late time.Duration) (again []int, wait transport.Reply) {
+	for i := range ops {
+		if transport.NoScript(replies[i].Err) {
+			n.known.Delete(ops[i].Script)
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 && ctx.Err() != nil {
+		again = slices.DeleteFunc(again, func(i int) bool {
+			if ops[i].Holds {
+				res[i].Err = notResent(context.DeadlineExceeded)
+				return true
+			}
+			return false
+		})
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), late)
+		defer cancel()
+	}
+	if len(again) == 0 {
+		return nil, wait
+	}
+	resent := n.send(ctx, ops, again, ack)
+	for j, i := range again {
+		replies[i] = resent[j]
+	}
+	if ack {
+		wait = resent[len(again)]
+	}
+	return again, wait
 }
 
 // send sends the ops of ops (only those of only, when not nil, with their
