@@ -29,7 +29,7 @@
 //   - A node whose connection broke or was refused is answered with that
 //     error for 50 ms without another dial (see downFor); one whose
 //     connection broke after it had worked (it restarted) is sent the
-//     call once more at once.
+//     call again at once, on each stale connection (staleResends).
 //   - WithReplicaAck needs a client of one master (not a Cluster client),
 //     whose pipeline runs on one connection.
 //   - A rueidis client dials its node when it is made: make it once the
@@ -102,6 +102,14 @@ func Transport(c rueidis.Client) transport.Node {
 // second, works.
 const downFor = 50 * time.Millisecond
 
+// staleResends is how many times a call whose connection broke is sent
+// again to a node whose last call had worked: once per connection rueidis
+// pipelines a node's commands on by default (PipelineMultiplex 2). With
+// one resend, a fair lock stalled 2 s after a node's instant restart (its
+// other stale connections failed the next calls); with these, 1 s, as on
+// go-redis (the fair waiters' poll).
+const staleResends = 4
+
 // downAt is when a node's call last broke, and with what.
 type downAt struct {
 	at  time.Time
@@ -121,10 +129,10 @@ func (n *node) Info() transport.Info { return n.info }
 // the package doc, "Every call waits for its reply". When the connection
 // broke before the replies and the node's last call had worked (it
 // restarted since, and the connection is stale: go-redis checks a pooled
-// connection before it uses it), the pipeline is sent once more: the
+// connection before it uses it), the pipeline is sent again: the
 // library's scripts are idempotent for a token, and a pipeline holds no
-// two calls on one key. A node whose calls keep failing is not tried
-// twice each time.
+// two calls on one key. A node whose calls still fail is answered with
+// their error for downFor without another dial.
 func (n *node) Do(ctx context.Context, cmds []transport.Cmd, replies []transport.Reply) {
 	ctx = context.WithoutCancel(ctx)
 	if p := n.down.Load(); p != nil && time.Since(p.at) < downFor {
@@ -134,22 +142,23 @@ func (n *node) Do(ctx context.Context, cmds []transport.Cmd, replies []transport
 		return
 	}
 	n.do(ctx, cmds, replies)
-	for _, r := range replies {
-		if broken(r.Err) || errors.Is(r.Err, syscall.ECONNREFUSED) {
-			n.down.Store(&downAt{at: time.Now(), err: r.Err})
-			break
-		}
-	}
-	if slices.ContainsFunc(replies, func(r transport.Reply) bool { return broken(r.Err) }) {
-		if !n.worked.Swap(false) {
-			return
-		}
+	// Each of rueidis's pipelined connections to a node that restarted is
+	// stale, and breaks at its first use: sent again, up to once per
+	// connection rueidis makes to a node by default.
+	for try := 0; try < staleResends && n.worked.Load() && slices.ContainsFunc(replies, isBroken); try++ {
 		n.do(ctx, cmds, replies)
 	}
-	if !slices.ContainsFunc(replies, func(r transport.Reply) bool { return broken(r.Err) }) {
-		n.worked.Store(true)
+	for _, r := range replies {
+		if isBroken(r) || errors.Is(r.Err, syscall.ECONNREFUSED) {
+			n.worked.Store(false)
+			n.down.Store(&downAt{at: time.Now(), err: r.Err})
+			return
+		}
 	}
+	n.worked.Store(true)
 }
+
+func isBroken(r transport.Reply) bool { return broken(r.Err) }
 
 func (n *node) do(ctx context.Context, cmds []transport.Cmd, replies []transport.Reply) {
 	if len(cmds) == 1 {

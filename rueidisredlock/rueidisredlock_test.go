@@ -156,10 +156,50 @@ func TestTransport_deadNodeFailsFast(t *testing.T) {
 			failed++
 		}
 	}
-	if took := time.Since(start); took < 40*time.Millisecond && p.accepted.Load() > 3 {
-		t.Fatalf("20 calls to a dead node in %v dialled it %d times, want at most 3", took, p.accepted.Load())
+	// The first failure tries each stale connection (staleResends).
+	if took := time.Since(start); took < 40*time.Millisecond && p.accepted.Load() > 6 {
+		t.Fatalf("20 calls to a dead node in %v dialled it %d times, want at most 6", took, p.accepted.Load())
 	}
 	if failed != 20 {
 		t.Fatalf("%d of 20 calls to a dead node failed", failed)
+	}
+}
+
+// TestTransport_restartedNodeAnswersAtOnce: after a node restarted, every
+// call goes through (each stale connection is sent the call again), and
+// none fails for the time a dead node's would. The first broken
+// connection used to mark the node down for 50 ms though the resend had
+// worked, and a fair lock stalled a poll longer.
+func TestTransport_restartedNodeAnswersAtOnce(t *testing.T) {
+	s := miniredis.RunT(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true, ForceSingleClient: true, DisableRetry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	tr := rueidisredlock.Transport(c)
+	ping := func() error {
+		r := make([]transport.Reply, 1)
+		tr.Do(context.Background(), []transport.Cmd{{"evalsha", "0123456789012345678901234567890123456789", 1, "k"}}, r)
+		if transport.NoScript(r[0].Err) {
+			return nil // answered
+		}
+		return r[0].Err
+	}
+	// Open the client's pipelined connections: keyed calls spread over them.
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = ping() }()
+	}
+	wg.Wait()
+	s.Close()
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := ping(); err != nil {
+			t.Fatalf("call %d after the node restarted: %v", i, err)
+		}
 	}
 }
