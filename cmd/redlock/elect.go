@@ -45,7 +45,7 @@ Exit status:
   the command's own with --once (128+n when a signal n ended it), or when
        a signal passed to it ended it
   76   the leadership was lost (--once) and the command was stopped
-  69   nodes unreachable (the campaign could not go on)
+  69   nodes unreachable at the start (later campaigns wait for them)
   78   a configuration error: a bad address, a wrong or missing password
   126  the command cannot be run; 127 the command was not found
   0    --observe interrupted; 130, 143 a campaign interrupted (SIGINT, SIGTERM)
@@ -147,10 +147,10 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // campaignLoop campaigns, runs the command while leading, resigns when it
 // exits, and again (once, with --once), and returns elect's exit status.
 func campaignLoop(ctx context.Context, e *redlock.Election, path string, cfg electConfig, stdout, stderr io.Writer) int {
+	if status, ok := reachable(ctx, e, cfg, stderr); !ok {
+		return status
+	}
 	for {
-		if status, ok := reachable(ctx, e, cfg, stderr); !ok {
-			return status
-		}
 		l, err := e.Campaign(ctx, cfg.value)
 		if err != nil {
 			if s, ok := interruptedBy(ctx); ok {
@@ -178,9 +178,12 @@ func campaignLoop(ctx context.Context, e *redlock.Election, path string, cfg ele
 	}
 }
 
-// reachable reads the election's leader before a campaign, so that nodes
-// out of reach end elect (69, or 78 for a configuration error) rather
-// than a campaign that waits for them without a word.
+// reachable reads the election's leader before the first campaign, so
+// that nodes out of reach at the start end elect (69, or 78 for a
+// configuration error) rather than a campaign that waits for them without
+// a word. Later campaigns (after a resignation or a loss) wait for the
+// nodes as long as it takes: a leader cut off from them campaigns again
+// once they answer.
 func reachable(ctx context.Context, e *redlock.Election, cfg electConfig, stderr io.Writer) (status int, ok bool) {
 	rctx, cancel := context.WithTimeout(ctx, cfg.ttl)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,4 +140,63 @@ func TestElect_exitCodes(t *testing.T) {
 			t.Errorf("%s: took %v", tc.name, took)
 		}
 	}
+}
+
+// TestElect_campaignsAgainAfterLosingTheNodes: a leader whose nodes go
+// away loses its leadership (its command is stopped) and campaigns again,
+// however long the nodes take to come back, and leads again once they do.
+// It used to exit 69 at its next campaign, so that a partition that
+// healed left nobody leading.
+func TestElect_campaignsAgainAfterLosingTheNodes(t *testing.T) {
+	servers, addrs := execNodes(t)
+	log := filepath.Join(t.TempDir(), "log")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runElect(ctx, []string{"sched", "--addrs", addrs, "--ttl", "2s", "--grace", "0", "--", "sh", "-c", "echo run >> " + log + "; [ $(grep -c run " + log + ") -gt 1 ] || exec sleep 60"},
+			io.Discard, &lockedWriter{w: &errOut})
+	}()
+	runs := func() int { return strings.Count(readFileIfAny(log), "run") }
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			select {
+			case exit := <-done:
+				t.Fatalf("elect exited %d while waiting for %s: %s", exit, what, errOut.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s", what)
+			}
+		}
+	}
+	waitUntil("the first leadership", func() bool { return runs() == 1 })
+	for _, s := range servers[:2] {
+		s.Close()
+	}
+	// Lost within the ttl; then campaigns with the nodes gone.
+	time.Sleep(4 * time.Second)
+	select {
+	case exit := <-done:
+		t.Fatalf("elect exited %d with its nodes gone, rather than campaign again: %s", exit, errOut.String())
+	default:
+	}
+	for _, s := range servers[:2] {
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range servers { // the embedded nodes' keys expire only when told
+		s.FastForward(3 * time.Second)
+	}
+	waitUntil("the second leadership", func() bool { return runs() >= 2 })
+	cancel()
+	<-done
+}
+
+func readFileIfAny(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
 }
