@@ -391,8 +391,8 @@ func TestExec_lostLockKillsAtTheEndOfItsValidity(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		time.Sleep(100 * time.Millisecond)
-		for _, s := range servers[:2] { // a majority cannot be reached: the renewals fail
-			s.Close()
+		for _, s := range servers[:2] { // a majority fails every call: the renewals fail
+			s.SetError("ERR the node is down")
 		}
 	}()
 	start := time.Now()
