@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -72,7 +73,11 @@ func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
 	c := &cluster{}
 	for range n {
-		s := miniredis.RunT(t)
+		s := miniredis.NewMiniRedis()
+		if err := s.StartAddr(net.JoinHostPort(testHost(), "0")); err != nil {
+			t.Fatalf("start an embedded node: %v", err)
+		}
+		t.Cleanup(s.Close)
 		safeInfo(s)
 		c.servers = append(c.servers, s)
 		c.addrs = append(c.addrs, s.Addr())
@@ -80,6 +85,24 @@ func newCluster(t *testing.T, n int) *cluster {
 	c.clients = c.connect(t)
 	return c
 }
+
+// testHost is the loopback address this test process starts its nodes on:
+// one of 127.0.0.0/8 of its own where the system routes them all to the
+// loopback device (Linux), else 127.0.0.1. Tests close nodes, and a
+// closed node's port may be taken by another copy of the suite running
+// at once: on one shared address, that copy's clients, dialling their own
+// closed node again, would reach and write to this one's.
+var testHost = sync.OnceValue(func() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	host := fmt.Sprintf("127.%d.%d.%d", 1+b[0]%254, b[1], 1+b[2]%254)
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "127.0.0.1"
+	}
+	_ = l.Close()
+	return host
+})
 
 // safeInfo has s answer INFO without arguments (a Client's identification
 // of its nodes, identity.go) as miniredis does, but from the server it
@@ -105,7 +128,8 @@ func infoSays(s *miniredis.Miniredis, extra func() string) {
 // restart starts node i again (with its data) after a Close.
 func (c *cluster) restart(t *testing.T, i int) {
 	t.Helper()
-	if err := c.servers[i].Restart(); err != nil {
+	// On its own address: miniredis's Restart takes 127.0.0.1 (testHost).
+	if err := c.servers[i].StartAddr(c.addrs[i]); err != nil {
 		t.Fatal(err)
 	}
 	safeInfo(c.servers[i])
