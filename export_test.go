@@ -91,3 +91,10 @@ func Subscriber(c *Client, i int) (running, deaf bool) {
 // Failing reports whether c takes node i for failing (it did not answer
 // an operation that waited for it within the node timeout).
 func Failing(c *Client, i int) bool { return c.failing[i].Load() != nil }
+
+// RenewMargin returns how long before the end of its validity the lock is
+// declared lost when its renewals fail, as its lease is now.
+func RenewMargin(l *Lock) time.Duration {
+	tm, _ := l.lease()
+	return tm.renewMargin()
+}

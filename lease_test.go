@@ -841,16 +841,21 @@ func TestLock_autoRenew_lateAcquire(t *testing.T) {
 
 // TestLock_autoRenew_lostBeforeTheMargin: while renewals keep failing, Done
 // closes once the renewal margin before Until is reached, and not later.
+// The margin follows the node timeout, which grows with the round trips
+// seen (on a loaded machine, the acquire's): the loss must come no earlier
+// than the largest margin a 1 s ttl can have, and no later than the one of
+// the least node timeout; with a Lock to ask, at its own margin exactly.
 func TestLock_autoRenew_lostBeforeTheMargin(t *testing.T) {
 	libraryTimeouts(t) // the margin follows the derived node timeout
 	const ttl = time.Second
-	nodeTimeout := 100 * time.Millisecond // a tenth of the ttl
+	nodeTimeout := 100 * time.Millisecond // a tenth of the ttl: the least derived
 	for _, do := range []bool{false, true} {
 		t.Run(fmt.Sprintf("Do %v", do), func(t *testing.T) {
 			c := newCluster(t, 3)
 			clock := fakeClock()
 			rc := c.client(t, redlock.WithClock(clock))
 			var stopped <-chan struct{} // Done, or Do's fn context
+			var lock *redlock.Lock
 			if do {
 				ctxs := make(chan context.Context, 1)
 				finished := make(chan error, 1)
@@ -876,28 +881,63 @@ func TestLock_autoRenew_lostBeforeTheMargin(t *testing.T) {
 				}()
 				stopped = (<-ctxs).Done()
 			} else {
-				lock := mustTryAcquire(t, rc, context.Background(), "k", ttl, redlock.WithAutoRenew())
+				lock = mustTryAcquire(t, rc, context.Background(), "k", ttl, redlock.WithAutoRenew())
 				defer lock.Release(context.Background())
 				stopped = lock.Done()
 			}
 			start := clock.Now()
 			until := start.Add(ttl - 12*time.Millisecond)
-			lossAt := until.Add(-renewMargin(ttl, nodeTimeout))
+			earliest := until.Add(-(ttl - 12*time.Millisecond) / 4) // the largest margin
+			latest := until.Add(-renewMargin(ttl, nodeTimeout))
+			if lock != nil {
+				margin := redlock.RenewMargin(lock)
+				if at := until.Add(-margin); at.Before(earliest) || at.After(latest) {
+					t.Fatalf("renewal margin %v, want %v to %v", margin, until.Sub(latest), until.Sub(earliest))
+				}
+				earliest, latest = until.Add(-margin), until.Add(-margin)
+			}
 			c.servers[1].Close()
 			c.servers[2].Close()
-			// Step to just before the margin: every renewal fails, the lock is
-			// still valid.
-			for clock.Now().Before(lossAt.Add(-10 * time.Millisecond)) {
-				waiters(t, clock, 1)
+			// Step to just before the margin: every renewal fails, the lock
+			// is still valid until its margin.
+			for clock.Now().Before(latest.Add(-10 * time.Millisecond)) {
+				if waitersOr(t, clock, 1, stopped) {
+					if clock.Now().Before(earliest) {
+						t.Fatalf("lost %v after the acquire, before its margin (%v at the earliest)", clock.Now().Sub(start), earliest.Sub(start))
+					}
+					return
+				}
 				clock.Advance(10 * time.Millisecond)
 			}
-			waiters(t, clock, 1)
-			clock.Advance(lossAt.Sub(clock.Now()))
+			if !waitersOr(t, clock, 1, stopped) {
+				clock.Advance(latest.Sub(clock.Now()))
+			}
 			if !closed(stopped) {
 				t.Fatal("still open at the renewal margin before Until")
 			}
 		})
 	}
+}
+
+// waitersOr waits, as waiters does, for n goroutines waiting on clock,
+// unless stopped closes first; it reports whether stopped closed.
+func waitersOr(t *testing.T, clock *manualClock, n int, stopped <-chan struct{}) bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-stopped:
+			return true
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		err := clock.BlockUntilContext(ctx, n)
+		cancel()
+		if err == nil {
+			return false
+		}
+	}
+	t.Fatalf("waiting for %d clock waiters: the Client's goroutines:\n%s", n, clientStacks())
+	return false
 }
 
 // TestLock_autoRenew_slowMajorityLostBeforeUntil: renewals that each cost a

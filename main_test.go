@@ -301,6 +301,24 @@ func mustTryAcquire(t *testing.T, rc *redlock.Client, ctx context.Context, key s
 	return lock
 }
 
+// acquireSoon acquires key with TryAcquire, tried until it is acquired,
+// for a test that sets its nodes up with a lock under a node timeout short
+// enough that, on a loaded machine, a first attempt may miss it.
+func acquireSoon(t *testing.T, rc *redlock.Client, key string, ttl time.Duration, opts ...redlock.AcquireOption) *redlock.Lock {
+	t.Helper()
+	var lock *redlock.Lock
+	waitFor(t, fmt.Sprintf("a lock on %q", key), func() bool {
+		var err error
+		if lock, err = rc.TryAcquire(context.Background(), key, ttl, opts...); err != nil {
+			mustNotAcquire(t, err)
+			waitIdle(t, rc) // the failed attempt's deletes land before the next
+			return false
+		}
+		return true
+	})
+	return lock
+}
+
 // lateLink is a TCP proxy to a node that holds every command for a delay
 // before passing it on, in order: a call that times out still lands on the
 // node, later, as over a slow network. Replies pass at once.

@@ -143,18 +143,7 @@ func (h *roundTrips) warmUp(t *testing.T, rc *redlock.Client) {
 	h.mu.Lock()
 	h.gated = true
 	h.mu.Unlock()
-	// Tried until it is acquired: a test's node timeout may be short, and
-	// a first contact on a loaded machine slower than that.
-	waitFor(t, "a warm-up lock", func() bool {
-		lock, err := rc.TryAcquire(context.Background(), "warm-up", 10*time.Second)
-		if err != nil {
-			mustNotAcquire(t, err)
-			waitIdle(t, rc)
-			return false
-		}
-		mustRelease(t, lock)
-		return true
-	})
+	mustRelease(t, acquireSoon(t, rc, "warm-up", 10*time.Second))
 	h.mu.Lock()
 	h.gated, h.trips, h.shas = false, nil, nil
 	h.mu.Unlock()
@@ -505,7 +494,7 @@ func TestRelease_noScriptAnsweredLateIsSentAgain(t *testing.T) {
 			addHook(t, c.clients[0], slow)
 			rc := c.client(t, redlock.WithNodeTimeout(50*time.Millisecond), redlock.WithBatching(batching))
 			ctx := context.Background()
-			lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+			lock := acquireSoon(t, rc, "k", time.Minute)
 			waitIdle(t, rc)
 			slow.armed.Store(true)
 			_ = lock.Release(ctx) // not confirmed: the answer comes after the node timeout
@@ -684,7 +673,7 @@ func TestBatching_lateNoScriptIsNotMisconfigured(t *testing.T) {
 	}))
 	rc := c.client(t, redlock.WithNodeTimeout(100*time.Millisecond), observer)
 	ctx := context.Background()
-	mustRelease(t, mustTryAcquire(t, rc, ctx, "warm-up", 10*time.Second))
+	mustRelease(t, acquireSoon(t, rc, "warm-up", 10*time.Second))
 	admin := redis.NewClient(&redis.Options{Addr: c.addrs[0]})
 	defer admin.Close()
 	if err := admin.ScriptFlush(ctx).Err(); err != nil {
