@@ -118,10 +118,7 @@ func TestElect_usage(t *testing.T) {
 // node answered.
 func TestElect_exitCodes(t *testing.T) {
 	_, addrs := execNodes(t)
-	notExec := filepath.Join(t.TempDir(), "script")
-	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	notExec := notExecutable(t)
 	for _, tc := range []struct {
 		name string
 		args []string

@@ -134,12 +134,19 @@ func TestExec_usage(t *testing.T) {
 // TestExec_exitCodes: a cron wrapper can tell another holder (75) from
 // nodes out of reach (69), a configuration error (78), and a command that
 // is missing (127) or not executable (126).
-func TestExec_exitCodes(t *testing.T) {
-	servers, addrs := execNodes(t)
-	notExec := filepath.Join(t.TempDir(), "script")
-	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+// notExecutable returns the path of a script without the execute bit.
+func notExecutable(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestExec_exitCodes(t *testing.T) {
+	servers, addrs := execNodes(t)
+	notExec := notExecutable(t)
 	for _, tc := range []struct {
 		name string
 		args []string
