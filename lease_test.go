@@ -25,13 +25,7 @@ import (
 // are then parked on it and an Advance reaches them.
 func waiters(t *testing.T, clock *manualClock, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := clock.BlockUntilContext(ctx, n); err != nil {
-		// What the Client's goroutines were doing instead, to tell a
-		// stuck renewal from a slow machine.
-		t.Fatalf("waiting for %d clock waiters: %v; the Client's goroutines:\n%s", n, err, clientStacks())
-	}
+	waitersOr(t, clock, n, nil)
 }
 
 // clientStacks is the stacks of the goroutines in the library's code.
@@ -919,8 +913,10 @@ func TestLock_autoRenew_lostBeforeTheMargin(t *testing.T) {
 	}
 }
 
-// waitersOr waits, as waiters does, for n goroutines waiting on clock,
-// unless stopped closes first; it reports whether stopped closed.
+// waitersOr waits up to 10 s for n goroutines waiting on clock, unless
+// stopped (when not nil) closes first; it reports whether stopped closed.
+// On failure it prints what the Client's goroutines were doing instead, to
+// tell a stuck renewal from a slow machine.
 func waitersOr(t *testing.T, clock *manualClock, n int, stopped <-chan struct{}) bool {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
