@@ -831,7 +831,9 @@ func TestLock_Release_handOffNotRunOnALaggingNodeLeavesNothing(t *testing.T) {
 		}, func(rc *redlock.Client) int { return redlock.LocalMultiWaiters(rc, "a", "b") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, links, rc := lateCluster(t)
+			// A node timeout of 300 ms: the fast nodes answer within it
+			// on a loaded machine, node 2 (a second late) does not.
+			c, links, rc := lateCluster(t, redlock.WithNodeTimeout(300*time.Millisecond))
 			ctx := context.Background()
 			// Node 2's calls land a second late: the first lock's acquire
 			// there holds its pipe that long, and the hand-off behind it

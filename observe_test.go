@@ -270,13 +270,24 @@ func TestLock_degradedIsVisible(t *testing.T) {
 		addHook(t, c.clients[i], slow)
 	}
 	c.servers[2].Close()
+	// Node 2's events only: on a loaded machine a slowed node may miss an
+	// acquire's deadline too, and be told of rightly.
+	node2 := func() int {
+		n := 0
+		for _, e := range rec.seen(redlock.OpDegraded) {
+			if e.Node == 2 {
+				n++
+			}
+		}
+		return n
+	}
 	waitFor(t, "node 2's failure to be told again", func() bool {
 		mustRelease(t, mustTryAcquire(t, rc, ctx, "k", time.Second))
-		return len(rec.seen(redlock.OpDegraded)) >= 2
+		return node2() >= 2
 	})
 	mustRelease(t, mustTryAcquire(t, rc, ctx, "k", time.Second))
-	if got := rec.seen(redlock.OpDegraded); len(got) != 2 {
-		t.Fatalf("%d OpDegraded events, want a second once the node failed again, and no more", len(got))
+	if got := node2(); got != 2 {
+		t.Fatalf("%d OpDegraded events for node 2, want a second once the node failed again, and no more", got)
 	}
 	var nilLock *redlock.Lock
 	if nilLock.Confirmed() != 0 {
