@@ -132,10 +132,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 			return nil, err
 		}
 		l := &Leadership{e: e, lock: lock, leader: Leader{Term: lock.FencingToken(), Since: time.Now()}}
-		var cancel context.CancelCauseFunc
-		l.ctx, cancel = context.WithCancelCause(context.Background())
-		lock.Done() // its end is watched, and cancels the context with why
-		lock.afterEnd(func() { cancel(cmp.Or(lock.lossCause(), errResigned)) })
+		l.ctx, _ = newLockContext(context.Background(), lock, errResigned)
 		err = l.Proclaim(ctx, value)
 		if err == nil && !l.Leading() {
 			// Lost while its record was written (its validity or the
@@ -229,15 +226,27 @@ func (l *Leadership) Lock() *Lock { return l.lock }
 // validity ends (see WithAutoRenew).
 func (l *Leadership) Done() <-chan struct{} { return l.lock.Done() }
 
-// Context returns a context that is cancelled when the leadership ends;
-// its context.Cause matches ErrLockLost when it was lost.
+// Context returns a context that ends with the leadership. Its Err reads
+// the Client's Clock: it is not nil as soon as the leadership is over
+// (resigned, lost, or its validity run out), however late a timer fires
+// after a pause, so that Leading, Lock().Validity() and Context().Err()
+// never disagree. Check it right before each side effect (or give the
+// Term to the resource as a fencing token). Its Done is closed when the
+// leadership ends (at the latest the renewal margin before the validity
+// ends, when the Client's scheduler gets to it), or once Err found it over.
+//
+// Its Err is then context.Canceled; context.Cause says why: an error
+// matching ErrLockLost when the leadership was lost or its validity ran
+// out, another after Resign. A context derived from it with a cancel or
+// deadline (context.WithCancel, WithTimeout) learns the end only from
+// Done: check this one's Err, or the derived one after a Value-only
+// derivation, which keeps Err.
 func (l *Leadership) Context() context.Context { return l.ctx }
 
 // Leading reports whether this candidate still leads: the leadership has
-// not ended and its validity has not run out.
-func (l *Leadership) Leading() bool {
-	return isOpen(l.lock.Done()) && l.lock.Validity() > 0
-}
+// not ended and its validity has not run out, on the Client's Clock. It is
+// false exactly when Context().Err() is not nil.
+func (l *Leadership) Leading() bool { return l.ctx.Err() == nil }
 
 // Proclaim sets the leader's value (at most MaxMetadata bytes) on the
 // nodes, without an election: observers see it with the same term and a

@@ -106,8 +106,19 @@ type lockKey struct{}
 
 // LockFrom returns the lock that Client.Do holds while its fn runs, given
 // fn's context (or a context derived from it), for its fencing token,
-// Until or Validity. It returns nil for any other context.
+// Until or Validity. It returns nil for any other context, and for a nil
+// one.
+//
+// fn's context and the contexts derived from it with values only
+// (context.WithValue) report the lock's end in Err as soon as its validity
+// is over, as Validity does; one derived with a cancel or a deadline
+// (context.WithCancel, WithTimeout) learns it when Done is closed, which
+// after a process pause may come later: check fn's own context, or the
+// lock's Validity, right before a side effect.
 func LockFrom(ctx context.Context) *Lock {
+	if ctx == nil {
+		return nil
+	}
 	l, _ := ctx.Value(lockKey{}).(*Lock)
 	return l
 }
@@ -232,7 +243,11 @@ func isOpen(ch <-chan struct{}) bool {
 // soon as the lock is lost, at the latest the renewal margin before its
 // validity ends (see WithAutoRenew), so that fn can stop while it is still
 // protected; context.Cause of it then says why, with an error matching
-// ErrLockLost. fn may get the lock from its context with LockFrom.
+// ErrLockLost. Its Err also reads the Client's Clock: it is not nil as
+// soon as the lock's validity is over, however late a timer fires (after a
+// process pause), so that it never disagrees with LockFrom(ctx).Validity();
+// check it right before each side effect. fn may get the lock from its
+// context with LockFrom.
 //
 // Do returns the acquire's error if the lock was not acquired (fn did not
 // run); otherwise fn's error, joined with an error matching ErrLockLost if
@@ -247,9 +262,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, lock))
-	lock.Done() // its end is watched, and cancels fn's context with why
-	lock.afterEnd(func() { cancel(lock.lossCause()) })
+	fnCtx, cancel := newLockContext(context.WithValue(ctx, lockKey{}, lock), lock, nil)
 	defer func() {
 		p := recover()
 		cancel(nil)
