@@ -87,3 +87,12 @@ func (l *Lock) held() bool {
 	l.mu.Unlock()
 	return !over && l.client.cfg.clock.Now().Before(until)
 }
+
+// nilContext refuses a nil ctx given to the entry point named what, with
+// an error matching ErrInvalidArgument.
+func nilContext(ctx context.Context, what string) error {
+	if ctx == nil {
+		return invalid("%s: nil context (use context.Background() or context.TODO())", what)
+	}
+	return nil
+}
