@@ -66,6 +66,9 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // It returns nil once no call is in flight, also when ctx has ended by
 // then, or ctx.Err() if ctx ends first.
 func (c *Client) Drain(ctx context.Context) error {
+	if err := nilContext(ctx, "Client.Drain"); err != nil {
+		return err
+	}
 	idle := c.calls.wait()
 	select {
 	case <-idle:

@@ -123,6 +123,9 @@ func checkValue(value string) error {
 // returns that error (matching ErrNotConfirmed or ErrLockLost). A
 // Leadership it returns is Leading.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	if err := nilContext(ctx, "Election.Campaign"); err != nil {
+		return nil, err
+	}
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
@@ -255,6 +258,9 @@ func (l *Leadership) Leading() bool { return l.ctx.Err() == nil }
 // nodes no longer hold it, ErrNotConfirmed when too few nodes answered,
 // ErrInvalidArgument for a value that is too long.
 func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+	if err := nilContext(ctx, "Leadership.Proclaim"); err != nil {
+		return err
+	}
 	if err := checkValue(value); err != nil {
 		return err
 	}
@@ -291,6 +297,9 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 // campaigning are woken at once, and the leader record is deleted where it
 // is still this leadership's. It returns what Lock.Release returns.
 func (l *Leadership) Resign(ctx context.Context) error {
+	if err := nilContext(ctx, "Leadership.Resign"); err != nil {
+		return err
+	}
 	err := l.lock.Release(ctx)
 	c, lk := l.e.c, l.lock
 	tm, _ := lk.lease()
@@ -306,6 +315,9 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // error with each failed node's *NodeError and ctx's error when too few
 // answered to tell, and ctx's error when ctx had ended.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if err := nilContext(ctx, "Election.Leader"); err != nil {
+		return Leader{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return Leader{}, err
 	}
@@ -395,8 +407,12 @@ func leaderDecided(q int) func([]nodeRead, []bool) bool {
 // the leader is read again at least every pollEvery, for a node whose
 // announcement was lost. A time without a leader is not sent: after a
 // leadership ends with no successor, the last leader sent stays the
-// latest (Leader tells whether anyone leads now).
+// latest (Leader tells whether anyone leads now). A nil ctx panics, on
+// the caller's goroutine.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	if ctx == nil {
+		panic("redlock: Election.Observe: nil context (use context.Background() or context.TODO())")
+	}
 	out := make(chan Leader, 1)
 	poke := make(chan struct{}, 1)
 	var wg sync.WaitGroup

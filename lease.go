@@ -255,6 +255,9 @@ func isOpen(ch <-chan struct{}) bool {
 // panic in fn is passed on after the lock is released. A nil fn gives
 // ErrInvalidArgument.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
+	if err := nilContext(ctx, "Client.Do"); err != nil {
+		return err
+	}
 	if fn == nil {
 		return invalid("fn is nil")
 	}

@@ -94,6 +94,9 @@ func (l *Lock) finish() {
 // and ctx's error for an ended ctx, before any node is contacted;
 // ErrNotAcquired on a nil Lock.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := nilContext(ctx, "Lock.Extend"); err != nil {
+		return err
+	}
 	if l == nil {
 		return ErrNotAcquired
 	}
@@ -263,6 +266,9 @@ func (l *Lock) over() error {
 // and decide (the hand-off may have run there, and its cleanup deleted the
 // swapped key). On a nil Lock it returns ErrNotAcquired.
 func (l *Lock) Release(ctx context.Context) error {
+	if err := nilContext(ctx, "Lock.Release"); err != nil {
+		return err
+	}
 	if l == nil {
 		return ErrNotAcquired
 	}
