@@ -180,17 +180,42 @@ func (l *Lock) deadline(tm terms, until time.Time) time.Time {
 // lose ends the lock for a reason other than Release: Validity drops to
 // zero, Extend refuses, and Done is closed.
 func (l *Lock) lose(why error) {
+	if why = l.markLost(why); why != nil {
+		l.tellLost(why)
+	}
+}
+
+// markLost marks the lock lost for why, unless it has ended: Validity
+// drops to zero and Extend refuses from now. It returns why as the lock
+// keeps it (matching ErrLockLost), or nil when the lock had ended.
+func (l *Lock) markLost(why error) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.released || l.lost {
-		l.mu.Unlock()
-		return
+		return nil
 	}
 	l.lost = true
 	if !errors.Is(why, ErrLockLost) {
 		why = fmt.Errorf("%w: %q: %w", ErrLockLost, l.key, why)
 	}
 	l.lostWhy = why
-	l.mu.Unlock()
+	return why
+}
+
+// expire ends a lock whose validity is over on the Clock, as the
+// scheduler does at its deadline, but at once, for a caller that found it
+// over before the scheduler's timer fired (a lockContext's Err): it is
+// marked lost now, and Done is closed and the loss told from a goroutine,
+// as the caller may hold the lock's op (an Observer may Release).
+func (l *Lock) expire() {
+	if why := l.markLost(l.lossReason()); why != nil {
+		go l.tellLost(why)
+	}
+}
+
+// tellLost ends a lock marked lost for why: Done is closed, and the
+// logger, the Observer and the lock's successor are told.
+func (l *Lock) tellLost(why error) {
 	l.client.sched.drop(l)
 	// Done closes before the logger and the Observer are told, so that a
 	// slow Observer does not keep it open.

@@ -11,8 +11,10 @@ import (
 // ends, when the Client's scheduler gets to it); its Err does not wait for
 // that: it also reads the Client's Clock, so that it reports the end as
 // soon as the validity is over, however late a timer fires (after a
-// process pause, say). Then it also cancels the context, closing Done and
-// the contexts derived from it.
+// process pause, say). Then it also ends the lock as the scheduler would
+// at its deadline (lost now: Validity stays zero, Extend refuses; Done
+// closed and the loss told from a goroutine) and cancels the context,
+// closing its Done and the contexts derived from it.
 //
 // Its Err is context.Canceled (or the parent's error), and context.Cause
 // says why: an error matching ErrLockLost when the lock was lost or its
@@ -44,6 +46,7 @@ func (c *lockContext) Err() error {
 	if c.lock.held() {
 		return nil
 	}
+	c.lock.expire() // past its validity: lost now, as the scheduler would at its deadline
 	c.cancel(c.cause())
 	return c.Context.Err()
 }
@@ -63,20 +66,13 @@ func (c *lockContext) String() string {
 	return fmt.Sprintf("redlock.lockContext(%q)", c.lock.key)
 }
 
-// cause is why the lock is over: the loss's cause, the released cause, or
-// that its validity ran out.
+// cause is why the lock is over: the loss's cause (its validity ran out,
+// when Err found it over: see Lock.expire), or else the released cause.
 func (c *lockContext) cause() error {
-	l := c.lock
-	l.mu.Lock()
-	released, why := l.released, l.lostWhy
-	l.mu.Unlock()
-	switch {
-	case why != nil:
+	if why := c.lock.lossCause(); why != nil {
 		return why
-	case released:
-		return c.released
 	}
-	return &quorumError{sentinel: ErrLockLost, detail: fmt.Sprintf("%s: its validity ran out", l.kind.describe())}
+	return c.released
 }
 
 // held reports whether the lock is neither released nor lost and its

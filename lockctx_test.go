@@ -42,6 +42,16 @@ func overAtOnce(ctx context.Context, lock *redlock.Lock, causeFirst bool) error 
 	default:
 		return errors.New("Done open after Err found the lock over")
 	}
+	// The lock is over for good, as the scheduler would have ended it:
+	// Extend refuses, and its Done closes without a timer.
+	if err := lock.Extend(context.Background(), time.Hour); !errors.Is(err, redlock.ErrLockLost) || lock.Validity() != 0 {
+		return fmt.Errorf("Extend past the validity: %v, Validity %v", err, lock.Validity())
+	}
+	select {
+	case <-lock.Done():
+	case <-time.After(10 * time.Second):
+		return errors.New("the lock's Done still open after Err found it over")
+	}
 	return nil
 }
 
