@@ -226,7 +226,9 @@ func (l *Leadership) Lock() *Lock { return l.lock }
 
 // Done returns a channel that is closed when the leadership ends: on
 // Resign, or when it is lost, at the latest the renewal margin before its
-// validity ends (see WithAutoRenew).
+// validity ends (see WithAutoRenew), when the Client's scheduler gets to
+// it; after a process pause, Context().Err() and Leading may tell first
+// (and then have it closed at once).
 func (l *Leadership) Done() <-chan struct{} { return l.lock.Done() }
 
 // Context returns a context that ends with the leadership. Its Err reads

@@ -133,8 +133,10 @@ var closedDone = func() chan struct{} {
 // Done returns a channel that is closed when the lock ends: when it is
 // released, when it is lost, or when its validity runs out (for a lock
 // acquired WithAutoRenew, the renewal margin before that: see
-// WithAutoRenew). The holder can select on it to stop its work the moment
-// it is no longer protected. For a nil Lock the channel is closed. The
+// WithAutoRenew), when the Client's scheduler gets to it, or as soon as
+// the context of Do or of a Leadership found the validity over (see
+// Leadership.Context). The holder can select on it to stop its work the
+// moment it is no longer protected. For a nil Lock the channel is closed. The
 // first call has the Client's scheduler watch the lock: a Lock has no
 // goroutine of its own.
 func (l *Lock) Done() <-chan struct{} {
