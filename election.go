@@ -297,7 +297,8 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 
 // Resign ends the leadership: the lock is released, the candidates
 // campaigning are woken at once, and the leader record is deleted where it
-// is still this leadership's. It returns what Lock.Release returns.
+// is still this leadership's. It returns what Lock.Release returns (for
+// a nil ctx, ErrInvalidArgument: nothing is resigned).
 func (l *Leadership) Resign(ctx context.Context) error {
 	if err := nilContext(ctx, "Leadership.Resign"); err != nil {
 		return err
@@ -315,7 +316,8 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // none leads (no candidate can hold a quorum even with the nodes that did
 // not answer, or the one that holds it has not announced itself yet), an
 // error with each failed node's *NodeError and ctx's error when too few
-// answered to tell, and ctx's error when ctx had ended.
+// answered to tell, ctx's error when ctx had ended, and
+// ErrInvalidArgument for a nil ctx.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := nilContext(ctx, "Election.Leader"); err != nil {
 		return Leader{}, err
