@@ -273,3 +273,64 @@ func TestElection_Run_badInput(t *testing.T) {
 		t.Fatalf("bad input campaigned: held on %v", got)
 	}
 }
+
+// TestElection_contextEndsBeforeTheNextLeader: a leader paused past its
+// ttl (its clock jumps, no timer fires, its keys expire on the nodes)
+// while another candidate is elected: the first check of its context
+// after the pause says the leadership is over, both for Run's function
+// and for a Campaign's Context; its resignation leaves the new leader be.
+func TestElection_contextEndsBeforeTheNextLeader(t *testing.T) {
+	for _, how := range []string{"Run", "Campaign"} {
+		t.Run(how, func(t *testing.T) {
+			c := newCluster(t, 3)
+			clock := fakeClock()
+			const ttl = 3 * time.Second
+			a := mustElection(t, c.client(t, redlock.WithClock(clock)), "run", ttl)
+			b := mustElection(t, c.client(t), "run", ttl)
+			bg := context.Background()
+			paused, resume := make(chan struct{}), make(chan struct{})
+			var afterPause error
+			fn := func(ctx context.Context, l *redlock.Leadership) error {
+				close(paused)
+				<-resume
+				afterPause = ctx.Err() // the first check after the pause
+				if afterPause != nil && l.Leading() {
+					afterPause = nil
+					t.Error("Leading while its context is over")
+				}
+				return nil
+			}
+			done := make(chan error, 1)
+			go func() {
+				if how == "Run" {
+					done <- a.Run(bg, "a", fn, redlock.RunOnce())
+					return
+				}
+				l, err := a.Campaign(bg, "a")
+				if err == nil {
+					err = fn(l.Context(), l)
+					_ = l.Resign(bg)
+				}
+				done <- err
+			}()
+			<-paused
+			clock.jump(ttl + time.Second)
+			for _, s := range c.servers {
+				s.FastForward(ttl + time.Second)
+			}
+			next, err := b.Campaign(bg, "b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = next.Resign(bg) }()
+			close(resume)
+			<-done
+			if afterPause == nil {
+				t.Fatal("the paused leader's context was still live after the next leader was elected")
+			}
+			if got, err := b.Leader(bg); err != nil || got.Value != "b" || !next.Leading() {
+				t.Fatalf("after the old leader's resignation: Leader %+v, %v, new leader Leading %v", got, err, next.Leading())
+			}
+		})
+	}
+}
