@@ -99,6 +99,9 @@ func Fair() AcquireOption {
 // contacted, for an empty set, an empty or repeated key, a bad ttl, or a
 // kind option (a multi-key lock is plain); otherwise as Acquire.
 func (c *Client) AcquireAll(ctx context.Context, keys []string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if err := nilContext(ctx, "Client.AcquireAll"); err != nil {
+		return nil, err
+	}
 	k, ac, err := c.multiConfig(keys, ttl, opts)
 	if err != nil {
 		return nil, err
@@ -108,6 +111,9 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, ttl time.Duratio
 
 // TryAcquireAll is AcquireAll with exactly one attempt; see TryAcquire.
 func (c *Client) TryAcquireAll(ctx context.Context, keys []string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if err := nilContext(ctx, "Client.TryAcquireAll"); err != nil {
+		return nil, err
+	}
 	k, ac, err := c.multiConfig(keys, ttl, opts)
 	if err != nil {
 		return nil, err

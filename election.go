@@ -123,6 +123,9 @@ func checkValue(value string) error {
 // returns that error (matching ErrNotConfirmed or ErrLockLost). A
 // Leadership it returns is Leading.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	if err := nilContext(ctx, "Election.Campaign"); err != nil {
+		return nil, err
+	}
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
@@ -132,10 +135,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 			return nil, err
 		}
 		l := &Leadership{e: e, lock: lock, leader: Leader{Term: lock.FencingToken(), Since: time.Now()}}
-		var cancel context.CancelCauseFunc
-		l.ctx, cancel = context.WithCancelCause(context.Background())
-		lock.Done() // its end is watched, and cancels the context with why
-		lock.afterEnd(func() { cancel(cmp.Or(lock.lossCause(), errResigned)) })
+		l.ctx, _ = newLockContext(context.Background(), lock, errResigned)
 		err = l.Proclaim(ctx, value)
 		if err == nil && !l.Leading() {
 			// Lost while its record was written (its validity or the
@@ -226,18 +226,32 @@ func (l *Leadership) Lock() *Lock { return l.lock }
 
 // Done returns a channel that is closed when the leadership ends: on
 // Resign, or when it is lost, at the latest the renewal margin before its
-// validity ends (see WithAutoRenew).
+// validity ends (see WithAutoRenew), when the Client's scheduler gets to
+// it; after a process pause, Context().Err() and Leading may tell first
+// (and then have it closed at once).
 func (l *Leadership) Done() <-chan struct{} { return l.lock.Done() }
 
-// Context returns a context that is cancelled when the leadership ends;
-// its context.Cause matches ErrLockLost when it was lost.
+// Context returns a context that ends with the leadership. Its Err reads
+// the Client's Clock: it is not nil as soon as the leadership is over
+// (resigned, lost, or its validity run out), however late a timer fires
+// after a pause, so that Leading, Lock().Validity() and Context().Err()
+// never disagree. Check it right before each side effect (or give the
+// Term to the resource as a fencing token). Its Done is closed when the
+// leadership ends (at the latest the renewal margin before the validity
+// ends, when the Client's scheduler gets to it), or once Err found it over.
+//
+// Its Err is then context.Canceled; context.Cause says why: an error
+// matching ErrLockLost when the leadership was lost or its validity ran
+// out, another after Resign. A context derived from it with a cancel or
+// deadline (context.WithCancel, WithTimeout) learns the end only from
+// Done: check this one's Err, or the derived one after a Value-only
+// derivation, which keeps Err.
 func (l *Leadership) Context() context.Context { return l.ctx }
 
 // Leading reports whether this candidate still leads: the leadership has
-// not ended and its validity has not run out.
-func (l *Leadership) Leading() bool {
-	return isOpen(l.lock.Done()) && l.lock.Validity() > 0
-}
+// not ended and its validity has not run out, on the Client's Clock. It is
+// false exactly when Context().Err() is not nil.
+func (l *Leadership) Leading() bool { return l.ctx.Err() == nil }
 
 // Proclaim sets the leader's value (at most MaxMetadata bytes) on the
 // nodes, without an election: observers see it with the same term and a
@@ -246,6 +260,9 @@ func (l *Leadership) Leading() bool {
 // nodes no longer hold it, ErrNotConfirmed when too few nodes answered,
 // ErrInvalidArgument for a value that is too long.
 func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+	if err := nilContext(ctx, "Leadership.Proclaim"); err != nil {
+		return err
+	}
 	if err := checkValue(value); err != nil {
 		return err
 	}
@@ -280,8 +297,12 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 
 // Resign ends the leadership: the lock is released, the candidates
 // campaigning are woken at once, and the leader record is deleted where it
-// is still this leadership's. It returns what Lock.Release returns.
+// is still this leadership's. It returns what Lock.Release returns (for
+// a nil ctx, ErrInvalidArgument: nothing is resigned).
 func (l *Leadership) Resign(ctx context.Context) error {
+	if err := nilContext(ctx, "Leadership.Resign"); err != nil {
+		return err
+	}
 	err := l.lock.Release(ctx)
 	c, lk := l.e.c, l.lock
 	tm, _ := lk.lease()
@@ -295,8 +316,12 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // none leads (no candidate can hold a quorum even with the nodes that did
 // not answer, or the one that holds it has not announced itself yet), an
 // error with each failed node's *NodeError and ctx's error when too few
-// answered to tell, and ctx's error when ctx had ended.
+// answered to tell, ctx's error when ctx had ended, and
+// ErrInvalidArgument for a nil ctx.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if err := nilContext(ctx, "Election.Leader"); err != nil {
+		return Leader{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return Leader{}, err
 	}
@@ -386,8 +411,12 @@ func leaderDecided(q int) func([]nodeRead, []bool) bool {
 // the leader is read again at least every pollEvery, for a node whose
 // announcement was lost. A time without a leader is not sent: after a
 // leadership ends with no successor, the last leader sent stays the
-// latest (Leader tells whether anyone leads now).
+// latest (Leader tells whether anyone leads now). A nil ctx panics, on
+// the caller's goroutine.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	if ctx == nil {
+		panic("redlock: Election.Observe: nil context (use context.Background() or context.TODO())")
+	}
 	out := make(chan Leader, 1)
 	poke := make(chan struct{}, 1)
 	var wg sync.WaitGroup

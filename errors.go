@@ -36,7 +36,10 @@ var (
 	// Leadership.Proclaim, FencedSet and FencedGet return it, before any
 	// node is contacted; Resume also returns it after reading the nodes when
 	// the key holds the token in another kind of lock (nothing is written).
-	// The message names the problem.
+	// The message names the problem. Every function and method that takes
+	// a context returns it for a nil one, before doing anything (Release,
+	// Resign, Leader, Drain and Election.Run too); Election.Observe, which
+	// returns no error, panics on the caller's goroutine instead.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 
 	// ErrMisconfigured matches an error in which a node failed for a reason

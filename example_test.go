@@ -431,3 +431,43 @@ func ExampleLock_Confirmed() {
 	// held without node 2
 	// 2 of 3
 }
+
+func ExampleElection_Run() {
+	nodes, _, stop := embeddedNodes(3)
+	defer stop()
+	locker, _ := redlock.New(nodes)
+	store, _, stopStore := embeddedNodes(1)
+	defer stopStore()
+	e, _ := locker.Election("scheduler", 10*time.Second)
+
+	// A service passes a ctx that ends on SIGTERM (signal.NotifyContext)
+	// and no RunOnce: Run then campaigns again after each leadership, and
+	// resigns and returns when ctx ends. RunOnce keeps this example short.
+	err := e.Run(context.Background(), "host-a", func(ctx context.Context, lead *redlock.Leadership) error {
+		for _, job := range []string{"job:1", "job:2"} {
+			// Right before each side effect: is this still the leader?
+			// ctx.Err() reads the clock, so it is right even just after a
+			// pause; the term, as a fencing token, also makes the store
+			// refuse a deposed leader's late write.
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := redlock.FencedSet(ctx, store[0], job, "scheduled", lead.Term()); err != nil {
+				return err
+			}
+			fmt.Println("scheduled", job)
+		}
+		return nil // done while leading: resign (and, without RunOnce, campaign again)
+	},
+		redlock.RunOnce(),
+		redlock.OnStartedLeading(func(lead *redlock.Leadership) { fmt.Println("leading:", lead.Term() > 0) }),
+		redlock.OnStoppedLeading(func(_ *redlock.Leadership, err error) { fmt.Println("stopped leading:", err) }),
+	)
+	fmt.Println("Run:", err)
+	// Output:
+	// leading: true
+	// scheduled job:1
+	// scheduled job:2
+	// stopped leading: <nil>
+	// Run: <nil>
+}

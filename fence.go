@@ -30,6 +30,9 @@ var ErrStaleToken = errors.New("redlock: stale fencing token")
 // error matching ErrInvalidArgument for an empty key or token 0, before
 // rdb is called. Pass lock.FencingToken() of a lock acquired WithFencing.
 func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token uint64) error {
+	if err := nilContext(ctx, "FencedSet"); err != nil {
+		return err
+	}
 	if key == "" {
 		return invalid("empty key")
 	}
@@ -64,6 +67,9 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token
 // ErrInvalidArgument for an empty key or token 0, before rdb is called.
 // Pass lock.FencingToken() of a lock acquired WithFencing.
 func FencedGet(ctx context.Context, rdb redis.Scripter, key string, token uint64) (string, error) {
+	if err := nilContext(ctx, "FencedGet"); err != nil {
+		return "", err
+	}
 	if key == "" {
 		return "", invalid("empty key")
 	}

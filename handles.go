@@ -157,6 +157,9 @@ type Holder struct {
 // in its NodeHold's Err; Inspect itself returns an error only for an empty
 // key (ErrInvalidArgument) or an ended ctx (ctx.Err()).
 func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
+	if err := nilContext(ctx, "Client.Inspect"); err != nil {
+		return nil, err
+	}
 	if key == "" {
 		return nil, invalid("empty key")
 	}
@@ -341,6 +344,9 @@ func agreed(nodes []NodeHold, q int) []Holder {
 // option, a key held by another kind of lock) gives ErrInvalidArgument
 // before anything is written; an ended ctx, its error.
 func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if err := nilContext(ctx, "Client.Resume"); err != nil {
+		return nil, err
+	}
 	ac, err := c.resumeConfig(key, token, ttl, opts)
 	if err != nil {
 		return nil, err

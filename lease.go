@@ -106,8 +106,19 @@ type lockKey struct{}
 
 // LockFrom returns the lock that Client.Do holds while its fn runs, given
 // fn's context (or a context derived from it), for its fencing token,
-// Until or Validity. It returns nil for any other context.
+// Until or Validity. It returns nil for any other context, and for a nil
+// one.
+//
+// fn's context and the contexts derived from it with values only
+// (context.WithValue) report the lock's end in Err as soon as its validity
+// is over, as Validity does; one derived with a cancel or a deadline
+// (context.WithCancel, WithTimeout) learns it when Done is closed, which
+// after a process pause may come later: check fn's own context, or the
+// lock's Validity, right before a side effect.
 func LockFrom(ctx context.Context) *Lock {
+	if ctx == nil {
+		return nil
+	}
 	l, _ := ctx.Value(lockKey{}).(*Lock)
 	return l
 }
@@ -122,8 +133,10 @@ var closedDone = func() chan struct{} {
 // Done returns a channel that is closed when the lock ends: when it is
 // released, when it is lost, or when its validity runs out (for a lock
 // acquired WithAutoRenew, the renewal margin before that: see
-// WithAutoRenew). The holder can select on it to stop its work the moment
-// it is no longer protected. For a nil Lock the channel is closed. The
+// WithAutoRenew), when the Client's scheduler gets to it, or as soon as
+// the context of Do or of a Leadership found the validity over (see
+// Leadership.Context). The holder can select on it to stop its work the
+// moment it is no longer protected. For a nil Lock the channel is closed. The
 // first call has the Client's scheduler watch the lock: a Lock has no
 // goroutine of its own.
 func (l *Lock) Done() <-chan struct{} {
@@ -169,17 +182,42 @@ func (l *Lock) deadline(tm terms, until time.Time) time.Time {
 // lose ends the lock for a reason other than Release: Validity drops to
 // zero, Extend refuses, and Done is closed.
 func (l *Lock) lose(why error) {
+	if why = l.markLost(why); why != nil {
+		l.tellLost(why)
+	}
+}
+
+// markLost marks the lock lost for why, unless it has ended: Validity
+// drops to zero and Extend refuses from now. It returns why as the lock
+// keeps it (matching ErrLockLost), or nil when the lock had ended.
+func (l *Lock) markLost(why error) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.released || l.lost {
-		l.mu.Unlock()
-		return
+		return nil
 	}
 	l.lost = true
 	if !errors.Is(why, ErrLockLost) {
 		why = fmt.Errorf("%w: %q: %w", ErrLockLost, l.key, why)
 	}
 	l.lostWhy = why
-	l.mu.Unlock()
+	return why
+}
+
+// expire ends a lock whose validity is over on the Clock, as the
+// scheduler does at its deadline, but at once, for a caller that found it
+// over before the scheduler's timer fired (a lockContext's Err): it is
+// marked lost now, and Done is closed and the loss told from a goroutine,
+// as the caller may hold the lock's op (an Observer may Release).
+func (l *Lock) expire() {
+	if why := l.markLost(l.lossReason()); why != nil {
+		go l.tellLost(why)
+	}
+}
+
+// tellLost ends a lock marked lost for why: Done is closed, and the
+// logger, the Observer and the lock's successor are told.
+func (l *Lock) tellLost(why error) {
 	l.client.sched.drop(l)
 	// Done closes before the logger and the Observer are told, so that a
 	// slow Observer does not keep it open.
@@ -232,7 +270,11 @@ func isOpen(ch <-chan struct{}) bool {
 // soon as the lock is lost, at the latest the renewal margin before its
 // validity ends (see WithAutoRenew), so that fn can stop while it is still
 // protected; context.Cause of it then says why, with an error matching
-// ErrLockLost. fn may get the lock from its context with LockFrom.
+// ErrLockLost. Its Err also reads the Client's Clock: it is not nil as
+// soon as the lock's validity is over, however late a timer fires (after a
+// process pause), so that it never disagrees with LockFrom(ctx).Validity();
+// check it right before each side effect. fn may get the lock from its
+// context with LockFrom.
 //
 // Do returns the acquire's error if the lock was not acquired (fn did not
 // run); otherwise fn's error, joined with an error matching ErrLockLost if
@@ -240,6 +282,9 @@ func isOpen(ch <-chan struct{}) bool {
 // panic in fn is passed on after the lock is released. A nil fn gives
 // ErrInvalidArgument.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
+	if err := nilContext(ctx, "Client.Do"); err != nil {
+		return err
+	}
 	if fn == nil {
 		return invalid("fn is nil")
 	}
@@ -247,9 +292,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, lock))
-	lock.Done() // its end is watched, and cancels fn's context with why
-	lock.afterEnd(func() { cancel(lock.lossCause()) })
+	fnCtx, cancel := newLockContext(context.WithValue(ctx, lockKey{}, lock), lock, nil)
 	defer func() {
 		p := recover()
 		cancel(nil)

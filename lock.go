@@ -94,6 +94,9 @@ func (l *Lock) finish() {
 // and ctx's error for an ended ctx, before any node is contacted;
 // ErrNotAcquired on a nil Lock.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := nilContext(ctx, "Lock.Extend"); err != nil {
+		return err
+	}
 	if l == nil {
 		return ErrNotAcquired
 	}
@@ -261,8 +264,12 @@ func (l *Lock) over() error {
 // keys they may hold expire with the ttl), or after a hand-off to a local
 // waiter that did not win, when the nodes it did not hear from have no key
 // and decide (the hand-off may have run there, and its cleanup deleted the
-// swapped key). On a nil Lock it returns ErrNotAcquired.
+// swapped key). On a nil Lock it returns ErrNotAcquired; for a nil ctx,
+// ErrInvalidArgument, and nothing is released.
 func (l *Lock) Release(ctx context.Context) error {
+	if err := nilContext(ctx, "Lock.Release"); err != nil {
+		return err
+	}
 	if l == nil {
 		return ErrNotAcquired
 	}

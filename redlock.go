@@ -64,6 +64,9 @@ import (
 // matches both ErrNotAcquired and ctx.Err(), and joins the last attempt's
 // *NodeError values.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if err := nilContext(ctx, "Client.Acquire"); err != nil {
+		return nil, err
+	}
 	ac, err := c.acquireConfig(key, ttl, opts)
 	if err != nil {
 		return nil, err
@@ -81,6 +84,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 // a quorum out of reach, it also matches ErrMisconfigured. Bad input gives an error matching ErrInvalidArgument,
 // before any node is contacted.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if err := nilContext(ctx, "Client.TryAcquire"); err != nil {
+		return nil, err
+	}
 	ac, err := c.acquireConfig(key, ttl, opts)
 	if err != nil {
 		return nil, err
