@@ -241,28 +241,58 @@ func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell f
 	}
 }
 
-// errNotHeldThere is why a node that answers an extend without l's token
-// does not count.
-var errNotHeldThere = errors.New("the node no longer holds the lock (its key expired, was evicted, or the node restarted empty)")
+// Why a node that answers an extend does not count, or counts anew: the
+// lock was never taken there (it won on a quorum while the node held
+// another's key, and the key is not free yet, or the kind's extend does
+// not take a free key: see docs/algorithm.md, "Extend"), or the node held
+// it and no longer does.
+var (
+	errNeverTakenThere = errors.New("the lock was never taken on the node: when it was acquired, the node held the key for another holder, and the key is not free for this lock yet")
+	errLostThere       = errors.New("the node held the lock and no longer does: its key expired, was evicted, or the node restarted empty")
+	errRetakenThere    = errors.New("the node held the lock and had lost it (its key expired, was evicted, or the node restarted empty); the extend took the key there again")
+)
 
-// goneNews returns, for each node that answered t without l's token and
-// has not been told of since it last held it, an error to tell; and notes
-// the nodes that hold it again.
+// heldOn returns, by node, whether t answered that it holds the lock.
+func heldOn(t tally) []bool {
+	had := make([]bool, len(t.answers))
+	for i, a := range t.answers {
+		had[i] = a == holds
+	}
+	return had
+}
+
+// goneNews returns, for each node that answered t without l's token, or
+// took it again after losing it, and has not been told of since it last
+// held it, an error to tell (never taken there, or lost there); and notes
+// the nodes that hold it now.
 func (l *Lock) goneNews(c *Client, t tally) []error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.had == nil {
+		l.had = make([]bool, len(t.answers))
+	}
 	var out []error
 	for i, ans := range t.answers {
 		switch {
-		case ans == holds && l.gone != nil:
-			l.gone[i] = false
+		case ans == holds:
+			if t.takenAt(i) && l.had[i] {
+				out = append(out, c.nodeError(i, errRetakenThere))
+			}
+			l.had[i] = true
+			if l.gone != nil {
+				l.gone[i] = false
+			}
 		case ans == holdsNot:
 			if l.gone == nil {
 				l.gone = make([]bool, len(t.answers))
 			}
 			if !l.gone[i] {
 				l.gone[i] = true
-				out = append(out, c.nodeError(i, errNotHeldThere))
+				why := errNeverTakenThere
+				if l.had[i] {
+					why = errLostThere
+				}
+				out = append(out, c.nodeError(i, why))
 			}
 		}
 	}
