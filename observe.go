@@ -221,7 +221,15 @@ func (c *Client) news(errs []error) []error {
 func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell func()) {
 	news := c.news(t.errs)
 	if l != nil {
-		news = append(news, l.goneNews(c, t)...)
+		lost, never := l.goneNews(c, t)
+		news = append(news, lost...)
+		if len(never) > 0 {
+			// Contention, not a fault: another holder's key (an attempt
+			// that lost, a release not landed yet) sat there when the lock
+			// was won, and still does.
+			c.cfg.logger.DebugContext(ctx, "redlock: a lock is held without nodes where it was never taken; its extends take the key there once it is free",
+				"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(never...))
+		}
 	}
 	if len(news) == 0 {
 		return func() {}
@@ -242,7 +250,7 @@ func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell f
 }
 
 // Why a node that answers an extend does not count, or counts anew: the
-// lock was never taken there (it won on a quorum while the node held
+// lock was never taken there (it was won on a quorum while the node held
 // another's key, and the key is not free yet, or the kind's extend does
 // not take a free key: see docs/algorithm.md, "Extend"), or the node held
 // it and no longer does.
@@ -263,20 +271,21 @@ func heldOn(t tally) []bool {
 
 // goneNews returns, for each node that answered t without l's token, or
 // took it again after losing it, and has not been told of since it last
-// held it, an error to tell (never taken there, or lost there); and notes
-// the nodes that hold it now.
-func (l *Lock) goneNews(c *Client, t tally) []error {
+// held it, an error to tell: in lost, the nodes that held the lock and
+// lost it (OpDegraded); in never, those where it was never taken, which
+// tell of contention rather than of a node's fault. It notes the nodes
+// that hold it now.
+func (l *Lock) goneNews(c *Client, t tally) (lost, never []error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.had == nil {
 		l.had = make([]bool, len(t.answers))
 	}
-	var out []error
 	for i, ans := range t.answers {
 		switch {
 		case ans == holds:
 			if t.takenAt(i) && l.had[i] {
-				out = append(out, c.nodeError(i, errRetakenThere))
+				lost = append(lost, c.nodeError(i, errRetakenThere))
 			}
 			l.had[i] = true
 			if l.gone != nil {
@@ -286,15 +295,16 @@ func (l *Lock) goneNews(c *Client, t tally) []error {
 			if l.gone == nil {
 				l.gone = make([]bool, len(t.answers))
 			}
-			if !l.gone[i] {
-				l.gone[i] = true
-				why := errNeverTakenThere
-				if l.had[i] {
-					why = errLostThere
-				}
-				out = append(out, c.nodeError(i, why))
+			if l.gone[i] {
+				continue
+			}
+			l.gone[i] = true
+			if l.had[i] {
+				lost = append(lost, c.nodeError(i, errLostThere))
+			} else {
+				never = append(never, c.nodeError(i, errNeverTakenThere))
 			}
 		}
 	}
-	return out
+	return lost, never
 }

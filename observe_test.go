@@ -296,8 +296,9 @@ func TestLock_degradedIsVisible(t *testing.T) {
 }
 
 // TestLock_healsAndTellsWhatANodeLacks: a lock won while a node held
-// another's key is told of, once, as never taken there (it used to be told
-// "no longer holds", as if the node had lost it); its extend takes the key
+// another's key is told of, once and at Debug, as never taken there (it
+// used to be an OpDegraded and a warning saying "no longer holds", as if
+// the node had lost it); its extend takes the key
 // there once it is free, and Confirmed counts the node again; a node that
 // held the lock and lost it is told of as lost there (taken again where
 // the key is free), once per loss.
@@ -305,7 +306,7 @@ func TestLock_healsAndTellsWhatANodeLacks(t *testing.T) {
 	c := newCluster(t, 3)
 	rec := &recorder{}
 	var buf bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rc := c.client(t, redlock.WithObserver(rec), redlock.WithLogger(logger))
 	ctx := context.Background()
 	c.servers[2].Set("k", "another holder")
@@ -333,8 +334,12 @@ func TestLock_healsAndTellsWhatANodeLacks(t *testing.T) {
 			t.Fatalf("%s: OpDegraded events %+v, want one for node %d saying %q", what, got, node, text)
 		}
 	}
-	step("another's key on node 2", 2, 2, "never taken on the node")
+	// Contention, not a fault: told at Debug, once, not as OpDegraded.
+	step("another's key on node 2", 2, 0, "")
 	step("again", 2, 0, "")
+	if n := strings.Count(buf.String(), "never taken on the node"); n != 1 {
+		t.Fatalf("%d records saying node 2 never took the lock, want 1:\n%s", n, buf.String())
+	}
 	c.servers[2].Del("k")
 	step("node 2's key free", 3, 0, "")
 	if v, _ := c.servers[2].Get("k"); v != lock.Token() {
@@ -348,8 +353,8 @@ func TestLock_healsAndTellsWhatANodeLacks(t *testing.T) {
 	if v, _ := c.servers[1].Get("k"); v != "a later holder" {
 		t.Fatalf("node 1 holds %q: another's key was overwritten", v)
 	}
-	if n := strings.Count(buf.String(), "held without some nodes"); n != 3 {
-		t.Fatalf("%d warnings, want 3:\n%s", n, buf.String())
+	if n := strings.Count(buf.String(), "level=WARN"); n != 2 {
+		t.Fatalf("%d warnings, want 2:\n%s", n, buf.String())
 	}
 }
 

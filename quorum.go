@@ -150,13 +150,24 @@ const graceFloor = 5 * time.Millisecond
 // known, a release confirmed there), but not a frozen or slow node, whose
 // call finishes in the background, in order (see fanOut).
 func withGrace(stop, decided func(*tally) bool) func(*tally) bool {
+	return graceOf(graceFloor, stop, decided)
+}
+
+// holdGrace is the least an acquire or an extend waits for the nodes yet
+// to answer once its outcome is known, so that Confirmed counts them: on a
+// loaded machine a healthy node's reply may come several milliseconds
+// after the others' (see docs/operations.md, "Confirmed").
+const holdGrace = 20 * time.Millisecond
+
+// graceOf is withGrace with floor as the least grace.
+func graceOf(floor time.Duration, stop, decided func(*tally) bool) func(*tally) bool {
 	return func(t *tally) bool {
 		if stop(t) {
 			return true
 		}
 		if t.graceEnd.IsZero() && decided(t) {
 			d := time.Since(t.begun)
-			t.graceEnd = t.begun.Add(d + max(d, graceFloor))
+			t.graceEnd = t.begun.Add(d + max(d, floor))
 		}
 		return !t.graceEnd.IsZero() && !time.Now().Before(t.graceEnd)
 	}
@@ -189,12 +200,12 @@ func (c *Client) onlyFailingLeft(before settlement) func(*tally) bool {
 func (c *Client) attemptDone(q int, eager bool) func(*tally) bool {
 	n, failing := len(c.nodes), c.onlyFailingLeft(settlement{})
 	if eager {
-		return withGrace(func(t *tally) bool {
+		return graceOf(holdGrace, func(t *tally) bool {
 			won, lost := decide(n, q, t.yes, t.notYes)
 			return lost || won && failing(t)
 		}, func(t *tally) bool { return t.yes >= q || failing(t) })
 	}
-	return withGrace(func(t *tally) bool {
+	return graceOf(holdGrace, func(t *tally) bool {
 		return t.yes+t.notYes > 0 && failing(t)
 	}, decidedAt(n, q))
 }
@@ -212,7 +223,7 @@ func (c *Client) extendDone(q int, before settlement) func(*tally) bool {
 		won, lost := decide(n, q, kept, t.notYes+t.yes-kept)
 		return won || lost
 	}
-	return withGrace(func(t *tally) bool {
+	return graceOf(holdGrace, func(t *tally) bool {
 		return decided(t) && !c.awaits(t, before)
 	}, decided)
 }
