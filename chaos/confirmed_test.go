@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-		"testing"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
