@@ -147,27 +147,17 @@ const graceFloor = 5 * time.Millisecond
 // withGrace stops when stop does, or once decided says the outcome is
 // known and as long again has passed (at least graceFloor): the nodes
 // about as fast as the deciding ones are still waited for (their keys
-// known, a release confirmed there), but not a frozen or slow node, whose
+// known and counted by Confirmed, a release confirmed there), but not a
+// frozen or slow node, whose
 // call finishes in the background, in order (see fanOut).
 func withGrace(stop, decided func(*tally) bool) func(*tally) bool {
-	return graceOf(graceFloor, stop, decided)
-}
-
-// holdGrace is the least an acquire or an extend waits for the nodes yet
-// to answer once its outcome is known, so that Confirmed counts them: on a
-// loaded machine a healthy node's reply may come several milliseconds
-// after the others' (see docs/operations.md, "Confirmed").
-const holdGrace = 20 * time.Millisecond
-
-// graceOf is withGrace with floor as the least grace.
-func graceOf(floor time.Duration, stop, decided func(*tally) bool) func(*tally) bool {
 	return func(t *tally) bool {
 		if stop(t) {
 			return true
 		}
 		if t.graceEnd.IsZero() && decided(t) {
 			d := time.Since(t.begun)
-			t.graceEnd = t.begun.Add(d + max(d, floor))
+			t.graceEnd = t.begun.Add(d + max(d, graceFloor))
 		}
 		return !t.graceEnd.IsZero() && !time.Now().Before(t.graceEnd)
 	}
@@ -200,12 +190,12 @@ func (c *Client) onlyFailingLeft(before settlement) func(*tally) bool {
 func (c *Client) attemptDone(q int, eager bool) func(*tally) bool {
 	n, failing := len(c.nodes), c.onlyFailingLeft(settlement{})
 	if eager {
-		return graceOf(holdGrace, func(t *tally) bool {
+		return withGrace(func(t *tally) bool {
 			won, lost := decide(n, q, t.yes, t.notYes)
 			return lost || won && failing(t)
 		}, func(t *tally) bool { return t.yes >= q || failing(t) })
 	}
-	return graceOf(holdGrace, func(t *tally) bool {
+	return withGrace(func(t *tally) bool {
 		return t.yes+t.notYes > 0 && failing(t)
 	}, decidedAt(n, q))
 }
@@ -223,7 +213,7 @@ func (c *Client) extendDone(q int, before settlement) func(*tally) bool {
 		won, lost := decide(n, q, kept, t.notYes+t.yes-kept)
 		return won || lost
 	}
-	return graceOf(holdGrace, func(t *tally) bool {
+	return withGrace(func(t *tally) bool {
 		return decided(t) && !c.awaits(t, before)
 	}, decided)
 }
