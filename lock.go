@@ -74,7 +74,14 @@ func (l *Lock) finish() {
 
 // Extend makes the lock valid for ttl from the start of this call: every
 // node that still holds its token, asked all at once, keeps the key for at
-// least ttl. It succeeds when a quorum did so within the new validity;
+// least ttl; a plain lock also takes its key on every node where the key
+// is free (as an acquire would there; another's key is never touched), so
+// a lock won while a node held another's key is back on that node, and
+// Confirmed counts it. It succeeds when a quorum of the nodes that still
+// held the token did so within the new validity (a key taken where it was
+// free does not count toward it, and is deleted again when the lock is
+// found lost); it waits for the nodes about as fast as that quorum (as
+// long again as the quorum took, at least 5 ms), not for slower ones;
 // Until is then the start of the call plus ttl less the drift allowance,
 // earlier than before when ttl is shorter than what was left. A node never
 // shortens a key (it keeps the longer of what is left and ttl), so a late

@@ -46,8 +46,11 @@ const (
 	// that failed (Err says how; Node and Addr name it): it survives fewer
 	// failures. Reported once per node until the node answers again (a
 	// node that hangs, once its call has failed: go-redis's read timeout);
-	// and once per lock and node when a node answers an extend or a
-	// renewal without the lock's key (expired, evicted, restarted empty).
+	// and once per lock and node when a node that held the lock answers
+	// an extend or a renewal without its key, or with the key taken again
+	// (it expired, was evicted, or the node restarted empty). A node where
+	// the lock was never taken (another's key sat there when it was won:
+	// contention) is not reported, only logged at Debug.
 	OpDegraded Op = "degraded"
 )
 
