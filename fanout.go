@@ -338,8 +338,12 @@ func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*
 			t.record(c, r)
 			received++
 		case <-grace:
-			t.failFailing(c)
-			return t
+			// stop says so too, unless it waits for more than the grace
+			// (a first contact: see fanOut); then the replies decide.
+			if stop(&t) {
+				t.failFailing(c)
+				return t
+			}
 		case <-cut:
 			cut = nil
 			if t.yes+t.no > 0 {

@@ -367,7 +367,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
 		done: make(chan struct{}), renewed: ac.autoRenew, acquired: time.Now()}
 	start, wall := c.cfg.clock.Now(), time.Now()
-	t, settled := c.fanOut(ctx, ac.terms, decidedAt(n, q), nil, settlement{}, k.extend(value, ttl))
+	t, settled := c.fanOut(ctx, ac.terms, c.extendDone(q, settlement{}), nil, settlement{}, k.extend(value, ttl))
 	l.settled = settled
 	c.observeNodes(ctx, OpExtend, k, wall, t)
 	elapsed := c.cfg.clock.Now().Sub(start)
@@ -375,18 +375,20 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
 	}
 	tm := ac.terms.now(c) // with the node timeout its replies teach
-	if v := validity(ttl, elapsed, ac.drift); t.yes >= q && v > 0 && (!ac.autoRenew || v > tm.renewMargin()) {
-		l.until, l.terms, l.confirmed = start.Add(ttl-ac.drift), tm, t.yes
+	kept := t.kept()      // as for an Extend: see judgeExtend
+	if v := validity(ttl, elapsed, ac.drift); kept >= q && v > 0 && (!ac.autoRenew || v > tm.renewMargin()) {
+		l.until, l.terms, l.confirmed, l.had = start.Add(ttl-ac.drift), tm, t.yes, heldOn(t)
 		if ac.autoRenew {
 			c.sched.renew(l)
 		}
 		return l, nil
 	}
-	detail := fmt.Sprintf("resume of %s: extended on %d of %d nodes, quorum %d", k.describe(), t.yes, n, q)
-	if t.no > n-q {
-		return nil, &quorumError{sentinel: ErrLockLost, detail: detail + fmt.Sprintf(", and %d nodes do not hold its token", t.no), cause: ctx.Err(), nodes: t.errs}
+	l.dropTaken(ctx, tm, t) // not resumed: a key taken where it was free is not left
+	detail := fmt.Sprintf("resume of %s: extended on %d of %d nodes, quorum %d", k.describe(), kept, n, q)
+	if without := t.no + t.yes - kept; without > n-q {
+		return nil, &quorumError{sentinel: ErrLockLost, detail: detail + fmt.Sprintf(", and %d nodes do not hold its token", without), cause: ctx.Err(), nodes: t.errs}
 	}
-	if t.yes >= q {
+	if kept >= q {
 		detail += fmt.Sprintf(", but its validity was spent (%v elapsed of ttl %v)", elapsed, ttl)
 	}
 	return nil, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}

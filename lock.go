@@ -32,8 +32,9 @@ type Lock struct {
 
 	mu        sync.Mutex
 	terms     terms  // of the last acquire or extend
-	confirmed int    // nodes that confirmed the last acquire or extend
-	gone      []bool // by node: told that it no longer holds the lock (see goneNews); nil until one is
+	confirmed int    // nodes that hold the lock after its last acquire or extend
+	had       []bool // by node: it has held the lock's token (see goneNews)
+	gone      []bool // by node: told that it does not hold the lock (see goneNews); nil until one is
 	until     time.Time
 	released  bool
 	lost      bool  // the lock ended otherwise: see lose
@@ -73,7 +74,14 @@ func (l *Lock) finish() {
 
 // Extend makes the lock valid for ttl from the start of this call: every
 // node that still holds its token, asked all at once, keeps the key for at
-// least ttl. It succeeds when a quorum did so within the new validity;
+// least ttl; a plain lock also takes its key on every node where the key
+// is free (as an acquire would there; another's key is never touched), so
+// a lock won while a node held another's key is back on that node, and
+// Confirmed counts it. It succeeds when a quorum of the nodes that still
+// held the token did so within the new validity (a key taken where it was
+// free does not count toward it, and is deleted again when the lock is
+// found lost); it waits for the nodes about as fast as that quorum (as
+// long again as the quorum took, at least 5 ms), not for slower ones;
 // Until is then the start of the call plus ttl less the drift allowance,
 // earlier than before when ttl is shorter than what was left. A node never
 // shortens a key (it keeps the longer of what is left and ttl), so a late
@@ -142,7 +150,7 @@ func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) 
 
 	start := c.cfg.clock.Now()
 	wall := time.Now()
-	t, settled := c.fanOut(ctx, tm.within(timeout), decidedAt(len(c.nodes), l.quorum), nil, l.settled, l.kind.extend(l.token, tm.ttl))
+	t, settled := c.fanOut(ctx, tm.within(timeout), c.extendDone(l.quorum, l.settled), nil, l.settled, l.kind.extend(l.token, tm.ttl))
 	l.settled = settled
 	lost, err = l.judgeExtend(ctx, tm, start, c.cfg.clock.Now().Sub(start), t)
 	degraded := func() {}
@@ -158,14 +166,19 @@ func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) 
 
 // judgeExtend is an extend's outcome on the terms tm, begun at start and
 // answered as t after elapsed: whether the nodes showed the lock lost, and
-// the error when it was not extended. It records the new lease.
+// the error when it was not extended. It records the new lease. It is won,
+// or shown lost, on the nodes that kept the token (tally.kept), as if no
+// key had been taken where it was free: those taken count in Confirmed,
+// and are dropped again when the lock is found lost.
 func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elapsed time.Duration, t tally) (lost bool, err error) {
 	c := l.client
 	ttl, drift := tm.ttl, tm.drift
 	if err := l.refusedExtend(); err != nil {
 		return false, err
 	}
-	shown := t.no > len(c.nodes)-l.quorum
+	n, kept := len(c.nodes), t.kept()
+	without := t.no + t.yes - kept // answered without the token before the call
+	shown := without > n-l.quorum
 	l.mu.Lock()
 	ended := l.released || l.lost
 	if shown {
@@ -178,31 +191,59 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 	if ended {
 		// Declared lost while the extend was out: an extend does not bring
 		// it back. Its keys expire with the ttl, or go with Release.
+		l.dropTaken(ctx, tm, t)
 		return false, l.over()
 	}
-	if t.yes >= l.quorum && validity(ttl, elapsed, drift) > 0 {
+	if kept >= l.quorum && validity(ttl, elapsed, drift) > 0 {
 		l.mu.Lock()
 		l.confirmed = t.yes
 		l.mu.Unlock()
 		l.setLease(tm.now(c), start.Add(ttl-drift)) // with the node timeout its replies teach
 		return false, nil
 	}
-	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), t.yes, len(c.nodes), l.quorum)
-	if t.yes >= l.quorum {
+	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), kept, n, l.quorum)
+	if kept >= l.quorum {
 		detail = fmt.Sprintf("%s: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.kind.describe(), elapsed, ttl, drift)
 	}
 	_, until := l.lease()
 	now := c.cfg.clock.Now()
 	switch {
 	case shown:
-		detail += fmt.Sprintf(", and %d nodes no longer hold its token", t.no)
+		detail += fmt.Sprintf(", and %d nodes no longer held its token", without)
 	case !now.Before(until):
 		detail += ", and its validity ran out"
 	default:
 		detail = fmt.Sprintf("extend of %s; the lock is still valid until %s (%v left)", detail, until.Format("15:04:05.000"), until.Sub(now).Round(time.Millisecond))
 		return false, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
 	}
+	l.dropTaken(ctx, tm, t)
 	return true, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+}
+
+// dropTaken deletes the keys that the extend t took where they were free,
+// once the lock is found lost, in order before the lock's later calls: a
+// lost lock leaves no key it did not have. It waits for those nodes'
+// answers (at most the node timeout), so that the key is free there once
+// the loss is told; a node that fails keeps it until its ttl.
+func (l *Lock) dropTaken(ctx context.Context, tm terms, t tally) {
+	skip := make([]bool, len(t.answers))
+	some := false
+	for i := range t.answers {
+		skip[i] = !t.takenAt(i)
+		some = some || !skip[i]
+	}
+	if !some {
+		return
+	}
+	answered := func(r *tally) bool {
+		for i, a := range r.answers {
+			if !skip[i] && a == unanswered {
+				return false
+			}
+		}
+		return true
+	}
+	_, l.settled = l.client.fanOut(context.WithoutCancel(ctx), tm, answered, skip, l.settled, l.kind.drop(l.token))
 }
 
 // refusedExtend returns the error of an extend on a Client found to reach

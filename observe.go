@@ -46,8 +46,11 @@ const (
 	// that failed (Err says how; Node and Addr name it): it survives fewer
 	// failures. Reported once per node until the node answers again (a
 	// node that hangs, once its call has failed: go-redis's read timeout);
-	// and once per lock and node when a node answers an extend or a
-	// renewal without the lock's key (expired, evicted, restarted empty).
+	// and once per lock and node when a node that held the lock answers
+	// an extend or a renewal without its key, or with the key taken again
+	// (it expired, was evicted, or the node restarted empty). A node where
+	// the lock was never taken (another's key sat there when it was won:
+	// contention) is not reported, only logged at Debug.
 	OpDegraded Op = "degraded"
 )
 
@@ -221,7 +224,15 @@ func (c *Client) news(errs []error) []error {
 func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell func()) {
 	news := c.news(t.errs)
 	if l != nil {
-		news = append(news, l.goneNews(c, t)...)
+		lost, never := l.goneNews(c, t)
+		news = append(news, lost...)
+		if len(never) > 0 {
+			// Contention, not a fault: another holder's key (an attempt
+			// that lost, a release not landed yet) sat there when the lock
+			// was won, and still does.
+			c.cfg.logger.DebugContext(ctx, "redlock: a lock is held without nodes where it was never taken; its extends take the key there once it is free",
+				"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(never...))
+		}
 	}
 	if len(news) == 0 {
 		return func() {}
@@ -241,30 +252,62 @@ func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell f
 	}
 }
 
-// errNotHeldThere is why a node that answers an extend without l's token
-// does not count.
-var errNotHeldThere = errors.New("the node no longer holds the lock (its key expired, was evicted, or the node restarted empty)")
+// Why a node that answers an extend does not count, or counts anew: the
+// lock was never taken there (it was won on a quorum while the node held
+// another's key, and the key is not free yet, or the kind's extend does
+// not take a free key: see docs/algorithm.md, "Extend"), or the node held
+// it and no longer does.
+var (
+	errNeverTakenThere = errors.New("the lock was never taken on the node: when it was acquired, the node held the key for another holder, and the key is not free for this lock yet")
+	errLostThere       = errors.New("the node held the lock and no longer does: its key expired, was evicted, or the node restarted empty")
+	errRetakenThere    = errors.New("the node held the lock and had lost it (its key expired, was evicted, or the node restarted empty); the extend took the key there again")
+)
 
-// goneNews returns, for each node that answered t without l's token and
-// has not been told of since it last held it, an error to tell; and notes
-// the nodes that hold it again.
-func (l *Lock) goneNews(c *Client, t tally) []error {
+// heldOn returns, by node, whether t answered that it holds the lock.
+func heldOn(t tally) []bool {
+	had := make([]bool, len(t.answers))
+	for i, a := range t.answers {
+		had[i] = a == holds
+	}
+	return had
+}
+
+// goneNews returns, for each node that answered t without l's token, or
+// took it again after losing it, and has not been told of since it last
+// held it, an error to tell: in lost, the nodes that held the lock and
+// lost it (OpDegraded); in never, those where it was never taken, which
+// tell of contention rather than of a node's fault. It notes the nodes
+// that hold it now.
+func (l *Lock) goneNews(c *Client, t tally) (lost, never []error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []error
+	if l.had == nil {
+		l.had = make([]bool, len(t.answers))
+	}
 	for i, ans := range t.answers {
 		switch {
-		case ans == holds && l.gone != nil:
-			l.gone[i] = false
+		case ans == holds:
+			if t.takenAt(i) && l.had[i] {
+				lost = append(lost, c.nodeError(i, errRetakenThere))
+			}
+			l.had[i] = true
+			if l.gone != nil {
+				l.gone[i] = false
+			}
 		case ans == holdsNot:
 			if l.gone == nil {
 				l.gone = make([]bool, len(t.answers))
 			}
-			if !l.gone[i] {
-				l.gone[i] = true
-				out = append(out, c.nodeError(i, errNotHeldThere))
+			if l.gone[i] {
+				continue
+			}
+			l.gone[i] = true
+			if l.had[i] {
+				lost = append(lost, c.nodeError(i, errLostThere))
+			} else {
+				never = append(never, c.nodeError(i, errNeverTakenThere))
 			}
 		}
 	}
-	return out
+	return lost, never
 }

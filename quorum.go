@@ -147,7 +147,8 @@ const graceFloor = 5 * time.Millisecond
 // withGrace stops when stop does, or once decided says the outcome is
 // known and as long again has passed (at least graceFloor): the nodes
 // about as fast as the deciding ones are still waited for (their keys
-// known, a release confirmed there), but not a frozen or slow node, whose
+// known and counted by Confirmed, a release confirmed there), but not a
+// frozen or slow node, whose
 // call finishes in the background, in order (see fanOut).
 func withGrace(stop, decided func(*tally) bool) func(*tally) bool {
 	return func(t *tally) bool {
@@ -176,24 +177,71 @@ func (c *Client) onlyFailingLeft(before settlement) func(*tally) bool {
 	return func(t *tally) bool { return !c.awaits(t, before) }
 }
 
-// attemptDone is an attempt's stop condition: q nodes hold, or only
-// failing nodes (frozen or cut off) have yet to answer; or, after a grace
-// (withGrace), q is out of reach, so that the cleanup sees which of the
-// nodes about as fast took the key (a failing node's delete follows its
-// SET there: see fanOut). An eager attempt returns at once when q is won
-// or out of reach, and waits only the grace for failing nodes. Unlike a
-// Release, it gives failing nodes no grace once the others have answered:
-// under a load that makes nodes time out, that would double every failed
-// attempt, and the calls queued behind them would pile up.
+// attemptDone is an attempt's stop condition: only failing nodes (frozen
+// or cut off) have yet to answer; or, once q nodes hold or q is out of
+// reach, a grace (withGrace) has passed: the nodes about as fast are still
+// heard, so that a won lock's Confirmed counts them and a failed attempt's
+// cleanup sees which of them took the key (a failing node's delete follows
+// its SET there: see fanOut). An eager attempt returns at once when q is
+// out of reach. Unlike a Release, it gives failing nodes no grace once the
+// others have answered (an eager attempt: only the grace): under a load
+// that makes nodes time out, that would double every failed attempt, and
+// the calls queued behind them would pile up.
 func (c *Client) attemptDone(q int, eager bool) func(*tally) bool {
-	decided, failing := decidedAt(len(c.nodes), q), c.onlyFailingLeft(settlement{})
+	n, failing := len(c.nodes), c.onlyFailingLeft(settlement{})
 	if eager {
-		return withGrace(decided, failing)
+		return withGrace(func(t *tally) bool {
+			won, lost := decide(n, q, t.yes, t.notYes)
+			return lost || won && failing(t)
+		}, func(t *tally) bool { return t.yes >= q || failing(t) })
 	}
 	return withGrace(func(t *tally) bool {
-		return t.yes >= q || t.yes+t.notYes > 0 && failing(t)
+		return t.yes+t.notYes > 0 && failing(t)
+	}, decidedAt(n, q))
+}
+
+// extendDone is an extend's stop condition: decided (q nodes kept the
+// token, or so many did not that q is out of reach; see tally.kept) and
+// only failing nodes, or nodes still out past the deadline of the lock's
+// previous call there (before), are left; or the grace of withGrace has
+// passed since it was decided, so that Confirmed counts the nodes about as
+// fast as the deciding ones, but not a frozen or slow one.
+func (c *Client) extendDone(q int, before settlement) func(*tally) bool {
+	n := len(c.nodes)
+	decided := func(t *tally) bool {
+		kept := t.kept()
+		won, lost := decide(n, q, kept, t.notYes+t.yes-kept)
+		return won || lost
+	}
+	return withGrace(func(t *tally) bool {
+		return decided(t) && !c.awaits(t, before)
 	}, decided)
 }
+
+// kept counts the nodes of an extend's tally that held the lock's token
+// before the call: its script answered 1 (extend.lua). A node that answered
+// 2 took the key where it was free: it holds the lock now (counted in yes,
+// and so by Confirmed) but says nothing of whether it held it until then,
+// so an extend is won, or shown lost, on the kept nodes alone.
+func (t *tally) kept() int {
+	kept := 0
+	for i, a := range t.answers {
+		if a == holds && t.values[i] == 1 {
+			kept++
+		}
+	}
+	return kept
+}
+
+// takenAt reports whether node i answered an extend that the key was free
+// and is now the lock's (extend.lua's 2).
+func (t *tally) takenAt(i int) bool {
+	return t.answers[i] == holds && t.values[i] == takenFree
+}
+
+// takenFree is what an extend script answers for a node where the key was
+// free and now holds the lock's token (extend.lua, renew_batch.lua).
+const takenFree = 2
 
 // releasedAt is Release's stop condition: every node has answered, or q
 // nodes (counting base confirmed before) deleted the token and the nodes

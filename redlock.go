@@ -412,7 +412,7 @@ func (c *Client) grant(ctx context.Context, a *acquisition, t tally, fence int64
 	c.leaveTheLine(ctx, a, t)
 	l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: k.quorum(len(c.nodes)), token: a.token, run: runOf(a.token), fence: fence, terms: a.cfg.terms.now(c),
 		until: a.start.Add(a.cfg.ttl - a.cfg.drift), settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew,
-		acquired: time.Now(), confirmed: t.yes}
+		acquired: time.Now(), confirmed: t.yes, had: heldOn(t)}
 	if a.cfg.autoRenew {
 		c.sched.renew(l)
 	}

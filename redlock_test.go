@@ -1682,6 +1682,10 @@ func recoveredCluster(t *testing.T) (c *cluster, rc *redlock.Client, lock *redlo
 		t.Fatalf("Extend: %v, want ErrNotConfirmed", err)
 	}
 	redlock.WaitSettled(lock)
+	// And their sends have returned: a release waits in a node's pipe for
+	// an overdue extend of its key, which may take the key there (as for
+	// an acquire), and the recovered nodes would answer it late.
+	waitFor(t, "the stalled extends to return", func() bool { return redlock.PipesIdle(rc) })
 	stall[1].armed.Store(false)
 	stall[2].armed.Store(false)
 	return c, rc, lock, func() {

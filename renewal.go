@@ -352,7 +352,7 @@ func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms)
 			wait = tm
 		}
 	}
-	return nodeOp{Script: renewBatchScript, Keys: keys, Args: args, Many: true, Holds: true}, leases, wait
+	return nodeOp{Script: renewBatchScript, Keys: keys, Args: args, Many: true, Holds: true, Takes: true}, leases, wait
 }
 
 // renewalOver reports a renewal's outcome, ends the lock if the nodes
@@ -449,7 +449,7 @@ func decidedEach(n int, locks []*Lock) func(*tally) bool {
 			for i, a := range t.answers {
 				switch {
 				case a == unanswered:
-				case t.heldAt(i, j):
+				case t.heldAt(i, j) && t.many[i][j] == 1: // kept (see tally.kept)
 					yes++
 				default:
 					notYes++
@@ -476,7 +476,8 @@ func (t *tally) of(j, n int) tally {
 	for i, a := range t.answers {
 		switch {
 		case t.heldAt(i, j):
-			lt.answers[i], lt.values[i] = holds, 1
+			lt.answers[i], lt.values[i] = holds, t.many[i][j] // 1 kept, 2 taken where free
+
 			lt.yes++
 		case a == holds:
 			lt.answers[i] = holdsNot

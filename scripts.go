@@ -151,8 +151,10 @@ func raiseFenceOn(fences []string, token int64, keep time.Duration) nodeOp {
 	return nodeOp{Script: raiseFenceScript, Keys: fences, Args: []any{token, pxMillis(keep)}, Holds: true}
 }
 
+// extendOn lengthens key where it holds token and takes it where it is
+// free (extend.lua): it may take a key, as an acquire does.
 func extendOn(key, token string, ttl time.Duration) nodeOp {
-	return nodeOp{Script: extendScript, Keys: []string{key}, Args: []any{token, pxMillis(ttl)}, Holds: true}
+	return nodeOp{Script: extendScript, Keys: []string{key}, Args: []any{token, pxMillis(ttl)}, Holds: true, Takes: true}
 }
 
 // releaseOn deletes key if it holds token or, when run is not "", one of
