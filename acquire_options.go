@@ -74,8 +74,10 @@ func WithPermits(permits int) AcquireOption {
 // waiter that stops trying (its process died) loses its place on a node
 // after its patience from its last attempt there: 4s, or 8 node timeouts
 // if longer (WithNodeTimeout's, or a tenth of the ttl, not lengthened by
-// the round trips). A fair Acquire tries at least every quarter of its
-// patience, whatever its retry policy, to keep its place. An attempt that
+// the round trips). A fair Acquire with the default retry policy tries at
+// least every quarter of its patience, to keep its place; one given
+// WithRetry waits as its policy says, and a delay longer than the patience
+// loses the place on the nodes until its next attempt. An attempt that
 // took the key on some nodes and failed keeps the waiter's place there.
 // TryAcquire with Fair draws a ticket, tries once, and leaves the queue
 // when it fails. Default: not fair.

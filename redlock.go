@@ -236,11 +236,15 @@ func (w *waiting) listen(ctx context.Context, c *Client, qe *quorumError, failed
 // delay is the wait before the next attempt after the failed attempt that
 // qe tells of, and the watch to listen on meanwhile (nil: none).
 func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout time.Duration, fresh bool) (time.Duration, *releaseWatch) {
-	delay := ac.retry.Delay(failed)
+	given := ac.retry.Delay(failed)
+	delay := given
+	// The library's own pacing is for its default policy: a policy given
+	// with WithRetry is followed as given, but for a release heard.
+	paced := ac.retry == defaultRetry
 	if w.woken {
 		w.wokeAt = time.Now()
 	}
-	if w.watch.subscribed() && ac.retry == defaultRetry && time.Since(w.wokeAt) > subscribedPoll {
+	if paced && w.watch.subscribed() && time.Since(w.wokeAt) > subscribedPoll {
 		// The release will be heard: the timer is only for one missed
 		// (the node fails) or never announced (the key expires). Not
 		// right after a release was heard: a refusal then may be that
@@ -259,7 +263,7 @@ func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout t
 		w.lastHolder = qe.holder
 	}
 	if w.inLine {
-		delay = w.line.nextWait(delay, w.first)
+		delay = w.line.nextWait(delay, w.first, paced)
 	}
 	if fresh {
 		// A release between the refusal and the subscription was
@@ -268,11 +272,16 @@ func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout t
 	}
 	if qe.unreachable {
 		// A majority is down, frozen or cut off: attempts fail at once
-		// and the next cannot do better soon. A few a second, and a
-		// release heard meanwhile (our own undo) does not cut the wait.
-		// A fair waiter keeps its own pace (nextWait): held back, one
-		// that a node's restart left out of some queues was overtaken.
-		if !w.inLine {
+		// and the next cannot do better soon. A release heard meanwhile
+		// (our own undo) does not cut the wait, nor does a wake-up
+		// before: a given policy's delay is waited as it is, and the
+		// default's is a few a second. A fair waiter keeps its own pace
+		// (nextWait): held back, one that a node's restart left out of
+		// some queues was overtaken.
+		switch {
+		case !paced:
+			delay = given
+		case !w.inLine:
 			delay = max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
 		}
 		return delay, nil
