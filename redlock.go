@@ -62,7 +62,8 @@ import (
 // ErrMisconfigured), it returns at once with an error matching both
 // ErrNotAcquired and ErrMisconfigured. When ctx ends first, the error
 // matches both ErrNotAcquired and ctx.Err(), and joins the last attempt's
-// *NodeError values.
+// *NodeError values; it also matches ErrTaken when a quorum refused that
+// attempt because another holder has the key.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	ac, err := c.acquireConfig(key, ttl, opts)
 	if err != nil {
@@ -76,8 +77,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 //
 // It returns an error matching ErrNotAcquired when fewer than a quorum of
 // nodes took the lock or its validity was spent, joined with a *NodeError
-// for every node that failed; when ctx ended, the error also matches
-// ctx.Err(); when two nodes reach one server, or misconfigured nodes keep
+// for every node that failed; it also matches ErrTaken when a quorum
+// refused because another holder has the key, and ctx.Err() when ctx ended;
+// when two nodes reach one server, or misconfigured nodes keep
 // a quorum out of reach, it also matches ErrMisconfigured. Bad input gives an error matching ErrInvalidArgument,
 // before any node is contacted.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
@@ -392,8 +394,13 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	switch {
 	case t.outOfReach(q):
 		detail = fmt.Sprintf("%s: %d of %d nodes are misconfigured, so a quorum of %d is out of reach", k.describe(), t.broken, len(c.nodes), q)
+	case t.no >= q:
+		detail = k.describe() + ": " + fmt.Sprintf(heldElsewhere(t, q), t.no, len(c.nodes), q)
 	case t.yes < q:
 		detail = fmt.Sprintf("%s: taken on %d of %d nodes, quorum %d", k.describe(), t.yes, len(c.nodes), q)
+		if t.no > 0 {
+			detail += fmt.Sprintf(", held elsewhere on %d", t.no)
+		}
 		if t.yes+t.no == 0 && ctx.Err() == nil && allTimedOut(t.errs) {
 			detail += c.timeoutHint(a.cfg.timeout)
 		}
@@ -428,7 +435,7 @@ func (c *Client) grant(ctx context.Context, a *acquisition, t tally, fence int64
 func (c *Client) notAcquired(ctx context.Context, k kind, t tally, q int, detail string) *quorumError {
 	holder, taken := takenByOne(t, q)
 	return &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs,
-		heldOn: listenNode(k.channels(), t.answers, c.deaf), taken: taken, holder: holder,
+		heldOn: listenNode(k.channels(), t.answers, c.deaf), taken: taken, holder: holder, elsewhere: t.no >= q,
 		misconfigured: t.outOfReach(q), silent: t.yes+t.no == 0 && allTimedOut(t.errs),
 		unreachable: len(t.errs) > len(c.nodes)-q}
 }
