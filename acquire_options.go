@@ -89,6 +89,24 @@ func Fair() AcquireOption {
 	})
 }
 
+// WithWaitTimeout bounds how long Acquire, AcquireAll and Do wait for the
+// lock: once d has passed on the Client's Clock since the call, the wait
+// ends as it would if ctx ended, with an error matching ErrNotAcquired
+// (and ErrTaken when the last attempt found the key held elsewhere) that
+// says so, not ctx's error: ctx has not ended. It bounds the wait only:
+// once Do's fn runs, ctx alone bounds it. TryAcquire makes one attempt and
+// ignores it. d must be positive (0 is refused, not read as "no bound").
+// Default: no bound beyond ctx.
+func WithWaitTimeout(d time.Duration) AcquireOption {
+	return acquireOption(func(c *acquireConfig) error {
+		if d <= 0 {
+			return invalid("wait timeout %v must be positive", d)
+		}
+		c.waitTimeout = d
+		return nil
+	})
+}
+
 // AcquireAll acquires a lock on every key at once, all or nothing: on each
 // node one script takes every key if none is held by someone else, so two
 // holders of overlapping sets exclude each other, and no holder can wait
@@ -181,7 +199,8 @@ func (ac acquireConfig) kindFor(key string) kind {
 type acquireConfig struct {
 	terms       // of the Acquire's ttl, the same for every attempt
 	retry       RetryPolicy
-	maxAttempts int // 0: no limit
+	maxAttempts int           // 0: no limit
+	waitTimeout time.Duration // 0: no bound beyond ctx
 	fenced      bool
 	// fenceHorizon: the Client's WithFenceHorizon
 	fenceHorizon time.Duration

@@ -3,6 +3,8 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -79,5 +81,121 @@ func TestErrTaken(t *testing.T) {
 	_, err = rc.TryAcquire(ctx, "k", time.Minute)
 	if !errors.Is(err, redlock.ErrNotAcquired) || errors.Is(err, redlock.ErrTaken) {
 		t.Fatalf("TryAcquire with every node down: %v; want ErrNotAcquired, not ErrTaken", err)
+	}
+}
+
+// TestClient_Do_unconfirmedReleaseIsNotTheJobsFailure: a job that returned
+// nil while the lock was held throughout makes Do return nil, even when a
+// majority of the nodes fails right after the job, so that the release
+// cannot be confirmed: that is logged and told to the Observer, not
+// returned (a worker that retries on error would run the job twice). Do
+// used to return the release's ErrNotConfirmed.
+func TestClient_Do_unconfirmedReleaseIsNotTheJobsFailure(t *testing.T) {
+	c := newCluster(t, 3)
+	var log syncBuffer
+	rec := &recorder{}
+	rc := c.client(t, redlock.WithLogger(slog.New(slog.NewTextHandler(&log, nil))), redlock.WithObserver(rec))
+	healthy := func() {
+		for _, s := range c.servers {
+			s.SetError("")
+		}
+	}
+	defer healthy()
+	err := rc.Do(context.Background(), "job", time.Minute, func(ctx context.Context) error {
+		c.servers[1].SetError("ERR the node fails")
+		c.servers[2].SetError("ERR the node fails")
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do of a job that returned nil under the lock: %v, want nil", err)
+	}
+	rel := rec.seen(redlock.OpRelease)
+	if len(rel) != 1 || !errors.Is(rel[0].Err, redlock.ErrNotConfirmed) {
+		t.Fatalf("release events %+v, want one with an error matching ErrNotConfirmed", rel)
+	}
+	if !strings.Contains(log.String(), "release was not confirmed") {
+		t.Fatalf("log %q: want a warning that the release was not confirmed", log.String())
+	}
+	healthy()
+	jobErr := errors.New("job failed")
+	err = rc.Do(context.Background(), "job2", time.Minute, func(ctx context.Context) error {
+		c.servers[1].SetError("ERR the node fails")
+		c.servers[2].SetError("ERR the node fails")
+		return jobErr
+	})
+	if err != jobErr {
+		t.Fatalf("Do of a job that failed under the lock: %v, want the job's own error", err)
+	}
+}
+
+// TestClient_Do_lostLockToldOnce: a lock lost while the job runs is one
+// error matching ErrLockLost, told once, whatever the job returns: nil, its
+// context's error, or an error wrapping its context's cause (which used to
+// be told twice, with the release's unconfirmed outcome besides).
+func TestClient_Do_lostLockToldOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ret  func(ctx context.Context) error
+		is   error
+	}{
+		{"nil", func(context.Context) error { return nil }, nil},
+		{"ctx.Err", func(ctx context.Context) error { return ctx.Err() }, context.Canceled},
+		{"wrapped cause", func(ctx context.Context) error { return fmt.Errorf("job: %w", context.Cause(ctx)) }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			rc := c.client(t)
+			err := rc.Do(context.Background(), "k", 500*time.Millisecond, func(ctx context.Context) error {
+				c.servers[1].Close() // renewals find no quorum: the lock is lost by its margin
+				c.servers[2].Close()
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Second):
+					t.Error("fn's context still open 10 s into a lock of 500 ms")
+				}
+				return tc.ret(ctx)
+			})
+			if !errors.Is(err, redlock.ErrLockLost) || tc.is != nil && !errors.Is(err, tc.is) {
+				t.Fatalf("Do: %v, want ErrLockLost (and %v)", err, tc.is)
+			}
+			if n := strings.Count(err.Error(), redlock.ErrLockLost.Error()); n != 1 || errors.Is(err, redlock.ErrNotConfirmed) {
+				t.Fatalf("Do: %q tells of the loss %d times (or of the release besides), want once", err, n)
+			}
+		})
+	}
+}
+
+// TestWithWaitTimeout: the wait for a key held elsewhere ends at the bound
+// WithWaitTimeout gives, while ctx has no deadline, with an error that
+// says so and matches ErrNotAcquired and ErrTaken, not a context's error;
+// Do's job does not run. The bound must be positive.
+func TestWithWaitTimeout(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	defer holder.Release(ctx)
+	rc := mustNew(t, c.connect(t))
+	const bound = 200 * time.Millisecond
+	start := time.Now()
+	ran := false
+	err := rc.Do(ctx, "k", time.Minute, func(context.Context) error { ran = true; return nil }, redlock.WithWaitTimeout(bound))
+	took := time.Since(start)
+	if ran || !errors.Is(err, redlock.ErrNotAcquired) || !errors.Is(err, redlock.ErrTaken) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "WithWaitTimeout") {
+		t.Fatalf("Do on a held key with a wait bound: %v (ran %v); want ErrNotAcquired and ErrTaken, no context error, naming WithWaitTimeout", err, ran)
+	}
+	if took < bound || took > 5*time.Second {
+		t.Fatalf("Do with a wait bound of %v returned after %v", bound, took)
+	}
+	for _, d := range []time.Duration{0, -time.Second} {
+		if _, err := rc.Acquire(ctx, "k", time.Minute, redlock.WithWaitTimeout(d)); !errors.Is(err, redlock.ErrInvalidArgument) {
+			t.Fatalf("WithWaitTimeout(%v): %v, want ErrInvalidArgument", d, err)
+		}
+	}
+	// The caller's context still ends the wait first, and then says so.
+	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := rc.Acquire(actx, "k", time.Minute, redlock.WithWaitTimeout(time.Hour)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with ctx ending before the wait bound: %v, want the context's error", err)
 	}
 }

@@ -114,6 +114,13 @@ func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig, attempts
 // inTurn is Acquire's attempts for a lock of kind k, made in the turn of
 // the kind's local queue when it has one (see localqueue.go).
 func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
+	if ac.waitTimeout > 0 {
+		wctx, stop := c.waitBound(ctx, ac.waitTimeout)
+		defer stop()
+		ctx, ac.waitTimeout = wctx, 0
+		lock, err := c.inTurn(ctx, k, ac, attempts)
+		return lock, waitedOut(wctx, err)
+	}
 	// An Acquire bounded by WithMaxAttempts does not wait in the local
 	// queue, whose wait is bounded only by ctx.
 	queue := k.turns()
@@ -123,6 +130,40 @@ func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts 
 	return c.queues.inTurn(ctx, queue, k, ac, attempts, func() (*Lock, error) {
 		return c.acquireLoop(ctx, k, ac, attempts)
 	})
+}
+
+// waitBound is ctx, which also ends, with a *waitedOutError as its cause,
+// once d has passed on the Client's Clock (WithWaitTimeout); stop lets it go.
+func (c *Client) waitBound(ctx context.Context, d time.Duration) (_ context.Context, stop func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-c.cfg.clock.After(d):
+			cancel(&waitedOutError{d})
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, func() { cancel(nil) }
+}
+
+// waitedOutError is why an Acquire's wait ended at its WithWaitTimeout.
+type waitedOutError struct{ d time.Duration }
+
+func (e *waitedOutError) Error() string {
+	return fmt.Sprintf("gave up after waiting %v (WithWaitTimeout)", e.d)
+}
+
+// waitedOut is err, an Acquire's error under wctx (see waitBound): when
+// the wait bound ended it, not the caller's context, the error says so
+// rather than carry a context's error.
+func waitedOut(wctx context.Context, err error) error {
+	var qe *quorumError
+	var wo *waitedOutError
+	if err != nil && errors.As(context.Cause(wctx), &wo) && errors.As(err, &qe) && qe.cause != nil {
+		qe.cause = nil
+		qe.detail += ", " + wo.Error()
+	}
+	return err
 }
 
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
