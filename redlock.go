@@ -435,13 +435,8 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	switch {
 	case t.outOfReach(q):
 		detail = fmt.Sprintf("%s: %d of %d nodes are misconfigured, so a quorum of %d is out of reach", k.describe(), t.broken, len(c.nodes), q)
-	case t.no >= q:
-		detail = k.describe() + ": " + fmt.Sprintf(heldElsewhere(t, q), t.no, len(c.nodes), q)
 	case t.yes < q:
-		detail = fmt.Sprintf("%s: taken on %d of %d nodes, quorum %d", k.describe(), t.yes, len(c.nodes), q)
-		if t.no > 0 {
-			detail += fmt.Sprintf(", held elsewhere on %d", t.no)
-		}
+		detail = k.describe() + ": " + shortOfQuorum(t, len(c.nodes), q)
 		if t.yes+t.no == 0 && ctx.Err() == nil && allTimedOut(t.errs) {
 			detail += c.timeoutHint(a.cfg.timeout)
 		}

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -50,6 +51,20 @@ func tokenStart(name int64) string {
 	}
 	slices.Reverse(b)
 	return string(b)
+}
+
+// shortOfQuorum says why an attempt that got t from n nodes fell short of
+// its quorum q: held elsewhere on a quorum (heldElsewhere), or taken on
+// too few nodes.
+func shortOfQuorum(t tally, n, q int) string {
+	if t.no >= q {
+		return fmt.Sprintf(heldElsewhere(t, q), t.no, n, q)
+	}
+	s := fmt.Sprintf("taken on %d of %d nodes, quorum %d", t.yes, n, q)
+	if t.no > 0 {
+		s += fmt.Sprintf(", held elsewhere on %d", t.no)
+	}
+	return s
 }
 
 // heldElsewhere says, for an attempt that a quorum of q refused (t), who
