@@ -74,8 +74,10 @@ func WithPermits(permits int) AcquireOption {
 // waiter that stops trying (its process died) loses its place on a node
 // after its patience from its last attempt there: 4s, or 8 node timeouts
 // if longer (WithNodeTimeout's, or a tenth of the ttl, not lengthened by
-// the round trips). A fair Acquire tries at least every quarter of its
-// patience, whatever its retry policy, to keep its place. An attempt that
+// the round trips). A fair Acquire with the default retry policy tries at
+// least every quarter of its patience, to keep its place; one given
+// WithRetry waits as its policy says, and a delay longer than the patience
+// loses the place on the nodes until its next attempt. An attempt that
 // took the key on some nodes and failed keeps the waiter's place there.
 // TryAcquire with Fair draws a ticket, tries once, and leaves the queue
 // when it fails. Default: not fair.
@@ -83,6 +85,24 @@ func Fair() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.fair = true
 		c.kinds = append(c.kinds, "Fair")
+		return nil
+	})
+}
+
+// WithWaitTimeout bounds how long Acquire, AcquireAll and Do wait for the
+// lock: once d has passed on the Client's Clock since the call, the wait
+// ends as it would if ctx ended, with an error matching ErrNotAcquired
+// (and ErrTaken when the last attempt found the key held elsewhere) that
+// says so, not ctx's error: ctx has not ended. It bounds the wait only:
+// once Do's fn runs, ctx alone bounds it. TryAcquire makes one attempt and
+// ignores it. d must be positive (0 is refused, not read as "no bound").
+// Default: no bound beyond ctx.
+func WithWaitTimeout(d time.Duration) AcquireOption {
+	return acquireOption(func(c *acquireConfig) error {
+		if d <= 0 {
+			return invalid("wait timeout %v must be positive", d)
+		}
+		c.waitTimeout = d
 		return nil
 	})
 }
@@ -185,7 +205,8 @@ func (ac acquireConfig) kindFor(key string) kind {
 type acquireConfig struct {
 	terms       // of the Acquire's ttl, the same for every attempt
 	retry       RetryPolicy
-	maxAttempts int // 0: no limit
+	maxAttempts int           // 0: no limit
+	waitTimeout time.Duration // 0: no bound beyond ctx
 	fenced      bool
 	// fenceHorizon: the Client's WithFenceHorizon
 	fenceHorizon time.Duration

@@ -18,6 +18,17 @@ var (
 	// context's error with errors.Is.
 	ErrNotAcquired = errors.New("redlock: not acquired")
 
+	// ErrTaken matches, beside ErrNotAcquired, the error of an acquire
+	// whose last attempt a quorum of the nodes refused because another
+	// holder has the key there: nobody can win it until that holder, or
+	// those holders, let go. The message says on how many nodes, and names
+	// the holder when one holder has it on a quorum (by its token's first
+	// characters, as `redis-cli GET key` shows them). It does not match when
+	// nodes failed instead, nor when neither the refusals nor the failures
+	// make a quorum (some nodes held elsewhere, others down): each failed
+	// node is then a *NodeError in the error.
+	ErrTaken = errors.New("redlock: taken")
+
 	// ErrLockLost is returned by Extend when a majority of the nodes
 	// answered that they no longer hold the lock's token, or its validity
 	// is over, and by Release when the lock did not hold until the release:
@@ -108,6 +119,8 @@ type quorumError struct {
 	// quorum: it won, and will announce its release
 	taken  bool
 	holder int64
+	// elsewhere: a quorum answered that other holders have the key (ErrTaken)
+	elsewhere bool
 	// misconfigured: errors that retrying cannot cure put the quorum out
 	// of reach
 	misconfigured bool
@@ -171,8 +184,11 @@ func plural(n int) string {
 }
 
 func (e *quorumError) Unwrap() []error {
-	errs := make([]error, 0, 2+len(e.nodes))
+	errs := make([]error, 0, 3+len(e.nodes))
 	errs = append(errs, e.sentinel)
+	if e.elsewhere {
+		errs = append(errs, ErrTaken)
+	}
 	if e.cause != nil {
 		errs = append(errs, e.cause)
 	}

@@ -13,7 +13,8 @@ import (
 
 // fairPatience is how long a fair waiter keeps its place in a node's queue
 // without trying again there, unless its node timeout asks for longer
-// (terms.patience); it tries at least every quarter of its patience.
+// (terms.patience); with the default retry policy it tries at least every
+// quarter of its patience.
 const fairPatience = 4 * time.Second
 
 // fairPatienceTimeouts is the patience in node timeouts, when that is
@@ -111,15 +112,18 @@ func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumErr
 	}
 }
 
-// nextWait keeps the waiter's place: it tries again within a quarter of its
-// patience, and after wakeSpread (0.5 ms) when the last release named it
-// first in line but it was still refused (the release had not reached
-// every node yet).
-func (k *fair) nextWait(delay time.Duration, first bool) time.Duration {
-	if first {
+// nextWait is delay, but after wakeSpread (0.5 ms) when the last release
+// named the waiter first in line and it was still refused (the release had
+// not reached every node yet); under the default policy (paced), at most a
+// quarter of its patience, which keeps its place.
+func (k *fair) nextWait(delay time.Duration, first, paced bool) time.Duration {
+	switch {
+	case first:
 		return wakeSpread
+	case paced:
+		return min(delay, k.patience/4)
 	}
-	return min(delay, k.patience/4)
+	return delay
 }
 
 func (k *fair) named(payload string) naming {

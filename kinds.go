@@ -62,8 +62,9 @@ type waitsInLine interface {
 	// ac.maxAttempts draws when set).
 	join(ctx context.Context, c *Client, ac acquireConfig) *quorumError
 	// nextWait is the wait before the next attempt, given the retry
-	// policy's delay and whether the last release named this waiter first.
-	nextWait(delay time.Duration, first bool) time.Duration
+	// policy's delay, whether the last release named this waiter first,
+	// and whether the policy is the default (paced by the library).
+	nextWait(delay time.Duration, first, paced bool) time.Duration
 	// named tells whom a release message names first in line.
 	named(payload string) naming
 }

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -265,21 +266,41 @@ func isOpen(ch <-chan struct{}) bool {
 }
 
 // Do runs fn while holding the lock on key: it acquires the lock (retrying
-// until ctx ends, as Acquire does), renews it while fn runs (WithAutoRenew),
-// and releases it when fn returns or panics. fn's context is cancelled as
-// soon as the lock is lost, at the latest the renewal margin before its
-// validity ends (see WithAutoRenew), so that fn can stop while it is still
-// protected; context.Cause of it then says why, with an error matching
-// ErrLockLost. Its Err also reads the Client's Clock: it is not nil as
-// soon as the lock's validity is over, however late a timer fires (after a
-// process pause), so that it never disagrees with LockFrom(ctx).Validity();
-// check it right before each side effect. fn may get the lock from its
-// context with LockFrom.
+// until ctx ends or the WithWaitTimeout bound passes, as Acquire does),
+// renews it while fn runs (WithAutoRenew), and releases it when fn returns
+// or panics. fn's context is cancelled as soon as the lock is lost, at the
+// latest the renewal margin before its validity ends (see WithAutoRenew),
+// so that fn can stop while it is still protected; context.Cause of it
+// then says why, with an error matching ErrLockLost. Its Err also reads
+// the Client's Clock: it is not nil as soon as the lock's validity is
+// over, however late a timer fires (after a process pause), so that it
+// never disagrees with LockFrom(ctx).Validity(); check it right before
+// each side effect. fn may get the lock from its context with LockFrom.
 //
 // Do returns the acquire's error if the lock was not acquired (fn did not
-// run); otherwise fn's error, joined with an error matching ErrLockLost if
-// the lock was lost while fn ran, and with the release's error, if any. A
-// panic in fn is passed on after the lock is released. A nil fn gives
+// run): it matches ErrNotAcquired (see Acquire). When the lock held until
+// fn returned, Do returns fn's own result, nil included: a release that
+// could not be confirmed then (nodes failed; their keys expire with the
+// ttl) is logged as a warning and is the Err of the OpRelease event, not
+// fn's failure. When the lock was lost while fn ran (fn's context was
+// cancelled, or the release found a majority without the lock), Do
+// returns an error matching ErrLockLost, even if fn returned nil: fn may
+// have run unprotected. If fn returned an error too, the one error matches
+// both and tells of the loss once (an error of fn that wraps its context's
+// cause is returned as it is). A worker that runs jobs checks:
+//
+//	err := c.Do(ctx, key, ttl, job, redlock.WithWaitTimeout(time.Second))
+//	switch {
+//	case errors.Is(err, redlock.ErrNotAcquired):
+//		// job did not run: another holder has the key (ErrTaken), the
+//		// nodes failed, or the wait or ctx ended
+//	case errors.Is(err, redlock.ErrLockLost):
+//		// job may have run in part without the lock: check before a rerun
+//	case err != nil:
+//		// job failed under the lock
+//	}
+//
+// A panic in fn is passed on after the lock is released. A nil fn gives
 // ErrInvalidArgument.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
 	if err := nilContext(ctx, "Client.Do"); err != nil {
@@ -303,15 +324,34 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		default:
 		}
 		rerr := lock.Release(context.WithoutCancel(ctx))
-		if lost != nil && errors.Is(rerr, ErrLockLost) {
-			rerr = nil // the same news
+		switch {
+		case errors.Is(rerr, ErrLockLost):
+			lost = cmp.Or(lost, rerr) // the same news, or found at the release
+		case rerr != nil:
+			// fn ran under the lock: only the release is unconfirmed, which
+			// the Observer hears of as the OpRelease event's Err.
+			c.cfg.logger.WarnContext(ctx, "redlock: Do: the release was not confirmed; the keys left expire with the ttl", "key", key, "err", rerr)
 		}
 		if p != nil {
 			panic(p)
 		}
-		err = errors.Join(err, lost, rerr)
+		err = withLoss(err, lost)
 	}()
 	return fn(fnCtx)
+}
+
+// withLoss is Do's result when fn returned err and the lock was lost while
+// it ran (lost, nil if it held): the loss, told once, matching err too.
+func withLoss(err, lost error) error {
+	switch {
+	case lost == nil:
+		return err
+	case err == nil:
+		return lost
+	case errors.Is(err, lost):
+		return err // fn returned its context's cause: the loss
+	}
+	return fmt.Errorf("%w; the job returned: %w", lost, err)
 }
 
 // lossCause is why the lock was lost (matching ErrLockLost), or nil when

@@ -62,7 +62,8 @@ import (
 // ErrMisconfigured), it returns at once with an error matching both
 // ErrNotAcquired and ErrMisconfigured. When ctx ends first, the error
 // matches both ErrNotAcquired and ctx.Err(), and joins the last attempt's
-// *NodeError values.
+// *NodeError values; it also matches ErrTaken when a quorum refused that
+// attempt because another holder has the key.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if err := nilContext(ctx, "Client.Acquire"); err != nil {
 		return nil, err
@@ -79,8 +80,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 //
 // It returns an error matching ErrNotAcquired when fewer than a quorum of
 // nodes took the lock or its validity was spent, joined with a *NodeError
-// for every node that failed; when ctx ended, the error also matches
-// ctx.Err(); when two nodes reach one server, or misconfigured nodes keep
+// for every node that failed; it also matches ErrTaken when a quorum
+// refused because another holder has the key, and ctx.Err() when ctx ended;
+// when two nodes reach one server, or misconfigured nodes keep
 // a quorum out of reach, it also matches ErrMisconfigured. Bad input gives an error matching ErrInvalidArgument,
 // before any node is contacted.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
@@ -118,6 +120,13 @@ func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig, attempts
 // inTurn is Acquire's attempts for a lock of kind k, made in the turn of
 // the kind's local queue when it has one (see localqueue.go).
 func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
+	if ac.waitTimeout > 0 {
+		wctx, stop := c.waitBound(ctx, ac.waitTimeout)
+		defer stop()
+		ctx, ac.waitTimeout = wctx, 0
+		lock, err := c.inTurn(ctx, k, ac, attempts)
+		return lock, waitedOut(wctx, err)
+	}
 	// An Acquire bounded by WithMaxAttempts does not wait in the local
 	// queue, whose wait is bounded only by ctx.
 	queue := k.turns()
@@ -127,6 +136,40 @@ func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts 
 	return c.queues.inTurn(ctx, queue, k, ac, attempts, func() (*Lock, error) {
 		return c.acquireLoop(ctx, k, ac, attempts)
 	})
+}
+
+// waitBound is ctx, which also ends, with a *waitedOutError as its cause,
+// once d has passed on the Client's Clock (WithWaitTimeout); stop lets it go.
+func (c *Client) waitBound(ctx context.Context, d time.Duration) (_ context.Context, stop func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-c.cfg.clock.After(d):
+			cancel(&waitedOutError{d})
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, func() { cancel(nil) }
+}
+
+// waitedOutError is why an Acquire's wait ended at its WithWaitTimeout.
+type waitedOutError struct{ d time.Duration }
+
+func (e *waitedOutError) Error() string {
+	return fmt.Sprintf("gave up after waiting %v (WithWaitTimeout)", e.d)
+}
+
+// waitedOut is err, an Acquire's error under wctx (see waitBound): when
+// the wait bound ended it, not the caller's context, the error says so
+// rather than carry a context's error.
+func waitedOut(wctx context.Context, err error) error {
+	var qe *quorumError
+	var wo *waitedOutError
+	if err != nil && errors.As(context.Cause(wctx), &wo) && errors.As(err, &qe) && qe.cause != nil {
+		qe.cause = nil
+		qe.detail += ", " + wo.Error()
+	}
+	return err
 }
 
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
@@ -242,11 +285,15 @@ func (w *waiting) listen(ctx context.Context, c *Client, qe *quorumError, failed
 // delay is the wait before the next attempt after the failed attempt that
 // qe tells of, and the watch to listen on meanwhile (nil: none).
 func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout time.Duration, fresh bool) (time.Duration, *releaseWatch) {
-	delay := ac.retry.Delay(failed)
+	given := ac.retry.Delay(failed)
+	delay := given
+	// The library's own pacing is for its default policy: a policy given
+	// with WithRetry is followed as given, but for a release heard.
+	paced := ac.retry == defaultRetry
 	if w.woken {
 		w.wokeAt = time.Now()
 	}
-	if w.watch.subscribed() && ac.retry == defaultRetry && time.Since(w.wokeAt) > subscribedPoll {
+	if paced && w.watch.subscribed() && time.Since(w.wokeAt) > subscribedPoll {
 		// The release will be heard: the timer is only for one missed
 		// (the node fails) or never announced (the key expires). Not
 		// right after a release was heard: a refusal then may be that
@@ -265,7 +312,7 @@ func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout t
 		w.lastHolder = qe.holder
 	}
 	if w.inLine {
-		delay = w.line.nextWait(delay, w.first)
+		delay = w.line.nextWait(delay, w.first, paced)
 	}
 	if fresh {
 		// A release between the refusal and the subscription was
@@ -274,11 +321,16 @@ func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout t
 	}
 	if qe.unreachable {
 		// A majority is down, frozen or cut off: attempts fail at once
-		// and the next cannot do better soon. A few a second, and a
-		// release heard meanwhile (our own undo) does not cut the wait.
-		// A fair waiter keeps its own pace (nextWait): held back, one
-		// that a node's restart left out of some queues was overtaken.
-		if !w.inLine {
+		// and the next cannot do better soon. A release heard meanwhile
+		// (our own undo) does not cut the wait, nor does a wake-up
+		// before: a given policy's delay is waited as it is, and the
+		// default's is a few a second. A fair waiter keeps its own pace
+		// (nextWait): held back, one that a node's restart left out of
+		// some queues was overtaken.
+		switch {
+		case !paced:
+			delay = given
+		case !w.inLine:
 			delay = max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
 		}
 		return delay, nil
@@ -390,7 +442,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	case t.outOfReach(q):
 		detail = fmt.Sprintf("%s: %d of %d nodes are misconfigured, so a quorum of %d is out of reach", k.describe(), t.broken, len(c.nodes), q)
 	case t.yes < q:
-		detail = fmt.Sprintf("%s: taken on %d of %d nodes, quorum %d", k.describe(), t.yes, len(c.nodes), q)
+		detail = k.describe() + ": " + shortOfQuorum(t, len(c.nodes), q)
 		if t.yes+t.no == 0 && ctx.Err() == nil && allTimedOut(t.errs) {
 			detail += c.timeoutHint(a.cfg.timeout)
 		}
@@ -425,7 +477,7 @@ func (c *Client) grant(ctx context.Context, a *acquisition, t tally, fence int64
 func (c *Client) notAcquired(ctx context.Context, k kind, t tally, q int, detail string) *quorumError {
 	holder, taken := takenByOne(t, q)
 	return &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs,
-		heldOn: listenNode(k.channels(), t.answers, c.deaf), taken: taken, holder: holder,
+		heldOn: listenNode(k.channels(), t.answers, c.deaf), taken: taken, holder: holder, elsewhere: t.no >= q,
 		misconfigured: t.outOfReach(q), silent: t.yes+t.no == 0 && allTimedOut(t.errs),
 		unreachable: len(t.errs) > len(c.nodes)-q}
 }

@@ -49,8 +49,9 @@ var defaultRetry RetryPolicy = defaultPolicy{exponentialBackoff{base: defaultRet
 type defaultPolicy struct{ exponentialBackoff }
 
 // unreachablePoll is the least wait (up to half as long again, at random)
-// between an Acquire's attempts while so many nodes fail that no quorum
-// can form: each attempt would only be cleaned up on the nodes that answer.
+// between the attempts of an Acquire with the default policy while so
+// many nodes fail that no quorum can form: each attempt would only be
+// cleaned up on the nodes that answer.
 const unreachablePoll = 250 * time.Millisecond
 
 // subscribedPoll is the least wait (up to half as long again, at random)
@@ -130,24 +131,19 @@ func (o retryOption) applyClient(c *config) error { return o.apply(&c.retry, &c.
 
 func (o retryOption) applyAcquire(c *acquireConfig) error { return o.apply(&c.retry, &c.maxAttempts) }
 
-// WithRetry sets how long Acquire waits between attempts. Given to New it
-// sets the Client's default; given to Acquire it applies to that call.
-// TryAcquire makes one attempt and ignores it. The policy must not be nil.
-// Default: ExponentialBackoff(10ms, 320ms); once the Acquire is subscribed
-// to the lock's release announcements (it then tries again as soon as a
-// release is heard, and once right after subscribing), it waits at least
-// 1 s (up to 1.5 s) between attempts: at most one a second per waiter.
-//
-// Any policy given here, the default's parameters included, is followed
-// with four exceptions: a release heard ends the wait at once; so does a
-// release subscription confirmed after the Acquire stopped waiting for it
-// (a release before it was announced to nobody); for up to a node timeout
-// after a release was heard, an attempt refused with no holder on a
-// quorum (a split vote) or with the same holder as the refusal before (the
-// release not yet landed on a quorum) waits at most 2.5 ms, while a new
-// holder is waited for as the policy says; and while so many nodes fail
-// that no quorum can form, the wait is at least 250 ms (up to 375 ms). A
-// fair lock's waiter also tries at least every quarter of its patience.
+// WithRetry sets how long Acquire waits between attempts: p.Delay(n)
+// after the n-th failed attempt. Given to New it sets the Client's
+// default; given to Acquire it applies to that call. TryAcquire makes one
+// attempt and ignores it. The policy must not be nil. A given policy is
+// followed as given, but for the lock's release: announced by the nodes,
+// it ends the wait at once (so does the subscription to the announcements
+// when confirmed: a release before it was heard by nobody), and a waiter
+// refused while the release reaches the other nodes tries again within
+// 2.5 ms. Default: ExponentialBackoff(10ms, 320ms), paced by the library
+// besides: at least 1 s (up to 1.5 s) between attempts once subscribed to
+// the announcements, at least 250 ms (up to 375 ms) while so many nodes
+// fail that no quorum can form, and for a fair lock at most a quarter of
+// its patience (see Fair).
 func WithRetry(p RetryPolicy) RetryOption { return retryOption{policy: p} }
 
 // WithMaxAttempts bounds how many attempts Acquire makes: once n attempts

@@ -3,6 +3,9 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
 	"time"
 )
 
@@ -27,6 +30,66 @@ func holderName(token string) int64 {
 		n = n*64 + int64(token[i]%64)
 	}
 	return -(n + 1)
+}
+
+// tokenStart is the first characters of the token that holderName named
+// name, when they are of newToken's alphabet (base32: A-Z, 2-7), else "".
+func tokenStart(name int64) string {
+	if name >= -1 {
+		return ""
+	}
+	var b []byte
+	for n := -(name + 1); n > 0; n /= 64 {
+		switch d := byte(n % 64); {
+		case d >= 1 && d <= 26:
+			b = append(b, 'A'+d-1)
+		case d >= '2' && d <= '7':
+			b = append(b, d)
+		default:
+			return ""
+		}
+	}
+	slices.Reverse(b)
+	return string(b)
+}
+
+// shortOfQuorum says why an attempt that got t from n nodes fell short of
+// its quorum q: held elsewhere on a quorum (heldElsewhere), or taken on
+// too few nodes.
+func shortOfQuorum(t tally, n, q int) string {
+	if t.no >= q {
+		return fmt.Sprintf(heldElsewhere(t, q), t.no, n, q)
+	}
+	s := fmt.Sprintf("taken on %d of %d nodes, quorum %d", t.yes, n, q)
+	if t.no > 0 {
+		s += fmt.Sprintf(", held elsewhere on %d", t.no)
+	}
+	return s
+}
+
+// heldElsewhere says, for an attempt that a quorum of q refused (t), who
+// holds the key on the nodes that refused: one holder, named by its
+// token's start when the nodes named it; several; or, when the nodes did
+// not say (locks of other kinds than plain), nobody in particular.
+func heldElsewhere(t tally, q int) string {
+	names := map[int64]bool{}
+	for i, a := range t.answers {
+		if a == holdsNot {
+			names[t.values[i]] = true
+		}
+	}
+	holder, one := takenByOne(t, q)
+	switch {
+	case one && holder == -1:
+		return "held by a lock of another kind on %d of %d nodes (quorum %d)"
+	case one && tokenStart(holder) != "":
+		return "held by another holder on %d of %d nodes (quorum %d), its token beginning " + strconv.Quote(tokenStart(holder))
+	case one:
+		return "held by another holder on %d of %d nodes (quorum %d)"
+	case !names[0]:
+		return "held by other holders on %d of %d nodes (quorum %d)"
+	}
+	return "held elsewhere on %d of %d nodes (quorum %d)"
 }
 
 // designated reports whether the attempt with token, whose round got t,

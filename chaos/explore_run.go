@@ -204,7 +204,7 @@ type hold struct {
 	refusals int       // values refused with ErrInvalidArgument: the acquire's, an extend's, a resume's, the Client's options
 	token    uint64
 	released time.Time // Release was called (or Do's fn returned); zero if kept
-	freed    time.Time // Release (or Do, fn having run) returned nil: the key is free on the nodes
+	freed    time.Time // Release returned nil (or Do did, fn having run, its release confirmed): the key is free on the nodes
 	finished time.Time // the step was over: its lock released or left, or its acquire failed
 	until    time.Time // Until when it was released, lost or left
 	lost     time.Time // Done closed before the release; zero if not
@@ -436,8 +436,36 @@ func clientOptions(plan clientPlan) []redlock.Option {
 	if plan.MaxAttempts > 0 {
 		opts = append(opts, redlock.WithMaxAttempts(plan.MaxAttempts))
 	}
-	return append(opts, quietLog)
+	return append(opts, quietLog, redlock.WithObserver(releaseNotes))
 }
+
+// releaseNote is where a Do step's release tells its outcome: Do returns
+// its job's result, and tells an unconfirmed release only to the logger
+// and the Observer (releaseNotes).
+type releaseNote struct {
+	mu   sync.Mutex
+	told bool
+	err  error
+}
+
+type releaseNoteKey struct{}
+
+// confirmed tells whether the release was told, and confirmed.
+func (n *releaseNote) confirmed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.told && n.err == nil
+}
+
+// releaseNotes hands each release's outcome to the releaseNote of its
+// context, if any (a Release keeps the values of its context).
+var releaseNotes = redlock.ObserverFunc(func(ctx context.Context, e redlock.Event) {
+	if n, ok := ctx.Value(releaseNoteKey{}).(*releaseNote); ok && e.Op == redlock.OpRelease {
+		n.mu.Lock()
+		n.told, n.err = true, e.Err
+		n.mu.Unlock()
+	}
+})
 
 // quietLog keeps the lock Clients of the harness from logging the failures
 // it causes on purpose (they log to slog.Default() otherwise).
@@ -489,7 +517,8 @@ func (r *runner) step(ctx context.Context, rc *redlock.Client, h *hold) {
 	if st.Call == "do" {
 		// Do's fn runs under a context derived from the one given to Do;
 		// it is cancelled only if the acquire takes longer than Wait.
-		doCtx, cancel := context.WithCancel(ctx)
+		note := &releaseNote{}
+		doCtx, cancel := context.WithCancel(context.WithValue(ctx, releaseNoteKey{}, note))
 		defer cancel()
 		var (
 			mu      sync.Mutex
@@ -517,7 +546,7 @@ func (r *runner) step(ctx context.Context, rc *redlock.Client, h *hold) {
 		case lock == nil:
 			h.returned = time.Now()
 			r.failed(h, err)
-		case err == nil:
+		case err == nil && note.confirmed():
 			h.freed = time.Now()
 		}
 		r.expect(h, err)
