@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"time"
 
@@ -63,6 +62,7 @@ type electConfig struct {
 	once    bool
 	observe bool
 	argv    []string
+	renewed renewals // told of each renewal of the leadership
 }
 
 func parseElect(args []string, stdout, stderr io.Writer) (electConfig, int, bool) {
@@ -120,7 +120,8 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		return exit
 	}
-	locker, _, closeNodes, ok := newLocker("elect", cfg.nodes, cfg.ttl, stderr)
+	cfg.renewed = make(renewals, 1)
+	locker, _, closeNodes, ok := newLocker("elect", cfg.nodes, cfg.ttl, stderr, redlock.WithObserver(cfg.renewed))
 	if !ok {
 		return exitConfig
 	}
@@ -208,18 +209,19 @@ func reachable(ctx context.Context, e *redlock.Election, cfg electConfig, stderr
 // exit status, negated) when it could not start, signalled tells that a
 // signal redlock passed on ended it.
 func leadCommand(ctx context.Context, path string, cfg electConfig, l *redlock.Leadership, stdout, stderr io.Writer) (status int, lost, signalled bool) {
-	cmd := exec.Command(path, cfg.argv[1:]...)
-	cmd.Args[0] = cfg.argv[0]
 	term := fmt.Sprint(l.Term())
-	cmd.Env = append(commandEnv(os.Environ()), "REDLOCK_ELECTION="+cfg.name, "REDLOCK_TERM="+term,
-		"REDLOCK_FENCING_TOKEN="+term, "REDLOCK_VALUE="+cfg.value)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	dieWithRedlock(cmd)
-	if err := cmd.Start(); err != nil {
+	held, err := holdCommand(holdSpec{path: path, argv: cfg.argv, env: commandEnv(os.Environ()), grace: cfg.grace}, stdout, stderr)
+	if err == nil {
+		if err = held.run([]string{"REDLOCK_ELECTION=" + cfg.name, "REDLOCK_TERM=" + term,
+			"REDLOCK_FENCING_TOKEN=" + term, "REDLOCK_VALUE=" + cfg.value}, l.Lock().Until()); err != nil {
+			held.drop()
+		}
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
 		return -exitNotExecutable, false, false
 	}
-	status, lost = supervise(cmd, l.Lock(), cfg.grace, func() {
+	status, lost = supervise(held, l.Lock(), cfg.renewed, func() {
 		fmt.Fprintf(stderr, "redlock elect: leadership of %q lost; stopping %s\n", cfg.name, cfg.argv[0])
 	})
 	_, signalled = interruptedBy(ctx)

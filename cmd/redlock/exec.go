@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -133,8 +134,8 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exit
 	}
-	failures := &nodeFailures{}
-	locker, nodes, closeNodes, ok := newLocker("exec", cfg.nodes, cfg.ttl, stderr, redlock.WithObserver(failures))
+	failures, renewed := &nodeFailures{}, make(renewals, 1)
+	locker, nodes, closeNodes, ok := newLocker("exec", cfg.nodes, cfg.ttl, stderr, redlock.WithObserver(failures), redlock.WithObserver(renewed))
 	if !ok {
 		return exitConfig
 	}
@@ -146,7 +147,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if status != 0 {
 		return status
 	}
-	held, err := holdCommand(path, cfg.argv, commandEnv(os.Environ()), stdout, stderr)
+	held, err := holdCommand(holdSpec{path: path, argv: cfg.argv, env: commandEnv(os.Environ()), grace: cfg.grace, foreground: true}, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 		return exitNotExecutable
@@ -198,13 +199,12 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cfg.key, len(failed), nodes, strings.Join(failed, "; "))
 	}
 
-	cmd := held.cmd
-	if err := held.run(lockEnv(cfg, lock)); err != nil {
+	if err := held.run(lockEnv(cfg, lock), lock.Until()); err != nil {
 		held.drop()
 		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 		return exitNotExecutable
 	}
-	status, lost := supervise(cmd, lock, cfg.grace, func() {
+	status, lost := supervise(held, lock, renewed, func() {
 		fmt.Fprintf(stderr, "redlock exec: lock %q lost; stopping %s\n", cfg.key, cfg.argv[0])
 	})
 	if lost {
@@ -213,19 +213,32 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return status
 }
 
-// supervise waits for the started cmd to exit, passing it the signals
-// redlock gets, and stops it if its lock is lost (lost is then true, after
-// told): SIGTERM, and SIGKILL after grace, or at the end of the lock's
-// validity if that comes first, so that the command does not run on
-// beside the next holder's. It returns the command's exit status.
-func supervise(cmd *exec.Cmd, lock *redlock.Lock, grace time.Duration, told func()) (status int, lost bool) {
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+// holdSpec is a command to hold (see holdCommand): path (found on PATH),
+// its argv and env, how long its tree has to end once told to stop before
+// SIGKILL, and whether it takes the terminal's foreground when redlock has
+// it (exec's command may read the terminal; elect's does not, and a
+// Ctrl-C there is redlock's to pass on and to end the campaigns with).
+type holdSpec struct {
+	path       string
+	argv, env  []string
+	grace      time.Duration
+	foreground bool
+}
 
-	// Signals to redlock go to the command, which decides what they mean;
-	// redlock keeps renewing the lock until the command exits. A Ctrl-C
-	// (or Ctrl-\, or a hang-up) in a terminal already reached the command,
-	// which shares redlock's process group: it is not sent a second time.
+// supervise waits for the command's tree to end, passing it the signals
+// redlock gets, tells the watchdog each new end of the lock's validity
+// (renewed: a renewal succeeded), and stops the tree if its lock is lost
+// (lost is then true): SIGTERM, and SIGKILL after the grace, or at the end
+// of the lock's validity if that comes first, so that the command does
+// not run on beside the next holder's. The stop is sent before told is
+// called, so that a stderr that does not drain cannot hold it back. It
+// returns the command's exit status.
+func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told func()) (status int, lost bool) {
+	defer h.done()
+	// Signals to redlock go to the command's tree, which decides what
+	// they mean, within the grace; redlock keeps renewing the lock until
+	// the tree has ended. (A Ctrl-C typed in the terminal reaches exec's
+	// command directly: it has the terminal's foreground, redlock not.)
 	sigs := make(chan os.Signal, 16) // a burst of signals is passed on whole
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
@@ -233,23 +246,63 @@ func supervise(cmd *exec.Cmd, lock *redlock.Lock, grace time.Duration, told func
 	end := lock.Done()
 	for {
 		select {
-		case err := <-exited:
+		case err := <-h.wait():
+			if lock.Validity() == 0 {
+				// The watchdog ended the tree at the end of the validity
+				// (redlock was frozen), or the loss came as it ended.
+				told()
+				return 0, true
+			}
 			return exitStatus(err), false
 		case s := <-sigs:
-			if s != syscall.SIGTERM && inTerminalForeground() {
-				continue
-			}
-			_ = cmd.Process.Signal(s)
+			h.signal(s.(syscall.Signal))
+		case <-renewed:
+			h.renew(lock.Until())
 		case <-end:
 			end = nil
 			if lock.Validity() > 0 {
 				continue // released: cannot happen before the command exits
 			}
+			h.stop()
 			told()
-			stopCommand(cmd, exited, min(grace, max(0, time.Until(lock.Until()))))
+			<-h.wait()
 			return 0, true
 		}
 	}
+}
+
+// renewals is an Observer that wakes its reader after each successful
+// renewal.
+type renewals chan struct{}
+
+func (r renewals) Observe(_ context.Context, e redlock.Event) {
+	if e.Op == redlock.OpRenew && e.Err == nil {
+		select {
+		case r <- struct{}{}:
+		default: // one wake-up is pending: it reads the latest validity
+		}
+	}
+}
+
+// withoutLossWarning is slog's default handler without the library's
+// "lock lost" warning: exec and elect say it themselves, once the
+// command's tree has been told to stop, so that no write to stderr comes
+// before the stop.
+type withoutLossWarning struct{ slog.Handler }
+
+func (h withoutLossWarning) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "redlock: lock lost" {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h withoutLossWarning) WithAttrs(as []slog.Attr) slog.Handler {
+	return withoutLossWarning{h.Handler.WithAttrs(as)}
+}
+
+func (h withoutLossWarning) WithGroup(name string) slog.Handler {
+	return withoutLossWarning{h.Handler.WithGroup(name)}
 }
 
 // newLocker is the Client of a command (exec, elect) over the nodes given,
@@ -261,6 +314,7 @@ func newLocker(cmd string, nf *nodeFlags, ttl time.Duration, stderr io.Writer, o
 		fmt.Fprintf(stderr, "redlock %s: %s\n", cmd, explain(err))
 		return nil, 0, nil, false
 	}
+	opts = append(opts, redlock.WithLogger(slog.New(withoutLossWarning{slog.Default().Handler()})))
 	locker, err := redlock.New(clients, opts...)
 	if err != nil {
 		closeAll(clients)
@@ -428,20 +482,6 @@ func lookCommand(cmd, name string, stderr io.Writer) (path string, status int) {
 		return "", exitNotFound
 	}
 	return "", exitNotExecutable
-}
-
-// stopCommand sends SIGTERM, and SIGKILL if the command has not exited
-// after grace; it returns once the command has exited.
-func stopCommand(cmd *exec.Cmd, exited <-chan error, grace time.Duration) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-exited:
-	case <-t.C:
-		_ = cmd.Process.Kill()
-		<-exited
-	}
 }
 
 // exitStatus is the command's exit status as a shell reports it.

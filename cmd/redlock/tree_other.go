@@ -1,0 +1,16 @@
+//go:build unix && !linux
+
+package main
+
+import "syscall"
+
+// becomeSubreaper does nothing where a process cannot adopt its orphaned
+// descendants: the command's tree is its process group.
+func becomeSubreaper() {}
+
+// dieWithParent does nothing where the kernel cannot kill a child with its
+// parent: redlock kills the command's group if the watchdog dies.
+func dieWithParent(*syscall.SysProcAttr) {}
+
+// descendants finds none: only the process group is signalled.
+func descendants(root, pgid int) []int { return nil }
