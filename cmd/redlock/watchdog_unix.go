@@ -98,7 +98,8 @@ func watchdog(grace time.Duration, fg bool) int {
 type tree struct {
 	pgid   int
 	grace  time.Duration
-	termed bool // SIGTERM or a passed signal was sent
+	termed bool // SIGTERM was sent
+	told   bool // a signal was sent: a passed one, or SIGTERM
 }
 
 // exited is a child of the watchdog that ended, or with pid -1, the last.
@@ -169,11 +170,12 @@ func (t *tree) watch(ctl *os.File, main int) int {
 				deadline = now.Add(time.Duration(n - monotonicNow()))
 			case "signal":
 				t.termed = t.termed || syscall.Signal(n) == syscall.SIGTERM
+				t.told = true
 				t.signal(syscall.Signal(n))
 				graceFrom(time.Now())
 			case "stop":
 				if !t.termed {
-					t.termed = true
+					t.termed, t.told = true, true
 					t.signal(syscall.SIGTERM)
 				}
 				graceFrom(time.Now())
@@ -191,11 +193,11 @@ func (t *tree) watch(ctl *os.File, main int) int {
 				return status
 			case e.pid == main:
 				status = waitStatus(e.ws)
-				if !t.termed {
+				if !t.told {
 					// What the command left running gets SIGTERM, and
 					// SIGKILL after the grace: the lock is released only
 					// once the tree has ended.
-					t.termed = true
+					t.termed, t.told = true, true
 					t.signal(syscall.SIGTERM)
 					graceFrom(time.Now())
 				}
