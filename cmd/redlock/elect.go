@@ -21,11 +21,14 @@ runs the command at a time (a scheduler, a consumer, a singleton worker).
 The leadership is renewed every third of TTL; when the leader's host dies,
 another takes over within TTL and a second or so. When the command exits,
 this process resigns (the next candidate takes over at once) and
-campaigns again, unless --once. When the leadership is lost, the command
-gets SIGTERM, and SIGKILL after --grace or when the leadership's validity
-ends, whichever is first. On Linux the command is killed
-with redlock (SIGKILL) if redlock itself dies, so that it never runs on
-beside the next leader's.
+campaigns again, unless --once. The command's tree is run and stopped as
+redlock exec's (see 'redlock exec --help'): in a process group of its
+own under a watchdog; SIGTERM, then SIGKILL after --grace and never later
+than the end of the leadership's validity, when the leadership is lost
+(before redlock writes a word), after a signal passed on, and for what
+the command left running when it exits (the resignation waits for it);
+SIGKILL at once if redlock dies, and at the end of the validity if
+redlock is frozen, so that the tree never runs beside the next leader's.
 
 The command finds its leadership in its environment: REDLOCK_ELECTION
 (NAME), REDLOCK_TERM, a number larger than every earlier leader's, to give
@@ -37,7 +40,9 @@ With --observe, it prints the leader each time it changes, one line each
 printed.
 
 Signals: as redlock exec, SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed
-to the command while it runs; the command's exit after one ends redlock.
+to the command's tree while it runs; its end after one ends redlock. The
+command does not get the terminal: a Ctrl-C is redlock's, passed on, and
+a command that reads the terminal is stopped by it (SIGTTIN).
 While campaigning, SIGINT or SIGTERM ends the campaign.
 
 Exit status:
@@ -71,7 +76,7 @@ func parseElect(args []string, stdout, stderr io.Writer) (electConfig, int, bool
 	cfg.nodes = registerNodeFlags(fs.FlagSet, "required")
 	fs.DurationVar(&cfg.ttl, "ttl", 10*time.Second, "the leadership's time to live, renewed every third of it")
 	fs.StringVar(&cfg.value, "value", "", "what this candidate proclaims as leader (default: host=HOST pid=PID)")
-	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL, at most what is left of the leadership's validity (0: SIGKILL at once)")
+	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, graceHelp)
 	fs.BoolVar(&cfg.once, "once", false, "run the command once as leader, then exit with its status")
 	fs.BoolVar(&cfg.observe, "observe", false, "print each change of leader instead of campaigning")
 	// The name and the flags in any order, the command after "--".

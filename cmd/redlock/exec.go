@@ -31,6 +31,9 @@ const (
 	exitNotFound      = 127 // the command was not found
 )
 
+// graceHelp is --grace's help, exec's and elect's.
+const graceHelp = "how long the command's tree has to end, once the lock is lost, a signal was passed to it or the command exited, before SIGKILL; never past the end of the lock's validity (0: SIGKILL at once)"
+
 type execConfig struct {
 	nodes   *nodeFlags
 	key     string
@@ -47,14 +50,30 @@ const execHelp = `Usage: redlock exec --key KEY --ttl TTL [flags] -- COMMAND [AR
 Runs COMMAND while holding the lock KEY on a quorum of the Redis masters,
 like flock(1) across hosts: for a cron job that must run on one host only,
 put the same line on every host. The lock is renewed every third of TTL
-while the command runs and released when it exits. If the lock is lost
-(a majority of the nodes no longer hold it, or it could not be renewed in
-time), the command gets SIGTERM, and SIGKILL after --grace or when the
-lock's validity ends, whichever is first; on Linux it
-is killed with redlock (SIGKILL) if redlock itself dies. The lock
-carries this host, the command's pid and its command line as its
-metadata: 'redlock status KEY' shows who holds it, and so does exit 75's
-message.
+while the command runs and released once the command and everything it
+started have ended. The lock carries this host, the command's pid and its
+command line as its metadata: 'redlock status KEY' shows who holds it,
+and so does exit 75's message.
+
+The command's tree: the command runs in a process group of its own under
+a watchdog, a second redlock process that is the command's parent and, on
+Linux, the subreaper of everything the command starts (an orphan becomes
+its child, whatever its session or group). The tree is that process group
+and, on Linux, every descendant of the watchdog. It is stopped (SIGTERM,
+then SIGKILL after --grace, never later than the end of the lock's
+validity):
+  - when the lock is lost (a majority of the nodes no longer hold it, or
+    it could not be renewed in time), before redlock writes a word;
+  - after a signal passed on to it (see Signals);
+  - when the command exits: what it left running is stopped before the
+    lock is released.
+It is killed (SIGKILL) at once when redlock dies (kill -9, a crash), and
+at the end of the lock's validity if redlock is frozen (SIGSTOP, a pause):
+the watchdog is told the validity's end after every renewal and keeps its
+own timer. Not caught: processes started outside the tree (through a
+service manager or another daemon); outside Linux, a descendant that
+leaves the process group (setsid, setpgid); and if the watchdog itself is
+killed, a descendant outside the group (redlock then kills the group).
 
 The command finds its lock in its environment: REDLOCK_KEY, REDLOCK_TOKEN
 (what 'redlock unlock --token' takes), and with --fencing
@@ -66,13 +85,13 @@ it runs while holding one of N permits of a semaphore named KEY (as
 many as N commands run at once).
 
 Signals: SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to redlock are passed
-to the command, and the lock is renewed until the command exits. A Ctrl-C
-typed in the terminal reaches the command once: the terminal signals it
-directly, so redlock does not pass that one on. While waiting with --wait,
-SIGINT or SIGTERM ends the wait without running the command. Only the
-command gets signals: processes it starts in the background must be
-stopped by it, or they outlive the lock. The lock's metadata shows the
-command line to 'redlock status': keep secrets out of the arguments.
+to the command's tree, which then has --grace to end; the lock is
+renewed until it has ended. The command has the terminal's foreground
+when redlock had it: it can read the terminal, and a Ctrl-C typed there
+reaches its tree once, directly. While waiting with --wait, SIGINT or
+SIGTERM ends the wait without running the command. The lock's metadata
+shows the command line to 'redlock status': keep secrets out of the
+arguments.
 
 Exit status:
   the command's own (128+n when a signal n ended it)
@@ -97,7 +116,7 @@ func parseExec(args []string, stdout, stderr io.Writer) (execConfig, int, bool) 
 	fs.StringVar(&cfg.key, "key", "", "the lock key (required)")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "the lock's time to live, renewed every third of it (required)")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait for the lock when another host holds it (0: do not wait)")
-	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL, at most what is left of the lock's validity (0: SIGKILL at once)")
+	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, graceHelp)
 	fs.BoolVar(&cfg.fencing, "fencing", false, "also take a fencing token, passed as REDLOCK_FENCING_TOKEN")
 	fs.IntVar(&cfg.permits, "permits", 0, "hold one of N permits of a semaphore rather than the lock (0: the lock)")
 	if exit, ok := fs.parse(args, argsAfter); !ok {
