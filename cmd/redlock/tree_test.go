@@ -254,3 +254,39 @@ func parent(t *testing.T, pid int) int {
 	}
 	return ppid
 }
+
+// TestBinary_daemonisedGrandchildIsCaught: a grandchild that left the
+// command's session and process group (setsid) and whose parent exited,
+// as a daemon does, is still the watchdog's (its subreaper): it is
+// stopped when the command exits, before the lock is released, and killed
+// when redlock is. It used to run on, re-parented to init.
+func TestBinary_daemonisedGrandchildIsCaught(t *testing.T) {
+	_, nodes := treeNodes(t)
+	for _, kill := range []bool{false, true} {
+		gc := newChild(t, "signals")
+		words := append([]string{"setsid", gc.argv[0], childLingerEnv + "=1h"}, gc.argv[1:]...)
+		for i, w := range words {
+			words[i] = "'" + w + "'"
+		}
+		// The command's child (sh) starts the grandchild in a session of
+		// its own and exits; the command exits once the grandchild runs,
+		// or runs on.
+		script := "sh -c \"" + strings.Join(words, " ") + " &\"; while [ ! -e '" + gc.file + ".ready' ]; do sleep 0.05; done"
+		if kill {
+			script += "; exec sleep 300"
+		}
+		p := startBin(t, nil, "exec", "--addrs", nodes, "--key", "tree-daemon", "--ttl", "30s", "--grace", "1s", "--", "sh", "-c", script)
+		gc.waitReady(t)
+		pid, _ := strconv.Atoi(gc.pid(t))
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+		if pgid, _ := syscall.Getpgid(pid); pgid != pid {
+			t.Fatalf("the grandchild is in process group %d, want one of its own", pgid)
+		}
+		since := time.Now()
+		if kill {
+			_ = p.cmd.Process.Kill()
+		}
+		goneWithin(t, pid, since, 10*time.Second, map[bool]string{false: "the command exited", true: "redlock killed"}[kill])
+		p.wait(t, time.Minute)
+	}
+}
