@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,4 +69,13 @@ func descendants(root, pgid int) []int {
 		}
 	}
 	return out
+}
+
+// defaultSignal sets s to its default action (SIG_DFL), whatever the Go
+// runtime left, so that a command this process execs does not inherit it
+// ignored. A zeroed kernel struct sigaction is SIG_DFL with no flags on
+// every architecture; 32 bytes cover it.
+func defaultSignal(s syscall.Signal) {
+	var act [4]uint64
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(s), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
 }

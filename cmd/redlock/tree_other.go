@@ -14,3 +14,7 @@ func dieWithParent(*syscall.SysProcAttr) {}
 
 // descendants finds none: only the process group is signalled.
 func descendants(root, pgid int) []int { return nil }
+
+// defaultSignal does nothing here: a command that takes the terminal may
+// inherit SIGTTOU ignored.
+func defaultSignal(syscall.Signal) {}

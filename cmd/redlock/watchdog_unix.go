@@ -258,6 +258,7 @@ func takeTerminal() {
 	}
 	defer tty.Close()
 	signal.Ignore(syscall.SIGTTOU)
+	defer defaultSignal(syscall.SIGTTOU)
 	defer signal.Reset(syscall.SIGTTOU)
 	_ = unix.IoctlSetPointerInt(int(tty.Fd()), unix.TIOCSPGRP, unix.Getpgrp())
 }
