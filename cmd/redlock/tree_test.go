@@ -93,21 +93,52 @@ func deleteKey(t *testing.T, addrs []string, key string) time.Time {
 	return time.Now()
 }
 
-// TestBinary_lostLockStopsTheTree: when the lock is lost, the grandchild
-// gets SIGTERM too and, living on, is killed by the end of the lock's
-// validity (under the ttl after the loss) although --grace is a minute.
-// It used to run on, re-parented, without a bound.
+// TestBinary_lostLockStopsTheTree: when the lock (exec) or the leadership
+// (elect) is lost, the grandchild gets SIGTERM too and, living on, is
+// killed by the end of the validity (under the ttl after the loss)
+// although --grace is a minute. It used to run on, re-parented, without a
+// bound.
 func TestBinary_lostLockStopsTheTree(t *testing.T) {
 	addrs, nodes := treeNodes(t)
 	const ttl = 3 * time.Second
-	p, gc, pid := startTree(t, "exec", "--addrs", nodes, "--key", "tree-lost", "--ttl", ttl.String(), "--grace", "1m")
-	lost := deleteKey(t, addrs, "tree-lost")
-	goneWithin(t, pid, lost, ttl+5*time.Second, "lock lost")
-	if exit := p.wait(t, time.Minute); exit != exitLockLost {
-		t.Errorf("exit %d, want %d\n%s", exit, exitLockLost, p.errOut.String())
+	for _, args := range [][]string{
+		{"exec", "--addrs", nodes, "--key", "tree-lost", "--ttl", ttl.String(), "--grace", "1m"},
+		{"elect", "tree-lost-e", "--addrs", nodes, "--ttl", ttl.String(), "--grace", "1m", "--once"},
+	} {
+		p, gc, pid := startTree(t, args...)
+		for _, a := range addrs { // the nodes lose every key
+			if err := admin(t, a, "").FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lost := time.Now()
+		goneWithin(t, pid, lost, ttl+5*time.Second, args[0]+": lock lost")
+		if exit := p.wait(t, time.Minute); exit != exitLockLost {
+			t.Errorf("%s: exit %d, want %d\n%s", args[0], exit, exitLockLost, p.errOut.String())
+		}
+		if got := strings.Join(gc.signals(t), " "); got != "TERM" {
+			t.Errorf("%s: the grandchild got %q, want TERM once", args[0], got)
+		}
 	}
-	if got := strings.Join(gc.signals(t), " "); got != "TERM" {
-		t.Errorf("the grandchild got %q, want TERM once", got)
+}
+
+// TestBinary_execCommandReadsTheTerminal: exec's command, in a process
+// group of its own, has the terminal's foreground: it reads what is typed
+// (a background group would be stopped by SIGTTIN).
+func TestBinary_execCommandReadsTheTerminal(t *testing.T) {
+	_, nodes := treeNodes(t)
+	out := filepath.Join(t.TempDir(), "typed")
+	_, exited, term := startInTerminal(t, "exec", "--addrs", nodes, "--key", "tree-tty", "--ttl", "10s", "--",
+		"sh", "-c", "read line; echo \"$line\" > '"+out+"'")
+	waitFor(t, 30*time.Second, "the command to read the terminal", func() bool {
+		_, _ = term.Write([]byte("typed\n")) // until the command has read a line
+		return readFileIfAny(out) != ""
+	})
+	if exit := waitExit(t, exited); exit != 0 {
+		t.Fatalf("exit %d", exit)
+	}
+	if got := strings.TrimSpace(readFileIfAny(out)); got != "typed" {
+		t.Fatalf("the command read %q, want typed", got)
 	}
 }
 
