@@ -253,7 +253,6 @@ type holdSpec struct {
 // called, so that a stderr that does not drain cannot hold it back. It
 // returns the command's exit status.
 func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told func()) (status int, lost bool) {
-	defer h.done()
 	// Signals to redlock go to the command's tree, which decides what
 	// they mean, within the grace; redlock keeps renewing the lock until
 	// the tree has ended. (A Ctrl-C typed in the terminal reaches exec's
@@ -266,6 +265,7 @@ func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told
 	for {
 		select {
 		case err := <-h.wait():
+			h.done(err)
 			if lock.Validity() == 0 {
 				// The watchdog ended the tree at the end of the validity
 				// (redlock was frozen), or the loss came as it ended.
@@ -284,7 +284,7 @@ func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told
 			}
 			h.stop()
 			told()
-			<-h.wait()
+			h.done(<-h.wait())
 			return 0, true
 		}
 	}

@@ -131,11 +131,18 @@ func (h *heldCommand) tell(line string) {
 // exit status once its whole tree has ended.
 func (h *heldCommand) wait() <-chan error { return h.exited }
 
-// done is called once the watchdog has exited: should it have been killed
-// itself, the command's process group is killed from here.
-func (h *heldCommand) done() {
+// done is told the watchdog's exit. A watchdog killed itself (by a
+// signal) left the command's process group behind: it is killed from
+// here. After any other exit the tree has ended, and the group's ID may be
+// another's by now.
+func (h *heldCommand) done(err error) {
 	h.ctl.Close()
-	_ = unix.Kill(-h.cmdPid, unix.SIGKILL)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			_ = unix.Kill(-h.cmdPid, unix.SIGKILL)
+		}
+	}
 }
 
 // drop ends the held copy without running the command, and waits for it.

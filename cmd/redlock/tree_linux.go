@@ -14,9 +14,9 @@ import (
 // a process whose parent ends (a daemon that forked and let its parent
 // exit, a worker whose shell was killed) becomes the watchdog's child
 // rather than init's, so that no descendant escapes it, whatever its
-// session or process group.
-func becomeSubreaper() {
-	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+// session or process group. It reports whether it is one.
+func becomeSubreaper() bool {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == nil
 }
 
 // dieWithParent has the kernel kill the command (SIGKILL) should its

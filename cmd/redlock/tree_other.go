@@ -6,7 +6,7 @@ import "syscall"
 
 // becomeSubreaper does nothing where a process cannot adopt its orphaned
 // descendants: the command's tree is its process group.
-func becomeSubreaper() {}
+func becomeSubreaper() bool { return false }
 
 // dieWithParent does nothing where the kernel cannot kill a child with its
 // parent: redlock kills the command's group if the watchdog dies.

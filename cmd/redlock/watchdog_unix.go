@@ -62,7 +62,7 @@ func watchdog(grace time.Duration, fg bool) int {
 	for fd := 3; fd <= 5; fd++ {
 		syscall.CloseOnExec(fd) // the command's tree must not hold redlock's pipes open
 	}
-	becomeSubreaper()
+	subreaper := becomeSubreaper()
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	held := "1"
 	fg = fg && inTerminalForeground()
@@ -84,7 +84,7 @@ func watchdog(grace time.Duration, fg bool) int {
 	}
 	fmt.Fprintln(report, p.Pid)
 	report.Close()
-	t := &tree{pgid: p.Pid, grace: grace}
+	t := &tree{pgid: p.Pid, grace: grace, subreaper: subreaper}
 	status := t.watch(ctl, p.Pid)
 	if fg {
 		// The tree has ended: the terminal goes back to redlock's group.
@@ -96,10 +96,11 @@ func watchdog(grace time.Duration, fg bool) int {
 // tree is the command's tree: its process group, and on Linux every
 // descendant of the watchdog, which is their subreaper (see descendants).
 type tree struct {
-	pgid   int
-	grace  time.Duration
-	termed bool // SIGTERM was sent
-	told   bool // a signal was sent: a passed one, or SIGTERM
+	pgid      int
+	grace     time.Duration
+	subreaper bool // every descendant ends as the watchdog's child
+	termed    bool // SIGTERM was sent
+	told      bool // a signal was sent: a passed one, or SIGTERM
 }
 
 // exited is a child of the watchdog that ended, or with pid -1, the last.
@@ -188,8 +189,10 @@ func (t *tree) watch(ctl *os.File, main int) int {
 			switch {
 			case e.pid < 0:
 				// No child left: with a subreaper, no descendant left.
-				// Elsewhere the group's orphans are init's: killed here.
-				_ = unix.Kill(-t.pgid, unix.SIGKILL)
+				// Without, the group's orphans are init's: killed here.
+				if !t.subreaper {
+					_ = unix.Kill(-t.pgid, unix.SIGKILL)
+				}
 				return status
 			case e.pid == main:
 				status = waitStatus(e.ws)
