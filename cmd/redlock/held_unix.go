@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -109,7 +110,8 @@ func (h *heldCommand) run(extra []string, until time.Time) error {
 // earlier, never later.
 func (h *heldCommand) renew(until time.Time) {
 	mono := monotonicNow()
-	h.tell(fmt.Sprintf("until %d", mono+int64(time.Until(until))))
+	left := int64(max(0, time.Until(until)))
+	h.tell(fmt.Sprintf("until %d", mono+min(left, math.MaxInt64-mono))) // a ttl of centuries saturates
 }
 
 // signal passes s to the command's tree, which then has the grace to exit
