@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"time"
 
@@ -22,11 +21,14 @@ runs the command at a time (a scheduler, a consumer, a singleton worker).
 The leadership is renewed every third of TTL; when the leader's host dies,
 another takes over within TTL and a second or so. When the command exits,
 this process resigns (the next candidate takes over at once) and
-campaigns again, unless --once. When the leadership is lost, the command
-gets SIGTERM, and SIGKILL after --grace or when the leadership's validity
-ends, whichever is first. On Linux the command is killed
-with redlock (SIGKILL) if redlock itself dies, so that it never runs on
-beside the next leader's.
+campaigns again, unless --once. The command's tree is run and stopped as
+redlock exec's (see 'redlock exec --help'): in a process group of its
+own under a watchdog; SIGTERM, then SIGKILL after --grace and never later
+than the end of the leadership's validity, when the leadership is lost
+(before redlock writes a word), after a signal passed on, and for what
+the command left running when it exits (the resignation waits for it);
+SIGKILL at once if redlock dies, and at the end of the validity if
+redlock is frozen, so that the tree never runs beside the next leader's.
 
 The command finds its leadership in its environment: REDLOCK_ELECTION
 (NAME), REDLOCK_TERM, a number larger than every earlier leader's, to give
@@ -38,7 +40,9 @@ With --observe, it prints the leader each time it changes, one line each
 printed.
 
 Signals: as redlock exec, SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed
-to the command while it runs; the command's exit after one ends redlock.
+to the command's tree while it runs; its end after one ends redlock. The
+command does not get the terminal: a Ctrl-C is redlock's, passed on, and
+a command that reads the terminal is stopped by it (SIGTTIN).
 While campaigning, SIGINT or SIGTERM ends the campaign.
 
 Exit status:
@@ -63,6 +67,7 @@ type electConfig struct {
 	once    bool
 	observe bool
 	argv    []string
+	renewed renewals // told of each renewal of the leadership
 }
 
 func parseElect(args []string, stdout, stderr io.Writer) (electConfig, int, bool) {
@@ -71,7 +76,7 @@ func parseElect(args []string, stdout, stderr io.Writer) (electConfig, int, bool
 	cfg.nodes = registerNodeFlags(fs.FlagSet, "required")
 	fs.DurationVar(&cfg.ttl, "ttl", 10*time.Second, "the leadership's time to live, renewed every third of it")
 	fs.StringVar(&cfg.value, "value", "", "what this candidate proclaims as leader (default: host=HOST pid=PID)")
-	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL, at most what is left of the leadership's validity (0: SIGKILL at once)")
+	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, graceHelp)
 	fs.BoolVar(&cfg.once, "once", false, "run the command once as leader, then exit with its status")
 	fs.BoolVar(&cfg.observe, "observe", false, "print each change of leader instead of campaigning")
 	// The name and the flags in any order, the command after "--".
@@ -120,7 +125,8 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		return exit
 	}
-	locker, _, closeNodes, ok := newLocker("elect", cfg.nodes, cfg.ttl, stderr)
+	cfg.renewed = make(renewals, 1)
+	locker, _, closeNodes, ok := newLocker("elect", cfg.nodes, cfg.ttl, stderr, redlock.WithObserver(cfg.renewed))
 	if !ok {
 		return exitConfig
 	}
@@ -208,18 +214,19 @@ func reachable(ctx context.Context, e *redlock.Election, cfg electConfig, stderr
 // exit status, negated) when it could not start, signalled tells that a
 // signal redlock passed on ended it.
 func leadCommand(ctx context.Context, path string, cfg electConfig, l *redlock.Leadership, stdout, stderr io.Writer) (status int, lost, signalled bool) {
-	cmd := exec.Command(path, cfg.argv[1:]...)
-	cmd.Args[0] = cfg.argv[0]
 	term := fmt.Sprint(l.Term())
-	cmd.Env = append(commandEnv(os.Environ()), "REDLOCK_ELECTION="+cfg.name, "REDLOCK_TERM="+term,
-		"REDLOCK_FENCING_TOKEN="+term, "REDLOCK_VALUE="+cfg.value)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	dieWithRedlock(cmd)
-	if err := cmd.Start(); err != nil {
+	held, err := holdCommand(holdSpec{path: path, argv: cfg.argv, env: commandEnv(os.Environ()), grace: cfg.grace}, stdout, stderr)
+	if err == nil {
+		if err = held.run([]string{"REDLOCK_ELECTION=" + cfg.name, "REDLOCK_TERM=" + term,
+			"REDLOCK_FENCING_TOKEN=" + term, "REDLOCK_VALUE=" + cfg.value}, l.Lock().Until()); err != nil {
+			held.drop()
+		}
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
 		return -exitNotExecutable, false, false
 	}
-	status, lost = supervise(cmd, l.Lock(), cfg.grace, func() {
+	status, lost = supervise(held, l.Lock(), cfg.renewed, func() {
 		fmt.Fprintf(stderr, "redlock elect: leadership of %q lost; stopping %s\n", cfg.name, cfg.argv[0])
 	})
 	_, signalled = interruptedBy(ctx)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -30,6 +31,9 @@ const (
 	exitNotFound      = 127 // the command was not found
 )
 
+// graceHelp is --grace's help, exec's and elect's.
+const graceHelp = "how long the command's tree has to end, once the lock is lost, a signal was passed to it or the command exited, before SIGKILL; never past the end of the lock's validity (0: SIGKILL at once)"
+
 type execConfig struct {
 	nodes   *nodeFlags
 	key     string
@@ -46,14 +50,30 @@ const execHelp = `Usage: redlock exec --key KEY --ttl TTL [flags] -- COMMAND [AR
 Runs COMMAND while holding the lock KEY on a quorum of the Redis masters,
 like flock(1) across hosts: for a cron job that must run on one host only,
 put the same line on every host. The lock is renewed every third of TTL
-while the command runs and released when it exits. If the lock is lost
-(a majority of the nodes no longer hold it, or it could not be renewed in
-time), the command gets SIGTERM, and SIGKILL after --grace or when the
-lock's validity ends, whichever is first; on Linux it
-is killed with redlock (SIGKILL) if redlock itself dies. The lock
-carries this host, the command's pid and its command line as its
-metadata: 'redlock status KEY' shows who holds it, and so does exit 75's
-message.
+while the command runs and released once the command and everything it
+started have ended. The lock carries this host, the command's pid and its
+command line as its metadata: 'redlock status KEY' shows who holds it,
+and so does exit 75's message.
+
+The command's tree: the command runs in a process group of its own under
+a watchdog, a second redlock process that is the command's parent and, on
+Linux, the subreaper of everything the command starts (an orphan becomes
+its child, whatever its session or group). The tree is that process group
+and, on Linux, every descendant of the watchdog. It is stopped (SIGTERM,
+then SIGKILL after --grace, never later than the end of the lock's
+validity):
+  - when the lock is lost (a majority of the nodes no longer hold it, or
+    it could not be renewed in time), before redlock writes a word;
+  - after a signal passed on to it (see Signals);
+  - when the command exits: what it left running is stopped before the
+    lock is released.
+It is killed (SIGKILL) at once when redlock dies (kill -9, a crash), and
+at the end of the lock's validity if redlock is frozen (SIGSTOP, a pause):
+the watchdog is told the validity's end after every renewal and keeps its
+own timer. Not caught: processes started outside the tree (through a
+service manager or another daemon); outside Linux, a descendant that
+leaves the process group (setsid, setpgid); and if the watchdog itself is
+killed, a descendant outside the group (redlock then kills the group).
 
 The command finds its lock in its environment: REDLOCK_KEY, REDLOCK_TOKEN
 (what 'redlock unlock --token' takes), and with --fencing
@@ -65,13 +85,13 @@ it runs while holding one of N permits of a semaphore named KEY (as
 many as N commands run at once).
 
 Signals: SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to redlock are passed
-to the command, and the lock is renewed until the command exits. A Ctrl-C
-typed in the terminal reaches the command once: the terminal signals it
-directly, so redlock does not pass that one on. While waiting with --wait,
-SIGINT or SIGTERM ends the wait without running the command. Only the
-command gets signals: processes it starts in the background must be
-stopped by it, or they outlive the lock. The lock's metadata shows the
-command line to 'redlock status': keep secrets out of the arguments.
+to the command's tree, which then has --grace to end; the lock is
+renewed until it has ended. The command has the terminal's foreground
+when redlock had it: it can read the terminal, and a Ctrl-C typed there
+reaches its tree once, directly. While waiting with --wait, SIGINT or
+SIGTERM ends the wait without running the command. The lock's metadata
+shows the command line to 'redlock status': keep secrets out of the
+arguments.
 
 Exit status:
   the command's own (128+n when a signal n ended it)
@@ -96,7 +116,7 @@ func parseExec(args []string, stdout, stderr io.Writer) (execConfig, int, bool) 
 	fs.StringVar(&cfg.key, "key", "", "the lock key (required)")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "the lock's time to live, renewed every third of it (required)")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait for the lock when another host holds it (0: do not wait)")
-	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL, at most what is left of the lock's validity (0: SIGKILL at once)")
+	fs.DurationVar(&cfg.grace, "grace", 10*time.Second, graceHelp)
 	fs.BoolVar(&cfg.fencing, "fencing", false, "also take a fencing token, passed as REDLOCK_FENCING_TOKEN")
 	fs.IntVar(&cfg.permits, "permits", 0, "hold one of N permits of a semaphore rather than the lock (0: the lock)")
 	if exit, ok := fs.parse(args, argsAfter); !ok {
@@ -133,8 +153,8 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exit
 	}
-	failures := &nodeFailures{}
-	locker, nodes, closeNodes, ok := newLocker("exec", cfg.nodes, cfg.ttl, stderr, redlock.WithObserver(failures))
+	failures, renewed := &nodeFailures{}, make(renewals, 1)
+	locker, nodes, closeNodes, ok := newLocker("exec", cfg.nodes, cfg.ttl, stderr, redlock.WithObserver(failures), redlock.WithObserver(renewed))
 	if !ok {
 		return exitConfig
 	}
@@ -146,7 +166,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if status != 0 {
 		return status
 	}
-	held, err := holdCommand(path, cfg.argv, commandEnv(os.Environ()), stdout, stderr)
+	held, err := holdCommand(holdSpec{path: path, argv: cfg.argv, env: commandEnv(os.Environ()), grace: cfg.grace, foreground: true}, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 		return exitNotExecutable
@@ -198,13 +218,12 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cfg.key, len(failed), nodes, strings.Join(failed, "; "))
 	}
 
-	cmd := held.cmd
-	if err := held.run(lockEnv(cfg, lock)); err != nil {
+	if err := held.run(lockEnv(cfg, lock), lock.Until()); err != nil {
 		held.drop()
 		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 		return exitNotExecutable
 	}
-	status, lost := supervise(cmd, lock, cfg.grace, func() {
+	status, lost := supervise(held, lock, renewed, func() {
 		fmt.Fprintf(stderr, "redlock exec: lock %q lost; stopping %s\n", cfg.key, cfg.argv[0])
 	})
 	if lost {
@@ -213,19 +232,31 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return status
 }
 
-// supervise waits for the started cmd to exit, passing it the signals
-// redlock gets, and stops it if its lock is lost (lost is then true, after
-// told): SIGTERM, and SIGKILL after grace, or at the end of the lock's
-// validity if that comes first, so that the command does not run on
-// beside the next holder's. It returns the command's exit status.
-func supervise(cmd *exec.Cmd, lock *redlock.Lock, grace time.Duration, told func()) (status int, lost bool) {
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+// holdSpec is a command to hold (see holdCommand): path (found on PATH),
+// its argv and env, how long its tree has to end once told to stop before
+// SIGKILL, and whether it takes the terminal's foreground when redlock has
+// it (exec's command may read the terminal; elect's does not, and a
+// Ctrl-C there is redlock's to pass on and to end the campaigns with).
+type holdSpec struct {
+	path       string
+	argv, env  []string
+	grace      time.Duration
+	foreground bool
+}
 
-	// Signals to redlock go to the command, which decides what they mean;
-	// redlock keeps renewing the lock until the command exits. A Ctrl-C
-	// (or Ctrl-\, or a hang-up) in a terminal already reached the command,
-	// which shares redlock's process group: it is not sent a second time.
+// supervise waits for the command's tree to end, passing it the signals
+// redlock gets, tells the watchdog each new end of the lock's validity
+// (renewed: a renewal succeeded), and stops the tree if its lock is lost
+// (lost is then true): SIGTERM, and SIGKILL after the grace, or at the end
+// of the lock's validity if that comes first, so that the command does
+// not run on beside the next holder's. The stop is sent before told is
+// called, so that a stderr that does not drain cannot hold it back. It
+// returns the command's exit status.
+func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told func()) (status int, lost bool) {
+	// Signals to redlock go to the command's tree, which decides what
+	// they mean, within the grace; redlock keeps renewing the lock until
+	// the tree has ended. (A Ctrl-C typed in the terminal reaches exec's
+	// command directly: it has the terminal's foreground, redlock not.)
 	sigs := make(chan os.Signal, 16) // a burst of signals is passed on whole
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
@@ -233,23 +264,64 @@ func supervise(cmd *exec.Cmd, lock *redlock.Lock, grace time.Duration, told func
 	end := lock.Done()
 	for {
 		select {
-		case err := <-exited:
+		case err := <-h.wait():
+			h.done(err)
+			if lock.Validity() == 0 {
+				// The watchdog ended the tree at the end of the validity
+				// (redlock was frozen), or the loss came as it ended.
+				told()
+				return 0, true
+			}
 			return exitStatus(err), false
 		case s := <-sigs:
-			if s != syscall.SIGTERM && inTerminalForeground() {
-				continue
-			}
-			_ = cmd.Process.Signal(s)
+			h.signal(s.(syscall.Signal))
+		case <-renewed:
+			h.renew(lock.Until())
 		case <-end:
 			end = nil
 			if lock.Validity() > 0 {
 				continue // released: cannot happen before the command exits
 			}
+			h.stop()
 			told()
-			stopCommand(cmd, exited, min(grace, max(0, time.Until(lock.Until()))))
+			h.done(<-h.wait())
 			return 0, true
 		}
 	}
+}
+
+// renewals is an Observer that wakes its reader after each successful
+// renewal.
+type renewals chan struct{}
+
+func (r renewals) Observe(_ context.Context, e redlock.Event) {
+	if e.Op == redlock.OpRenew && e.Err == nil {
+		select {
+		case r <- struct{}{}:
+		default: // one wake-up is pending: it reads the latest validity
+		}
+	}
+}
+
+// withoutLossWarning is slog's default handler without the library's
+// "lock lost" warning: exec and elect say it themselves, once the
+// command's tree has been told to stop, so that no write to stderr comes
+// before the stop.
+type withoutLossWarning struct{ slog.Handler }
+
+func (h withoutLossWarning) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "redlock: lock lost" {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h withoutLossWarning) WithAttrs(as []slog.Attr) slog.Handler {
+	return withoutLossWarning{h.Handler.WithAttrs(as)}
+}
+
+func (h withoutLossWarning) WithGroup(name string) slog.Handler {
+	return withoutLossWarning{h.Handler.WithGroup(name)}
 }
 
 // newLocker is the Client of a command (exec, elect) over the nodes given,
@@ -261,6 +333,7 @@ func newLocker(cmd string, nf *nodeFlags, ttl time.Duration, stderr io.Writer, o
 		fmt.Fprintf(stderr, "redlock %s: %s\n", cmd, explain(err))
 		return nil, 0, nil, false
 	}
+	opts = append(opts, redlock.WithLogger(slog.New(withoutLossWarning{slog.Default().Handler()})))
 	locker, err := redlock.New(clients, opts...)
 	if err != nil {
 		closeAll(clients)
@@ -428,20 +501,6 @@ func lookCommand(cmd, name string, stderr io.Writer) (path string, status int) {
 		return "", exitNotFound
 	}
 	return "", exitNotExecutable
-}
-
-// stopCommand sends SIGTERM, and SIGKILL if the command has not exited
-// after grace; it returns once the command has exited.
-func stopCommand(cmd *exec.Cmd, exited <-chan error, grace time.Duration) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-exited:
-	case <-t.C:
-		_ = cmd.Process.Kill()
-		<-exited
-	}
 }
 
 // exitStatus is the command's exit status as a shell reports it.

@@ -7,61 +7,151 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// heldEnv marks a copy of this program started by holdCommand: it waits
+// heldEnv marks a copy of this program started by the watchdog: it waits
 // for its go-ahead on file descriptor 3, then becomes the command.
 const heldEnv = "REDLOCK_HELD_COMMAND"
 
-// heldCommand is a command started but held back until its lock is taken:
-// a copy of this program that waits on a pipe, then execs the command in
-// its place, keeping its process ID, so that the lock's metadata can name
-// the command's own pid before the command runs.
+// heldCommand is a command started but held back until its lock is taken,
+// under a watchdog:
+//
+//	redlock ─ watchdog (this program, see runWatchdog) ─ command (process group of its own)
+//
+// The command is a copy of this program that waits on a pipe (the gate),
+// then execs the command in its place, keeping its process ID, so that the
+// lock's metadata can name the command's own pid before the command runs.
+// The watchdog is the command's parent; redlock tells it each new end of
+// the lock's validity, and what to signal, through a pipe (ctl). It stops
+// the command's whole tree when told, at the end of the validity, and at
+// once when the pipe closes: when redlock exits or dies.
 type heldCommand struct {
-	cmd  *exec.Cmd
-	gate *os.File // the pipe's write end
+	cmd    *exec.Cmd // the watchdog
+	gate   *os.File  // the gate's write end
+	ctl    *os.File  // the watchdog's pipe, write end
+	cmdPid int       // the command's pid, and its process group's
+	exited chan error
 }
 
-// holdCommand starts path (found on PATH) with argv and env, held back.
-func holdCommand(path string, argv, env []string, stdout, stderr io.Writer) (*heldCommand, error) {
+// holdCommand starts the command of spec, held back, under its watchdog.
+func holdCommand(spec holdSpec, stdout, stderr io.Writer) (_ *heldCommand, err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	var pipes [3][2]*os.File // gate, ctl, and the watchdog's report of the command's pid
+	defer func() {
+		for _, p := range pipes {
+			if p[0] != nil {
+				p[0].Close()
+			}
+			if err != nil && p[1] != nil {
+				p[1].Close()
+			}
+		}
+	}()
+	for i := range pipes {
+		if pipes[i][0], pipes[i][1], err = os.Pipe(); err != nil {
+			return nil, err
+		}
 	}
-	defer r.Close()
-	cmd := exec.Command(self, append([]string{path}, argv...)...)
-	cmd.Env = append(env, heldEnv+"=1")
+	gate, ctl, report := pipes[0], pipes[1], pipes[2]
+	cmd := exec.Command(self, append([]string{spec.path}, spec.argv...)...)
+	mode := strconv.FormatInt(int64(spec.grace), 10)
+	if spec.foreground {
+		mode = "fg:" + mode
+	}
+	cmd.Env = append(spec.env, watchdogEnv+"="+mode)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.ExtraFiles = []*os.File{r}
-	dieWithRedlock(cmd)
-	if err := cmd.Start(); err != nil {
-		w.Close()
+	cmd.ExtraFiles = []*os.File{ctl[0], gate[0], report[1]} // 3, 4, 5
+	if err = cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &heldCommand{cmd: cmd, gate: w}, nil
+	report[1].Close()
+	pipes[2][1] = nil
+	h := &heldCommand{cmd: cmd, gate: gate[1], ctl: ctl[1], exited: make(chan error, 1)}
+	line, rerr := bufio.NewReader(report[0]).ReadString('\n')
+	h.cmdPid, err = strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		// The watchdog could not start the command: it said why on stderr.
+		h.ctl.Close()
+		werr := cmd.Wait()
+		return nil, fmt.Errorf("starting the command: %w", errors.Join(rerr, werr))
+	}
+	go func() { h.exited <- cmd.Wait() }()
+	return h, nil
 }
 
 // pid is the command's process ID, once it runs.
-func (h *heldCommand) pid() int { return h.cmd.Process.Pid }
+func (h *heldCommand) pid() int { return h.cmdPid }
 
-// run lets the command run, with extra in its environment.
-func (h *heldCommand) run(extra []string) error {
+// run lets the command run, with extra in its environment, until the end
+// of the lock's validity at the latest.
+func (h *heldCommand) run(extra []string, until time.Time) error {
+	h.renew(until)
 	_, err := fmt.Fprintf(h.gate, "run\n%s\n", strings.Join(extra, "\n"))
 	return errors.Join(err, h.gate.Close())
+}
+
+// renew tells the watchdog the new end of the lock's validity, as a
+// reading of CLOCK_MONOTONIC, which the watchdog reads too: the clock is
+// the system's, not the process's, so the deadline does not move with the
+// pipe's delay or with a change of the wall clock. The clock is read
+// before the time left: a pause between the two makes the deadline
+// earlier, never later.
+func (h *heldCommand) renew(until time.Time) {
+	mono := monotonicNow()
+	left := int64(max(0, time.Until(until)))
+	h.tell(fmt.Sprintf("until %d", mono+min(left, math.MaxInt64-mono))) // a ttl of centuries saturates
+}
+
+// signal passes s to the command's tree, which then has the grace to exit
+// before SIGKILL.
+func (h *heldCommand) signal(s syscall.Signal) { h.tell(fmt.Sprintf("signal %d", s)) }
+
+// stop sends SIGTERM to the command's tree, and SIGKILL after the grace or
+// at the end of the validity, whichever is first.
+func (h *heldCommand) stop() { h.tell("stop") }
+
+// tell writes one line to the watchdog. A line is a few bytes and the
+// watchdog reads all the time: the write does not wait. After the watchdog
+// has exited the write fails, and there is nothing to tell.
+func (h *heldCommand) tell(line string) {
+	_, _ = io.WriteString(h.ctl, line+"\n")
+}
+
+// wait returns the channel that gets the watchdog's exit: the command's
+// exit status once its whole tree has ended.
+func (h *heldCommand) wait() <-chan error { return h.exited }
+
+// done is told the watchdog's exit. A watchdog killed itself (by a
+// signal) left the command's process group behind: it is killed from
+// here. After any other exit the tree has ended, and the group's ID may be
+// another's by now.
+func (h *heldCommand) done(err error) {
+	h.ctl.Close()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			_ = unix.Kill(-h.cmdPid, unix.SIGKILL)
+		}
+	}
 }
 
 // drop ends the held copy without running the command, and waits for it.
 func (h *heldCommand) drop() {
 	h.gate.Close()
-	_ = h.cmd.Wait()
+	h.ctl.Close()
+	<-h.exited
 }
 
 // runHeldCommand is the held copy: when this process is one, it waits for
@@ -83,8 +173,22 @@ func runHeldCommand() {
 		}
 	}
 	gate.Close()
+	if os.Getenv(heldEnv) == "fg" {
+		// The command's group takes the terminal, so that it can read it
+		// and a Ctrl-C reaches the command's tree, once.
+		takeTerminal()
+	}
 	env = withoutVar(env, heldEnv)
 	err := syscall.Exec(os.Args[1], os.Args[2:], env)
-	fmt.Fprintf(os.Stderr, "redlock exec: %s: %v\n", os.Args[2], err)
+	fmt.Fprintf(os.Stderr, "redlock: %s: %v\n", os.Args[2], err)
 	os.Exit(exitNotExecutable)
+}
+
+// monotonicNow reads CLOCK_MONOTONIC, in nanoseconds.
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(fmt.Sprintf("redlock: CLOCK_MONOTONIC: %v", err)) // cannot fail on a supported system
+	}
+	return ts.Nano()
 }

@@ -70,8 +70,10 @@ this process; lab starts redis-server processes of its own.
 
 func main() {
 	// The chaos suite's embedded nodes are this program, started again, and
-	// so is the command of redlock exec until its lock is taken.
+	// so are the watchdog of the command of redlock exec and elect, and the
+	// command until its lock is taken.
 	chaos.ServeEmbeddedFromEnv()
+	runWatchdog()
 	runHeldCommand()
 	// go-redis logs every failed dial; the commands fail nodes on purpose
 	// and report what matters themselves.

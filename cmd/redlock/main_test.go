@@ -16,7 +16,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	runHeldCommand()             // so is the held copy of exec's command
+	runWatchdog()                // the watchdog of exec's and elect's command is this test binary
+	runHeldCommand()             // so is the held copy of the command
 	runTestChild()               // a command for redlock exec is this test binary
 	chaos.ServeEmbeddedFromEnv() // so are embedded chaos nodes
 	redis.SetLogger(quietLogger{})
