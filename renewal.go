@@ -283,8 +283,8 @@ func (c *Client) startRenewals(locks []*Lock) {
 }
 
 // renewOnce renews the lock once, as an Extend waiting for the nodes until
-// its deadline (renewalWait), and tells the scheduler how it went. It renews the
-// lease an Extend or Release busy with the lock leaves.
+// its deadline (renewalWait), and tells the scheduler how it went. It
+// renews the lease an Extend or Release busy with the lock leaves.
 func (l *Lock) renewOnce() {
 	c := l.client
 	var retryAt time.Time
