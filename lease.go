@@ -69,12 +69,26 @@ func (ac acquireConfig) fenceKeep() time.Duration {
 // When a majority of the nodes answers that it no longer holds the lock,
 // or when no renewal has succeeded by the renewal margin before Until, the
 // lock is lost: Done is closed, Validity drops to zero, and the renewal
-// stops. The renewal margin is the per-node timeout plus the drift
-// allowance, at most a quarter of the ttl less the drift; Done closes that
-// long before the validity ends at the latest, whatever the nodes do. An
-// acquire with this option succeeds only with more validity left than the
-// margin. Renewals due together share one script call per node (up to 128
-// plain locks). Default: off.
+// stops. The renewal margin is the per-node timeout before any round trip
+// is known (WithNodeTimeout's, or a tenth of the ttl within its bounds)
+// plus the drift allowance, at most a quarter of the ttl less the drift;
+// it does not grow when the network gets slower. Done closes that long
+// before the validity ends at the latest, whatever the nodes do.
+//
+// A renewal waits for the nodes until the margin (with WithNodeTimeout,
+// for that timeout at most): a quorum's replies that come before it renew
+// the lock, its validity counted from the renewal's start, however much
+// slower the network got since the last renewal. So, without
+// WithNodeTimeout, the lock is kept while a quorum's round trip stays
+// below the time from a renewal's due time to the margin: two thirds of
+// the ttl less the drift, less the margin (1.1 s for a 2 s ttl; never
+// under 5/12 of the ttl less the drift), whether the round trip is
+// steady, jumps, ramps or swings; the first renewal after an acquire has
+// the validity the acquire left, less the margin.
+//
+// An acquire with this option succeeds only with more validity left than
+// the margin. Renewals due together share one script call per node (up to
+// 128 plain locks). Default: off.
 func WithAutoRenew() AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		c.autoRenew = true

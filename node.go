@@ -96,9 +96,11 @@ func (c *Client) nodeTimeout(ttl, drift time.Duration) time.Duration {
 }
 
 // renewMargin is renewMargin for a renewed lock on these terms: how long
-// before its Until it is declared lost unless renewed.
+// before its Until it is declared lost unless renewed. It counts the base
+// timeout, not the one the round trips lengthened: a slower network must
+// not shorten the time left to renew.
 func (t terms) renewMargin() time.Duration {
-	return renewMargin(t.ttl, t.timeout, t.drift)
+	return renewMargin(t.ttl, t.base, t.drift)
 }
 
 func (c *Client) nodeError(i int, err error) error {

@@ -93,10 +93,11 @@ func renewDue(until time.Time, ttl, drift time.Duration) time.Time {
 }
 
 // renewMargin is how long before its Until a renewed lock is declared lost
-// at the latest when its renewals keep failing: the node timeout (one more
-// renewal) and the drift, so that the holder learns of the loss while
-// still protected; at most a quarter of the validity a renewal gives, so
-// that the renewals are tried for most of the rest.
+// at the latest when its renewals keep failing: the node timeout before
+// any round trip is known (a tenth of the ttl, or WithNodeTimeout's) and
+// the drift, so that the holder learns of the loss while still protected;
+// at most a quarter of the validity a renewal gives, so that the renewals
+// are tried for most of the rest.
 func renewMargin(ttl, nodeTimeout, drift time.Duration) time.Duration {
 	return min(addSat(nodeTimeout, drift), (ttl-drift)/4)
 }

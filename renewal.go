@@ -282,9 +282,9 @@ func (c *Client) startRenewals(locks []*Lock) {
 	}
 }
 
-// renewOnce renews the lock once, as an Extend with the node timeout cut
-// to its deadline, and tells the scheduler how it went. It renews the
-// lease an Extend or Release busy with the lock leaves.
+// renewOnce renews the lock once, as an Extend waiting for the nodes until
+// its deadline (renewalWait), and tells the scheduler how it went. It
+// renews the lease an Extend or Release busy with the lock leaves.
 func (l *Lock) renewOnce() {
 	c := l.client
 	var retryAt time.Time
@@ -307,10 +307,24 @@ func (l *Lock) renewOnce() {
 		return
 	}
 	tm = tm.now(c) // the node timeout of now: the round trips may have changed
-	_, lost, tell, err := l.extendHeld(context.Background(), tm, min(tm.timeout, left))
+	_, lost, tell, err := l.extendHeld(context.Background(), tm, c.renewalWait(tm, left))
 	l.op.Unlock()
 	tell()
 	l.renewalOver(tm, lost, err, &retryAt)
+}
+
+// renewalWait is how long a renewal on the terms tm, left before the
+// lock's deadline, waits for the nodes: all of left, since a quorum's
+// replies that come before the deadline keep the lock, however much
+// slower than the node timeout (which follows the round trips seen so
+// far) the network just got; the deadline, the renewal margin before
+// Until, bounds it. A node timeout given WithNodeTimeout is kept as given,
+// cut to left.
+func (c *Client) renewalWait(tm terms, left time.Duration) time.Duration {
+	if c.cfg.nodeTimeout > 0 {
+		return min(tm.timeout, left)
+	}
+	return left
 }
 
 // holdForRenewal takes the op lock of each of locks that is free and not
@@ -335,7 +349,7 @@ func (c *Client) holdForRenewal(locks []*Lock) []*Lock {
 
 // renewalOp is the one call per node that renews the locks held, each
 // lock's lease, and the terms of the call, whose timeout is the shortest
-// (each lock's wait ends by its deadline, as a renewal's does).
+// of the locks' renewalWait (each lock's wait ends by its deadline).
 func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms) {
 	leases = make([]terms, len(held))
 	keys := make([]string, len(held))
@@ -347,7 +361,7 @@ func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms)
 		leases[j] = tm
 		keys[j] = l.key
 		args = append(args, l.token, pxMillis(tm.ttl))
-		tm = tm.within(l.deadline(tm, until).Sub(now))
+		tm.timeout = c.renewalWait(tm, l.deadline(tm, until).Sub(now))
 		if j == 0 || tm.timeout < wait.timeout {
 			wait = tm
 		}

@@ -27,7 +27,12 @@ func transportFromEnv() string {
 // newLocker is redlock.New over nodes, or over rueidis clients of the same
 // addresses when Transport is "rueidis"; close closes what it made.
 func newLocker(nodes []redis.UniversalClient, opts ...redlock.Option) (rc *redlock.Client, close func(), err error) {
-	if Transport != "rueidis" {
+	return newLockerOn(Transport, nodes, opts...)
+}
+
+// newLockerOn is newLocker over the transport named.
+func newLockerOn(transport string, nodes []redis.UniversalClient, opts ...redlock.Option) (rc *redlock.Client, close func(), err error) {
+	if transport != "rueidis" {
 		rc, err = redlock.New(nodes, opts...)
 		return rc, func() {}, err
 	}
