@@ -405,7 +405,7 @@ func (c *Client) renewBatch(locks []*Lock) {
 	var t tally
 	var settled settlement
 	if refusedBefore == nil {
-		t, settled = c.fanOut(ctx, wait, decidedEach(n, held), nil, settlement{}, op)
+		t, settled = c.fanOut(ctx, wait, c.renewedEach(n, held), nil, settlement{}, op)
 	}
 	elapsed := clock.Now().Sub(start)
 	refused := c.refused()
@@ -454,8 +454,19 @@ func (c *Client) renewBatch(locks []*Lock) {
 	}
 }
 
-// decidedEach is a batch renewal's stop condition: every lock in it is
-// held by a quorum, or can no longer be.
+// renewedEach is a batch renewal's stop condition, as extendDone is an
+// extend's: every lock of it decided (decidedEach) and only failing nodes
+// left, or the grace of withGrace passed since, so that each lock's
+// Confirmed counts the nodes about as fast as the deciding ones.
+func (c *Client) renewedEach(n int, locks []*Lock) func(*tally) bool {
+	decided := decidedEach(n, locks)
+	return withGrace(func(t *tally) bool {
+		return decided(t) && !c.awaits(t, settlement{})
+	}, decided)
+}
+
+// decidedEach says when every lock of a batch renewal is held by a quorum,
+// or can no longer be.
 func decidedEach(n int, locks []*Lock) func(*tally) bool {
 	return func(t *tally) bool {
 		for j, l := range locks {
@@ -491,7 +502,6 @@ func (t *tally) of(j, n int) tally {
 		switch {
 		case t.heldAt(i, j):
 			lt.answers[i], lt.values[i] = holds, t.many[i][j] // 1 kept, 2 taken where free
-
 			lt.yes++
 		case a == holds:
 			lt.answers[i] = holdsNot

@@ -471,3 +471,69 @@ func gateExtends(t *testing.T, c *cluster) (gate chan struct{}, entered chan str
 	}
 	return gate, entered
 }
+
+// lateHook answers every call of its node d late.
+type lateHook time.Duration
+
+func (lateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		time.Sleep(time.Duration(h))
+		return next(ctx, cmd)
+	}
+}
+
+func (h lateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		time.Sleep(time.Duration(h))
+		return next(ctx, cmds)
+	}
+}
+
+// TestRenewal_batchConfirmsEveryHealthyNode: a batch renewal waits the
+// extend's grace for the nodes after the quorum, so that each lock's
+// Confirmed counts a healthy node that answers a little after the others
+// (it returned at the quorum, and Confirmed said 2 of 3).
+func TestRenewal_batchConfirmsEveryHealthyNode(t *testing.T) {
+	goRedisOnly(t, "it slows a node through a go-redis hook")
+	c := newCluster(t, 3)
+	nodes := c.connect(t)
+	clock := fakeClock()
+	rc := mustNew(t, nodes, redlock.WithClock(clock), redlock.WithNodeTimeout(10*time.Second))
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	held := make([]*redlock.Lock, 4)
+	for i := range held {
+		held[i] = mustTryAcquire(t, rc, ctx, fmt.Sprint("batch-", i), ttl, redlock.WithAutoRenew())
+		redlock.WaitSettled(held[i])
+	}
+	defer func() {
+		for _, l := range held {
+			mustRelease(t, l)
+		}
+	}()
+	first := held[0].Until()
+	// From now on node 2 answers 2 ms after the others: well within the
+	// grace (as long again as the quorum took, 5 ms at least).
+	addHook(t, nodes[2].(*redis.Client), lateHook(2*time.Millisecond))
+
+	waiters(t, clock, 1) // the scheduler, for all of them
+	for _, s := range c.servers {
+		s.FastForward(time.Second)
+	}
+	clock.Advance(time.Second)
+	waitFor(t, "every lock renewed", func() bool {
+		for _, l := range held {
+			if !l.Until().After(first) {
+				return false
+			}
+		}
+		return true
+	})
+	for i, l := range held {
+		if got := l.Confirmed(); got != 3 {
+			t.Errorf("lock %d: Confirmed() = %d after a batch renewal on 3 healthy nodes, want 3", i, got)
+		}
+	}
+}
