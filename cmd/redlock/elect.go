@@ -160,6 +160,9 @@ func campaignLoop(ctx context.Context, e *redlock.Election, path string, cfg ele
 	if cfg.once {
 		opts = append(opts, redlock.RunOnce())
 	}
+	// The function's context is not watched: supervise stops the tree on
+	// the loss (and the watchdog at the validity's end), while a signal,
+	// which ends ctx, is passed on to the tree rather than stopping it.
 	exit := -1 // elect's status, set by the term after which Run returns
 	err := e.Run(ctx, cfg.value, func(_ context.Context, l *redlock.Leadership) error {
 		status, err := leadCommand(path, cfg, l, stdout, stderr)
