@@ -102,6 +102,10 @@ func RunOnce() RunOption {
 //     release is bounded by the Client's node timeout: see Lock.Release),
 //     so that the next candidate is elected at once, and returns.
 //
+// A resignation that is not confirmed (too few nodes answered the
+// release) is logged to the Client's logger and told to its Observer (the
+// OpRelease event's Err), not returned: the term ended all the same.
+//
 // Run returns ctx.Err() once ctx has ended; Campaign's error when a
 // campaign failed otherwise (an error matching ErrMisconfigured, or
 // ErrNotAcquired once the Client's WithMaxAttempts ran out); the error of
@@ -185,7 +189,11 @@ func (e *Election) term(ctx context.Context, lead *Leadership, fn func(context.C
 	err := fn(fnCtx, lead)
 	leading := lead.Leading()
 	cancel(nil)
-	_ = lead.Resign(context.WithoutCancel(ctx))
+	if rerr := lead.Resign(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrLockLost) {
+		// As Do's release: the Observer hears of it as the OpRelease event.
+		e.c.cfg.logger.WarnContext(ctx, "redlock: Run: the resignation was not confirmed; the next candidate may wait for the keys left to expire",
+			"election", e.name, "err", rerr)
+	}
 	resigned = true
 	switch {
 	case !leading:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -332,5 +334,32 @@ func TestElection_contextEndsBeforeTheNextLeader(t *testing.T) {
 				t.Fatalf("after the old leader's resignation: Leader %+v, %v, new leader Leading %v", got, err, next.Leading())
 			}
 		})
+	}
+}
+
+// TestElection_Run_unconfirmedResignationIsLogged: a resignation that too
+// few nodes confirm (a majority fails once fn returned) is told to the
+// Client's logger, as Do's unconfirmed release is; Run used to drop it
+// without a word, and the next candidate waited for the keys to expire.
+func TestElection_Run_unconfirmedResignationIsLogged(t *testing.T) {
+	c := newCluster(t, 3)
+	var log syncBuffer
+	rc := c.client(t, redlock.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	defer func() {
+		for _, s := range c.servers {
+			s.SetError("")
+		}
+	}()
+	e := mustElection(t, rc, "run", time.Minute)
+	err := e.Run(context.Background(), "a", func(context.Context, *redlock.Leadership) error {
+		c.servers[1].SetError("ERR the node fails")
+		c.servers[2].SetError("ERR the node fails")
+		return nil
+	}, redlock.RunOnce())
+	if err != nil {
+		t.Fatalf("Run of an fn that returned nil while leading: %v, want nil", err)
+	}
+	if !strings.Contains(log.String(), "resignation was not confirmed") {
+		t.Fatalf("log %q: want a warning that the resignation was not confirmed", log.String())
 	}
 }

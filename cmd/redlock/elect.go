@@ -150,38 +150,38 @@ func runElect(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return campaignLoop(ctx, e, path, cfg, stdout, stderr)
 }
 
-// campaignLoop campaigns, runs the command while leading, resigns when it
-// exits, and again (once, with --once), and returns elect's exit status.
+// campaignLoop runs the command on Election.Run each time this process
+// leads (once, with --once) and returns elect's exit status.
 func campaignLoop(ctx context.Context, e *redlock.Election, path string, cfg electConfig, stdout, stderr io.Writer) int {
 	if status, ok := reachable(ctx, e, cfg, stderr); !ok {
 		return status
 	}
-	for {
-		l, err := e.Campaign(ctx, cfg.value)
-		if err != nil {
-			if s, ok := interruptedBy(ctx); ok {
-				return 128 + int(s)
-			}
-			fmt.Fprintf(stderr, "redlock elect: campaign for %q: %s\n", cfg.name, explain(err))
-			if errors.Is(err, redlock.ErrMisconfigured) {
-				return exitConfig
-			}
-			return exitUnavailable
-		}
-		fmt.Fprintf(stderr, "redlock elect: leading %q, term %d\n", cfg.name, l.Term())
-		status, lost, signalled := leadCommand(ctx, path, cfg, l, stdout, stderr)
-		if err := l.Resign(context.Background()); err != nil && !lost && !errors.Is(err, redlock.ErrLockLost) {
-			fmt.Fprintf(stderr, "redlock elect: resigning %q: %v\n", cfg.name, err)
-		}
-		switch {
-		case status < 0:
-			return -status // the command could not start
-		case cfg.once && lost:
-			return exitLockLost
-		case cfg.once || signalled:
-			return status
-		}
+	var opts []redlock.RunOption
+	if cfg.once {
+		opts = append(opts, redlock.RunOnce())
 	}
+	// The function's context is not watched: supervise stops the tree on
+	// the loss (and the watchdog at the validity's end), while a signal,
+	// which ends ctx, is passed on to the tree rather than stopping it.
+	exit := -1 // elect's status, set by the term after which Run returns
+	err := e.Run(ctx, cfg.value, func(_ context.Context, l *redlock.Leadership) error {
+		status, err := leadCommand(path, cfg, l, stdout, stderr)
+		if _, signalled := interruptedBy(ctx); cfg.once || signalled || err != nil {
+			exit = status // a signal ended ctx: Run returns; err: Run returns it
+		}
+		return err
+	}, opts...)
+	switch s, ok := interruptedBy(ctx); {
+	case exit >= 0:
+		return exit
+	case ok:
+		return 128 + int(s)
+	}
+	fmt.Fprintf(stderr, "redlock elect: campaign for %q: %s\n", cfg.name, explain(err))
+	if errors.Is(err, redlock.ErrMisconfigured) {
+		return exitConfig
+	}
+	return exitUnavailable
 }
 
 // reachable reads the election's leader before the first campaign, so
@@ -210,10 +210,11 @@ func reachable(ctx context.Context, e *redlock.Election, cfg electConfig, stderr
 	return exitUnavailable, false
 }
 
-// leadCommand runs the command while l leads; status is negative (the
-// exit status, negated) when it could not start, signalled tells that a
-// signal redlock passed on ended it.
-func leadCommand(ctx context.Context, path string, cfg electConfig, l *redlock.Leadership, stdout, stderr io.Writer) (status int, lost, signalled bool) {
+// leadCommand runs the command while l leads and returns its exit status:
+// the command's own, 76 when the leadership was lost and the command was
+// stopped, 126 with why when the command could not start (said on stderr).
+func leadCommand(path string, cfg electConfig, l *redlock.Leadership, stdout, stderr io.Writer) (int, error) {
+	fmt.Fprintf(stderr, "redlock elect: leading %q, term %d\n", cfg.name, l.Term())
 	term := fmt.Sprint(l.Term())
 	held, err := holdCommand(holdSpec{path: path, argv: cfg.argv, env: commandEnv(os.Environ()), grace: cfg.grace}, stdout, stderr)
 	if err == nil {
@@ -224,11 +225,9 @@ func leadCommand(ctx context.Context, path string, cfg electConfig, l *redlock.L
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock elect: %s\n", explain(err))
-		return -exitNotExecutable, false, false
+		return exitNotExecutable, err
 	}
-	status, lost = supervise(held, l.Lock(), cfg.renewed, func() {
+	return supervise(held, l.Lock(), cfg.renewed, func() {
 		fmt.Fprintf(stderr, "redlock elect: leadership of %q lost; stopping %s\n", cfg.name, cfg.argv[0])
-	})
-	_, signalled = interruptedBy(ctx)
-	return status, lost, signalled
+	}), nil
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -194,4 +195,37 @@ func TestElect_campaignsAgainAfterLosingTheNodes(t *testing.T) {
 func readFileIfAny(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
+}
+
+// TestBinary_electSignalsAndCampaignsAgain: without --once, a command that
+// exits 0 is followed by a new campaign, and the leader runs it again; a
+// SIGTERM to a candidate that waits in its campaign ends it with 143, its
+// command never run; a SIGTERM to the leader is passed to its command, and
+// the command's own status (7, from its trap) is elect's.
+func TestBinary_electSignalsAndCampaignsAgain(t *testing.T) {
+	addrs, nodes := treeNodes(t)
+	log := filepath.Join(t.TempDir(), "log")
+	script := "echo run >> " + log + "; [ $(grep -c run " + log + ") -ge 2 ] || exit 0; " +
+		"trap 'exit 7' TERM; echo ready >> " + log + "; while :; do sleep 0.1; done"
+	args := []string{"elect", "sig-e", "--addrs", nodes, "--ttl", "10s", "--", "sh", "-c", script}
+	leader := startBin(t, nil, args...)
+	waitFor(t, 30*time.Second, "the command's second run", func() bool { return strings.Contains(readFileIfAny(log), "ready") })
+	waitFor(t, 30*time.Second, "no campaign waiting", func() bool { return !subscribed(t, addrs) })
+	waiting := startBin(t, nil, args...)
+	waitFor(t, 30*time.Second, "the second candidate's campaign", func() bool { return subscribed(t, addrs) })
+	if err := waiting.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if exit := waiting.wait(t, time.Minute); exit != 143 || strings.Contains(waiting.errOut.String(), "leading") {
+		t.Errorf("a campaign interrupted by SIGTERM: exit %d, want 143 without leading\n%s", exit, waiting.errOut.String())
+	}
+	if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if exit := leader.wait(t, time.Minute); exit != 7 {
+		t.Errorf("the leader's command ended by a SIGTERM passed on: exit %d, want its own 7\n%s", exit, leader.errOut.String())
+	}
+	if runs := strings.Count(readFileIfAny(log), "run"); runs != 2 {
+		t.Errorf("the command ran %d times, want 2 (once more after it exited 0)", runs)
+	}
 }

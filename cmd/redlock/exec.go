@@ -223,13 +223,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlock exec: %s\n", explain(err))
 		return exitNotExecutable
 	}
-	status, lost := supervise(held, lock, renewed, func() {
+	return supervise(held, lock, renewed, func() {
 		fmt.Fprintf(stderr, "redlock exec: lock %q lost; stopping %s\n", cfg.key, cfg.argv[0])
 	})
-	if lost {
-		return exitLockLost
-	}
-	return status
 }
 
 // holdSpec is a command to hold (see holdCommand): path (found on PATH),
@@ -247,12 +243,12 @@ type holdSpec struct {
 // supervise waits for the command's tree to end, passing it the signals
 // redlock gets, tells the watchdog each new end of the lock's validity
 // (renewed: a renewal succeeded), and stops the tree if its lock is lost
-// (lost is then true): SIGTERM, and SIGKILL after the grace, or at the end
+// (it then returns 76): SIGTERM, and SIGKILL after the grace, or at the end
 // of the lock's validity if that comes first, so that the command does
 // not run on beside the next holder's. The stop is sent before told is
 // called, so that a stderr that does not drain cannot hold it back. It
-// returns the command's exit status.
-func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told func()) (status int, lost bool) {
+// returns the command's exit status otherwise.
+func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told func()) int {
 	// Signals to redlock go to the command's tree, which decides what
 	// they mean, within the grace; redlock keeps renewing the lock until
 	// the tree has ended. (A Ctrl-C typed in the terminal reaches exec's
@@ -270,9 +266,9 @@ func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told
 				// The watchdog ended the tree at the end of the validity
 				// (redlock was frozen), or the loss came as it ended.
 				told()
-				return 0, true
+				return exitLockLost
 			}
-			return exitStatus(err), false
+			return exitStatus(err)
 		case s := <-sigs:
 			h.signal(s.(syscall.Signal))
 		case <-renewed:
@@ -285,7 +281,7 @@ func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told
 			h.stop()
 			told()
 			h.done(<-h.wait())
-			return 0, true
+			return exitLockLost
 		}
 	}
 }
