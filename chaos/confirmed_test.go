@@ -20,29 +20,6 @@ import (
 // extend, and a node that lacks the key is told of as never taken there or
 // lost there.
 
-// eachTransport runs f once over each transport of newLocker.
-func eachTransport(t *testing.T, f func(t *testing.T)) {
-	for _, tr := range []string{"go-redis", "rueidis"} {
-		t.Run(tr, func(t *testing.T) {
-			old := Transport
-			Transport = tr
-			defer func() { Transport = old }()
-			f(t)
-		})
-	}
-}
-
-// locker is newLocker for a test.
-func locker(t *testing.T, nodes []redis.UniversalClient, opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	rc, closeClients, err := newLocker(nodes, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeClients)
-	return rc
-}
-
 // logged records what a logger is given, at every level.
 type logged struct {
 	slog.Handler
