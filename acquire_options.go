@@ -90,10 +90,12 @@ func Fair() AcquireOption {
 }
 
 // WithWaitTimeout bounds how long Acquire, AcquireAll and Do wait for the
-// lock: once d has passed on the Client's Clock since the call, the wait
-// ends as it would if ctx ended, with an error matching ErrNotAcquired
-// (and ErrTaken when the last attempt found the key held elsewhere) that
-// says so, not ctx's error: ctx has not ended. It bounds the wait only:
+// lock: no attempt starts once d has passed on the Client's Clock since
+// the call (the first always does), and an attempt under way is heard out
+// (at most the node timeout). The call then returns the last attempt's
+// outcome: an error matching ErrNotAcquired (and ErrTaken when that
+// attempt found the key held elsewhere) that says it gave up waiting, and
+// never a context error, as ctx has not ended. It bounds the wait only:
 // once Do's fn runs, ctx alone bounds it. TryAcquire makes one attempt and
 // ignores it. d must be positive (0 is refused, not read as "no bound").
 // Default: no bound beyond ctx.
@@ -207,6 +209,7 @@ type acquireConfig struct {
 	retry       RetryPolicy
 	maxAttempts int           // 0: no limit
 	waitTimeout time.Duration // 0: no bound beyond ctx
+	waitUntil   time.Time     // on the Client's Clock, when waitTimeout ends the waits (Acquire sets it)
 	fenced      bool
 	// fenceHorizon: the Client's WithFenceHorizon
 	fenceHorizon time.Duration

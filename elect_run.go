@@ -123,15 +123,9 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 		return err
 	}
 	if cfg.newLeader != nil {
-		octx, stop := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			for l := range e.Observe(octx) {
-				cfg.newLeader(l)
-			}
-		}()
-		defer func() { stop(); <-watched }()
+		var stop func()
+		ctx, stop = e.watchLeaders(ctx, cfg.newLeader)
+		defer stop()
 	}
 	for {
 		lead, err := e.Campaign(ctx, value)
@@ -147,6 +141,36 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 			return ctx.Err()
 		case cfg.once || stop:
 			return end
+		}
+	}
+}
+
+// watchLeaders calls f with each change of leader (OnNewLeader) on a
+// goroutine of its own until stop is called, and returns ctx, which also
+// ends if f panics. stop waits for the goroutine and, if f panicked,
+// panics with its value on the caller's goroutine (Run's, once the term
+// in hand was resigned), never on the library's.
+func (e *Election) watchLeaders(ctx context.Context, f func(Leader)) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	var panicked any
+	go func() {
+		defer close(watched)
+		defer func() {
+			if p := recover(); p != nil {
+				panicked = p
+				cancel()
+			}
+		}()
+		for l := range e.Observe(ctx) {
+			f(l)
+		}
+	}()
+	return ctx, func() {
+		cancel()
+		<-watched
+		if panicked != nil {
+			panic(panicked)
 		}
 	}
 }

@@ -363,3 +363,35 @@ func TestElection_Run_unconfirmedResignationIsLogged(t *testing.T) {
 		t.Fatalf("log %q: want a warning that the resignation was not confirmed", log.String())
 	}
 }
+
+// TestElection_Run_hookPanicOnTheCallersGoroutine: a panic in OnNewLeader
+// ends fn's term, which is resigned, and is passed on from Run, on the
+// caller's goroutine (a recover there catches it); it crashed the process
+// from a goroutine of the library's, with the leadership still held.
+func TestElection_Run_hookPanicOnTheCallersGoroutine(t *testing.T) {
+	c := newCluster(t, 3)
+	e := mustElection(t, c.client(t), "run", 2*time.Second)
+	got := make(chan any, 1)
+	go func() {
+		defer func() { got <- recover() }()
+		_ = e.Run(context.Background(), "host-a", func(ctx context.Context, l *redlock.Leadership) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}, redlock.OnNewLeader(func(l redlock.Leader) {
+			if l.Value == "host-a" {
+				panic("hook failed")
+			}
+		}))
+	}()
+	select {
+	case p := <-got:
+		if p != "hook failed" {
+			t.Fatalf("Run's panic = %v, want the hook's", p)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not pass the hook's panic on")
+	}
+	if _, err := e.Leader(context.Background()); !errors.Is(err, redlock.ErrNoLeader) {
+		t.Fatalf("Leader after the panic: %v, want ErrNoLeader (resigned)", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,9 @@ type tally struct {
 	lastAt  time.Duration   // from begun to the last reply without an error
 	many    [][]int64       // by node, for an op that is many: what it answered for each lock
 	unsent  []bool          // by node, when a call was never sent (see notSent); nil when none was
+	// usual is how long after begun the slowest node about as fast as the
+	// quorum usually answers (Client.usualReply): withGrace waits for it
+	usual time.Duration
 	// graceEnd, once set by a stop condition (see withGrace), is when
 	// fanOut returns, decided, without waiting for the nodes yet to answer
 	graceEnd time.Time
@@ -316,6 +320,7 @@ func (f *fan) deliver(r nodeReply) {
 func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*tally) bool, replies <-chan nodeReply, unknownCut time.Time, base time.Duration) tally {
 	n := len(c.nodes)
 	t := newTally(n, c.cfg.observer != nil)
+	t.usual = c.usualReply()
 	var grace <-chan time.Time // set once the outcome is known
 	var cut <-chan time.Time
 	if !unknownCut.IsZero() {
@@ -365,6 +370,36 @@ func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*
 		}
 	}
 	return t
+}
+
+// usualReply is how long the slowest node about as fast as a quorum
+// usually takes to answer: the longest usual reply (rtt.Estimate.Usual)
+// among the nodes not failing whose usual reply is within twice the
+// quorum's (the q-th shortest) and graceFloor. It follows the round trips
+// the Client sees, which a loaded machine lengthens for every node alike;
+// a node much farther than the quorum, or failing, is not counted.
+func (c *Client) usualReply() time.Duration {
+	var buf [8]time.Duration
+	usual := buf[:0]
+	for i := range c.rtts {
+		if c.failing[i].Load() == nil {
+			if u := c.rtts[i].Usual(); u > 0 {
+				usual = append(usual, u)
+			}
+		}
+	}
+	if len(usual) < c.quorum {
+		return 0
+	}
+	slices.Sort(usual)
+	within := addSat(2*usual[c.quorum-1], graceFloor)
+	longest := time.Duration(0)
+	for _, u := range usual {
+		if u <= within {
+			longest = u
+		}
+	}
+	return longest
 }
 
 func newTally(n int, timed bool) tally {

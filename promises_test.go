@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/redlock"
 )
 
@@ -198,5 +200,44 @@ func TestWithWaitTimeout(t *testing.T) {
 	defer cancel()
 	if _, err := rc.Acquire(actx, "k", time.Minute, redlock.WithWaitTimeout(time.Hour)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire with ctx ending before the wait bound: %v, want the context's error", err)
+	}
+}
+
+// TestWithWaitTimeout_hearsOutTheAttempt: the wait bound ends the waits
+// between attempts, never an attempt under way: with a bound of 1 ns, or
+// one shorter than the nodes' round trip, the attempt's answers are heard
+// (ErrTaken for a held key) and nothing in the error matches a context
+// error, as the caller's context has not ended. The bound cut the attempt,
+// whose nodes then read "not waited for, the caller's context ended:
+// context canceled".
+func TestWithWaitTimeout_hearsOutTheAttempt(t *testing.T) {
+	goRedisOnly(t, "it slows its nodes through go-redis hooks")
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	defer holder.Release(ctx)
+	nodes := c.connect(t)
+	rc := mustNew(t, nodes)
+	_ = acquireSoon(t, rc, "warm-up", time.Minute).Release(ctx) // first contact made
+	for _, tc := range []struct {
+		name  string
+		bound time.Duration
+		late  time.Duration
+	}{
+		{"1ns", time.Nanosecond, 0},
+		{"shorter than the round trip", 10 * time.Millisecond, 40 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.late > 0 {
+				for _, n := range nodes {
+					addHook(t, n.(*redis.Client), lateHook(tc.late))
+				}
+			}
+			_, err := rc.Acquire(ctx, "k", time.Minute, redlock.WithWaitTimeout(tc.bound))
+			if !errors.Is(err, redlock.ErrTaken) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+				!strings.Contains(err.Error(), "WithWaitTimeout") {
+				t.Fatalf("Acquire of a held key, wait bound %v: %v; want ErrTaken, no context error, naming WithWaitTimeout", tc.bound, err)
+			}
+		})
 	}
 }

@@ -146,7 +146,9 @@ func decidedAt(n, q int) func(*tally) bool {
 const graceFloor = 5 * time.Millisecond
 
 // withGrace stops when stop does, or once decided says the outcome is
-// known and as long again has passed (at least graceFloor): the nodes
+// known and as long again has passed (at least graceFloor), and the time
+// that the nodes about as fast as a quorum usually take (tally.usual,
+// which grows with the round trips a loaded machine shows): the nodes
 // about as fast as the deciding ones are still waited for (their keys
 // known and counted by Confirmed, a release confirmed there), but not a
 // frozen or slow node, whose
@@ -158,7 +160,7 @@ func withGrace(stop, decided func(*tally) bool) func(*tally) bool {
 		}
 		if t.graceEnd.IsZero() && decided(t) {
 			d := time.Since(t.begun)
-			t.graceEnd = t.begun.Add(d + max(d, graceFloor))
+			t.graceEnd = t.begun.Add(max(d+max(d, graceFloor), t.usual))
 		}
 		return !t.graceEnd.IsZero() && !time.Now().Before(t.graceEnd)
 	}

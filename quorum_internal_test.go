@@ -467,3 +467,54 @@ func TestAttemptDone_eagerGivesFailingNodesAGrace(t *testing.T) {
 		t.Fatal("an eager attempt waits on for nodes known to be failing after the grace")
 	}
 }
+
+// TestWithGrace_waitsTheUsualReply: once decided, the grace lasts as long
+// again as the decision took (at least graceFloor), and at least until
+// the nodes about as fast as the quorum usually answer (tally.usual), as
+// on a loaded machine whose round trips are long for every node.
+func TestWithGrace_waitsTheUsualReply(t *testing.T) {
+	never := func(*tally) bool { return false }
+	always := func(*tally) bool { return true }
+	for _, tc := range []struct {
+		name  string
+		usual time.Duration
+		want  time.Duration // from begun, for a decision at once
+	}{
+		{"nothing usual: the floor", 0, graceFloor},
+		{"a usual reply under the floor", time.Millisecond, graceFloor},
+		{"a usual reply past the floor", 40 * time.Millisecond, 40 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := tally{begun: time.Now(), usual: tc.usual}
+			withGrace(never, always)(&tl)
+			if got := tl.graceEnd.Sub(tl.begun); got < tc.want || got > tc.want+20*time.Millisecond {
+				t.Fatalf("grace ends %v after the start, want %v (and a little for the decision's own time)", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestUsualReply: the usual reply that the grace waits for is the longest
+// among the nodes about as fast as a quorum; a node much farther, one
+// failing and one never heard from are not counted.
+func TestUsualReply(t *testing.T) {
+	c := &Client{quorum: 3, rtts: make([]rtt.Estimate, 5), failing: make([]atomic.Pointer[error], 5)}
+	for i, d := range []time.Duration{time.Millisecond, time.Millisecond, 2 * time.Millisecond, 100 * time.Millisecond, 0} {
+		for range 8 {
+			if d > 0 {
+				c.rtts[i].Sample(d)
+			}
+		}
+	}
+	got := c.usualReply()
+	if want := c.rtts[2].Usual(); got != want {
+		t.Fatalf("usualReply = %v, want node 2's usual %v (node 3 is far, node 4 unknown)", got, want)
+	}
+	err := error(errNodeTimeout)
+	c.failing[2].Store(&err)
+	// Then a quorum needs the far node: it decides when the far node
+	// answers, and the grace waits for nothing longer.
+	if got, want := c.usualReply(), c.rtts[3].Usual(); got != want {
+		t.Fatalf("usualReply with node 2 failing = %v, want node 3's %v (the quorum's own)", got, want)
+	}
+}

@@ -120,12 +120,16 @@ func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig, attempts
 // inTurn is Acquire's attempts for a lock of kind k, made in the turn of
 // the kind's local queue when it has one (see localqueue.go).
 func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
+	// The attempts run under ctx alone: WithWaitTimeout's bound ends the
+	// waits between them (acquireLoop), and the wait for a local turn,
+	// never an attempt under way, so that its nodes' answers are heard
+	// and nothing in the error says that ctx ended.
+	turn := ctx
 	if ac.waitTimeout > 0 {
+		ac.waitUntil = c.cfg.clock.Now().Add(ac.waitTimeout)
 		wctx, stop := c.waitBound(ctx, ac.waitTimeout)
 		defer stop()
-		ctx, ac.waitTimeout = wctx, 0
-		lock, err := c.inTurn(ctx, k, ac, attempts)
-		return lock, waitedOut(wctx, err)
+		turn = wctx
 	}
 	// An Acquire bounded by WithMaxAttempts does not wait in the local
 	// queue, whose wait is bounded only by ctx.
@@ -133,13 +137,15 @@ func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts 
 	if queue == "" || ac.maxAttempts > 0 {
 		return c.acquireLoop(ctx, k, ac, attempts)
 	}
-	return c.queues.inTurn(ctx, queue, k, ac, attempts, func() (*Lock, error) {
+	lock, err := c.queues.inTurn(turn, queue, k, ac, attempts, func() (*Lock, error) {
 		return c.acquireLoop(ctx, k, ac, attempts)
 	})
+	return lock, waitedOut(turn, err)
 }
 
 // waitBound is ctx, which also ends, with a *waitedOutError as its cause,
-// once d has passed on the Client's Clock (WithWaitTimeout); stop lets it go.
+// once d has passed on the Client's Clock (WithWaitTimeout): what waits for
+// a local turn. stop lets it go.
 func (c *Client) waitBound(ctx context.Context, d time.Duration) (_ context.Context, stop func()) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	go func() {
@@ -220,6 +226,14 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			// the next attempt's calls would spend their node timeout queued
 			// behind them, so they are waited for first (to their deadlines).
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
+		}
+		if !ac.waitUntil.IsZero() {
+			left := ac.waitUntil.Sub(c.cfg.clock.Now())
+			if left <= 0 {
+				qe.detail += ", " + (&waitedOutError{ac.waitTimeout}).Error()
+				return nil, c.giveUp(ctx, &a, qe, nil)
+			}
+			delay = min(delay, left)
 		}
 		var ok bool
 		if ok, w.first, w.woken = c.waitRetry(ctx, k, listen, delay); !ok {

@@ -898,9 +898,13 @@ func TestLock_Release_slowNodeFinishesInBackground(t *testing.T) {
 			if took := time.Since(start); took > time.Second {
 				t.Fatalf("Release took %v: it waited for the slow node", took)
 			}
-			if got := c.holdersAny("k"); !slices.Equal(got, []int{4}) {
-				t.Fatalf("key on nodes %v right after Release, want only on the slow node 4", got)
-			}
+			// The fast nodes' deletes are done, or finish, while the slow
+			// node's is still 2 s away (Release waits a grace for the nodes
+			// about as fast as the quorum's, which a loaded machine may
+			// miss: their deletes then finish in the background too).
+			waitFor(t, "the fast nodes' deletes", func() bool {
+				return !slices.ContainsFunc(c.holdersAny("k"), func(i int) bool { return i != 4 })
+			})
 			waitFor(t, "the slow node's delete", func() bool { return !c.servers[4].Exists("k") })
 		})
 	}

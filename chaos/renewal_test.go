@@ -78,14 +78,15 @@ func (s *slowNet) setLatency(t *testing.T, d time.Duration) {
 		return
 	}
 	for _, l := range s.links {
-		var err error
-		if s.latency == 0 {
-			err = l.Latency(d, 0)
-		} else {
-			_, err = l.proxy.Toxics.UpdateToxicJson("latency",
-				strings.NewReader(fmt.Sprintf(`{"attributes":{"latency":%d,"jitter":0}}`, d.Milliseconds())))
+		// Removed and added again, not updated in place: toxiproxy's
+		// update writes the toxic's attributes while its links read them
+		// (the race detector says so).
+		if s.latency != 0 {
+			if err := l.proxy.Toxics.RemoveToxic(context.Background(), "latency"); err != nil {
+				t.Fatalf("latency %v: %v", d, err)
+			}
 		}
-		if err != nil {
+		if err := l.Latency(d, 0); err != nil {
 			t.Fatalf("latency %v: %v", d, err)
 		}
 	}

@@ -74,6 +74,19 @@ func (e *Estimate) Wait() (d time.Duration, known bool) {
 	return w, w > 0
 }
 
+// Usual returns how long the node's reply usually takes, as Wait does
+// from its round trips (the smoothed round trip plus four times its
+// variation, at least half the round trip again), but 0 while nothing is
+// known of it or its last call timed out: then nothing is usual.
+func (e *Estimate) Usual() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.srtt == 0 || e.backoff > 0 {
+		return 0
+	}
+	return add(e.srtt, max(mul(4, e.rttvar), e.srtt/2))
+}
+
 // Timeout returns how long to wait for the q-th fastest of nodes, at least
 // floor and at most ceiling (when ceiling is below floor, floor): the
 // q-th smallest of their Waits, a node of which nothing is known yet

@@ -111,3 +111,29 @@ func absDiff(a, b time.Duration) time.Duration {
 	}
 	return b - a
 }
+
+// TestUsual: nothing is usual of a node before its first reply or after a
+// call that timed out; after replies, its usual reply is what Wait says.
+func TestUsual(t *testing.T) {
+	var e Estimate
+	if got := e.Usual(); got != 0 {
+		t.Fatalf("Usual of a node never heard = %v, want 0", got)
+	}
+	for range 8 {
+		e.Sample(2 * time.Millisecond)
+	}
+	if got, want := e.Usual(), 3*time.Millisecond; absDiff(got, want) > 100*time.Microsecond {
+		t.Fatalf("Usual after steady 2 ms replies = %v, want about %v (the round trip and half again)", got, want)
+	}
+	if w, _ := e.Wait(); e.Usual() != w {
+		t.Fatalf("Usual %v, Wait %v: want them equal while no call timed out", e.Usual(), w)
+	}
+	e.TimedOut(50 * time.Millisecond)
+	if got := e.Usual(); got != 0 {
+		t.Fatalf("Usual after a timed-out call = %v, want 0", got)
+	}
+	e.Sample(2 * time.Millisecond)
+	if got := e.Usual(); got == 0 {
+		t.Fatal("Usual after a reply following a timeout = 0, want the round trip's")
+	}
+}
