@@ -280,7 +280,7 @@ func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told
 			}
 			h.stop()
 			told()
-			h.done(<-h.wait())
+			h.done(h.stopped())
 			return exitLockLost
 		}
 	}
