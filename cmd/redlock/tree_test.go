@@ -410,3 +410,21 @@ func TestBinary_daemonisedGrandchildIsCaught(t *testing.T) {
 		p.wait(t, time.Minute)
 	}
 }
+
+// TestBinary_electCtrlCReachesTheTreeOnce: a Ctrl-C typed in the terminal
+// where redlock elect runs reaches the command's tree once: the terminal
+// signals redlock's group, which holds neither the watchdog nor the
+// command, and redlock passes it on.
+func TestBinary_electCtrlCReachesTheTreeOnce(t *testing.T) {
+	_, nodes := treeNodes(t)
+	gc, argv := treeCommand(t)
+	_, exited, term := startInTerminal(t, append([]string{"elect", "tree-tty-e", "--addrs", nodes, "--ttl", "10s", "--grace", "1s", "--"}, argv...)...)
+	gc.waitReady(t)
+	if _, err := term.Write([]byte{3}); err != nil { // Ctrl-C
+		t.Fatal(err)
+	}
+	waitExit(t, exited)
+	if got := strings.Join(gc.signals(t), " "); got != "INT" {
+		t.Fatalf("one Ctrl-C: the grandchild got %q, want INT once", got)
+	}
+}

@@ -74,15 +74,13 @@ func watchdog(grace time.Duration, fg bool) int {
 	dieWithParent(attr)
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "redlock: %v\n", err)
-		return exitNotExecutable
+		return cannotStart(err)
 	}
 	env := append(withoutVar(os.Environ(), watchdogEnv), heldEnv+"="+held)
 	p, err := os.StartProcess(self, os.Args, &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, gate}, Sys: attr})
 	gate.Close()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "redlock: %s: %v\n", os.Args[2], err)
-		return exitNotExecutable
+		return cannotStart(fmt.Errorf("%s: %w", os.Args[2], err))
 	}
 	fmt.Fprintln(report, p.Pid)
 	t := &tree{pgid: p.Pid, grace: grace, subreaper: subreaper}
@@ -92,6 +90,15 @@ func watchdog(grace time.Duration, fg bool) int {
 		takeTerminal(home)
 	}
 	return status
+}
+
+// cannotStart says err on stderr and returns 126. The watchdog's process
+// group is not the terminal's foreground: SIGTTOU is ignored so that the
+// write is not stopped (stty tostop); no command inherits it, none runs.
+func cannotStart(err error) int {
+	signal.Ignore(syscall.SIGTTOU)
+	fmt.Fprintf(os.Stderr, "redlock: %v\n", err)
+	return exitNotExecutable
 }
 
 // tree is the command's tree: its process group, and on Linux every
