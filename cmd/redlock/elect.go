@@ -28,7 +28,10 @@ than the end of the leadership's validity, when the leadership is lost
 (before redlock writes a word), after a signal passed on, and for what
 the command left running when it exits (the resignation waits for it);
 SIGKILL at once if redlock dies, and at the end of the validity if
-redlock is frozen, so that the tree never runs beside the next leader's.
+redlock is frozen (the watchdog is in a process group of its own: a
+Ctrl-Z or a kill -9 of redlock's job does not reach it), so that the tree
+never runs beside the next leader's; see exec's help for what is not
+caught.
 
 The command finds its leadership in its environment: REDLOCK_ELECTION
 (NAME), REDLOCK_TERM, a number larger than every earlier leader's, to give

@@ -67,13 +67,21 @@ validity):
   - after a signal passed on to it (see Signals);
   - when the command exits: what it left running is stopped before the
     lock is released.
-It is killed (SIGKILL) at once when redlock dies (kill -9, a crash), and
-at the end of the lock's validity if redlock is frozen (SIGSTOP, a pause):
-the watchdog is told the validity's end after every renewal and keeps its
-own timer. Not caught: processes started outside the tree (through a
-service manager or another daemon); outside Linux, a descendant that
-leaves the process group (setsid, setpgid); and if the watchdog itself is
-killed, a descendant outside the group (redlock then kills the group).
+The watchdog runs in a process group of its own, so that what is sent
+to redlock's group (kill -9 or SIGSTOP of a shell's job, timeout -s KILL,
+a Ctrl-Z) reaches neither it nor the command. The tree is killed (SIGKILL)
+at once when redlock dies (kill -9, a crash), and at the end of the lock's
+validity if redlock is frozen (SIGSTOP, a pause): the watchdog is told
+the validity's end after every renewal and keeps its own timer. If the
+watchdog is frozen when the lock is lost, redlock kills the command's
+group itself at the end of --grace (never past the validity). Not
+caught: processes started outside the tree (through a service manager or
+another daemon); outside Linux, a descendant that leaves the process
+group (setsid, setpgid); if the watchdog itself is killed, a descendant
+outside the group (redlock then kills the group), and if redlock is killed
+too, all but the command (which dies with the watchdog on Linux); redlock
+and the watchdog both frozen; with the watchdog frozen, a descendant
+outside the group, and what the command left running once it exited.
 
 The command finds its lock in its environment: REDLOCK_KEY, REDLOCK_TOKEN
 (what 'redlock unlock --token' takes), and with --fencing
@@ -280,7 +288,7 @@ func supervise(h *heldCommand, lock *redlock.Lock, renewed <-chan struct{}, told
 			}
 			h.stop()
 			told()
-			h.done(<-h.wait())
+			h.done(h.stopped())
 			return exitLockLost
 		}
 	}

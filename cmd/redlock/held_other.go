@@ -42,6 +42,7 @@ func (h *heldCommand) renew(time.Time)         {}
 func (h *heldCommand) signal(s syscall.Signal) { _ = h.cmd.Process.Signal(s) }
 func (h *heldCommand) stop()                   { _ = h.cmd.Process.Kill() }
 func (h *heldCommand) wait() <-chan error      { return h.exited }
+func (h *heldCommand) stopped() error          { return <-h.exited }
 func (h *heldCommand) done()                   {}
 func (h *heldCommand) drop()                   {}
 

@@ -33,13 +33,21 @@ const heldEnv = "REDLOCK_HELD_COMMAND"
 // The watchdog is the command's parent; redlock tells it each new end of
 // the lock's validity, and what to signal, through a pipe (ctl). It stops
 // the command's whole tree when told, at the end of the validity, and at
-// once when the pipe closes: when redlock exits or dies.
+// once when the pipe closes: when redlock exits or dies. The watchdog runs
+// in a process group of its own, in redlock's session: a signal to
+// redlock's group (kill -9 or SIGSTOP of a job, a Ctrl-Z) reaches neither
+// the watchdog nor the command, and the watchdog sees redlock's death as
+// its pipe closing, redlock's freeze as the validity's end passing.
 type heldCommand struct {
 	cmd    *exec.Cmd // the watchdog
 	gate   *os.File  // the gate's write end
 	ctl    *os.File  // the watchdog's pipe, write end
+	report *os.File  // the watchdog's report, read end: "exited" once the command has exited
 	cmdPid int       // the command's pid, and its process group's
 	exited chan error
+	grace  time.Duration
+	until  time.Time // the end of the validity last told
+	killAt time.Time // once stopped, when the tree gets SIGKILL
 }
 
 // holdCommand starts the command of spec, held back, under its watchdog.
@@ -50,8 +58,8 @@ func holdCommand(spec holdSpec, stdout, stderr io.Writer) (_ *heldCommand, err e
 	}
 	var pipes [3][2]*os.File // gate, ctl, and the watchdog's report of the command's pid
 	defer func() {
-		for _, p := range pipes {
-			if p[0] != nil {
+		for i, p := range pipes {
+			if p[0] != nil && (err != nil || i != 2) {
 				p[0].Close()
 			}
 			if err != nil && p[1] != nil {
@@ -67,20 +75,30 @@ func holdCommand(spec holdSpec, stdout, stderr io.Writer) (_ *heldCommand, err e
 	gate, ctl, report := pipes[0], pipes[1], pipes[2]
 	cmd := exec.Command(self, append([]string{spec.path}, spec.argv...)...)
 	mode := strconv.FormatInt(int64(spec.grace), 10)
-	if spec.foreground {
+	if spec.foreground && inTerminalForeground() {
 		mode = "fg:" + mode
 	}
 	cmd.Env = append(spec.env, watchdogEnv+"="+mode)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.ExtraFiles = []*os.File{ctl[0], gate[0], report[1]} // 3, 4, 5
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err = cmd.Start(); err != nil {
 		return nil, err
 	}
 	report[1].Close()
 	pipes[2][1] = nil
-	h := &heldCommand{cmd: cmd, gate: gate[1], ctl: ctl[1], exited: make(chan error, 1)}
-	line, rerr := bufio.NewReader(report[0]).ReadString('\n')
-	h.cmdPid, err = strconv.Atoi(strings.TrimSpace(line))
+	h := &heldCommand{cmd: cmd, gate: gate[1], ctl: ctl[1], report: report[0], exited: make(chan error, 1), grace: spec.grace}
+	// The pid's line is read a byte at a time: "exited" comes after it
+	// and is read only when the tree is killed (see kill).
+	var line []byte
+	b := make([]byte, 1)
+	var rerr error
+	for len(line) < 20 && (len(line) == 0 || line[len(line)-1] != '\n') && rerr == nil {
+		var n int
+		n, rerr = report[0].Read(b)
+		line = append(line, b[:n]...)
+	}
+	h.cmdPid, err = strconv.Atoi(strings.TrimSpace(string(line)))
 	if err != nil {
 		// The watchdog could not start the command: it said why on stderr.
 		h.ctl.Close()
@@ -109,6 +127,7 @@ func (h *heldCommand) run(extra []string, until time.Time) error {
 // before the time left: a pause between the two makes the deadline
 // earlier, never later.
 func (h *heldCommand) renew(until time.Time) {
+	h.until = until
 	mono := monotonicNow()
 	left := int64(max(0, time.Until(until)))
 	h.tell(fmt.Sprintf("until %d", mono+min(left, math.MaxInt64-mono))) // a ttl of centuries saturates
@@ -120,7 +139,56 @@ func (h *heldCommand) signal(s syscall.Signal) { h.tell(fmt.Sprintf("signal %d",
 
 // stop sends SIGTERM to the command's tree, and SIGKILL after the grace or
 // at the end of the validity, whichever is first.
-func (h *heldCommand) stop() { h.tell("stop") }
+func (h *heldCommand) stop() {
+	h.killAt = time.Now().Add(h.grace)
+	if h.until.Before(h.killAt) {
+		h.killAt = h.until
+	}
+	h.tell("stop")
+}
+
+// stopped waits for the watchdog's exit after stop. The watchdog kills
+// the tree at killAt; should it not have ended by then (the watchdog
+// stopped, SIGSTOP), redlock kills it itself.
+func (h *heldCommand) stopped() error {
+	t := time.NewTimer(time.Until(h.killAt))
+	defer t.Stop()
+	select {
+	case err := <-h.exited:
+		return err
+	case <-t.C:
+	}
+	h.kill()
+	return <-h.exited
+}
+
+// kill sends SIGKILL to the command's process group and to the watchdog's
+// descendants outside it, unless the watchdog has reported that the
+// command exited or has itself exited. The group's ID is the command's
+// pid; the watchdog writes "exited" before it reaps the command (on Linux;
+// elsewhere just after), so that while nothing is reported the command is
+// the watchdog's unreaped child, alive or a zombie, and its pid cannot
+// have been given to another process: the group is still the command's.
+// Once it is reported, nothing is sent: the watchdog ends the rest.
+func (h *heldCommand) kill() {
+	rc, err := h.report.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool {
+		_ = unix.SetNonblock(int(fd), true)
+		_, err = unix.Read(int(fd), make([]byte, 16))
+		return true // do not wait
+	})
+	if err != unix.EAGAIN {
+		return // reported, or the watchdog exited (the pipe closed)
+	}
+	others := descendants(h.cmd.Process.Pid, h.cmdPid)
+	_ = unix.Kill(-h.cmdPid, unix.SIGKILL)
+	for _, pid := range others {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+}
 
 // tell writes one line to the watchdog. A line is a few bytes and the
 // watchdog reads all the time: the write does not wait. After the watchdog
@@ -139,6 +207,7 @@ func (h *heldCommand) wait() <-chan error { return h.exited }
 // another's by now.
 func (h *heldCommand) done(err error) {
 	h.ctl.Close()
+	h.report.Close()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -151,6 +220,7 @@ func (h *heldCommand) done(err error) {
 func (h *heldCommand) drop() {
 	h.gate.Close()
 	h.ctl.Close()
+	h.report.Close()
 	<-h.exited
 }
 
@@ -176,7 +246,7 @@ func runHeldCommand() {
 	if os.Getenv(heldEnv) == "fg" {
 		// The command's group takes the terminal, so that it can read it
 		// and a Ctrl-C reaches the command's tree, once.
-		takeTerminal()
+		takeTerminal(unix.Getpgrp())
 	}
 	env = withoutVar(env, heldEnv)
 	err := syscall.Exec(os.Args[1], os.Args[2:], env)

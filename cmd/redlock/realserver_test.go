@@ -151,10 +151,20 @@ type proc struct {
 // REDLOCK_* and REDISCLI_AUTH variables it sees.
 func startBin(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startBinWith(t, nil, env, args...)
+}
+
+// startBinWith is startBin with setup applied to the command before it
+// starts.
+func startBinWith(t *testing.T, setup func(*exec.Cmd), env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(redlockBinary(t), args...), done: make(chan struct{}), out: newSyncBuffer(), errOut: newSyncBuffer()}
 	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.errOut
 	p.cmd.WaitDelay = 10 * time.Second // a command left behind may hold the output open
+	if setup != nil {
+		setup(p.cmd)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

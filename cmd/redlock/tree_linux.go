@@ -71,6 +71,21 @@ func descendants(root, pgid int) []int {
 	return out
 }
 
+// exitedChild waits until a child of this process has exited and returns
+// its pid, leaving it unreaped (WNOWAIT): its pid cannot be reused yet.
+func exitedChild() (int, error) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			// si_pid follows si_signo, si_errno and si_code, aligned as
+			// a pointer (unix.Siginfo does not name it).
+			word := unsafe.Sizeof(uintptr(0))
+			return int(*(*int32)(unsafe.Add(unsafe.Pointer(&info), (12+word-1)&^(word-1)))), err
+		}
+	}
+}
+
 // defaultSignal sets s to its default action (SIG_DFL), whatever the Go
 // runtime left, so that a command this process execs does not inherit it
 // ignored. A zeroed kernel struct sigaction is SIG_DFL with no flags on

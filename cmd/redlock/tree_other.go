@@ -15,6 +15,11 @@ func dieWithParent(*syscall.SysProcAttr) {}
 // descendants finds none: only the process group is signalled.
 func descendants(root, pgid int) []int { return nil }
 
+// exitedChild does not wait where a child cannot be waited for without
+// reaping it: -1 asks reap to wait for any child, and reap tells that
+// the command has exited only once it was reaped.
+func exitedChild() (int, error) { return -1, nil }
+
 // defaultSignal does nothing here: a command that takes the terminal may
 // inherit SIGTTOU ignored.
 func defaultSignal(syscall.Signal) {}

@@ -47,8 +47,15 @@ func treeCommand(t *testing.T) (gc child, argv []string) {
 // and returns once the grandchild runs, with its pid.
 func startTree(t *testing.T, args ...string) (*proc, child, int) {
 	t.Helper()
+	return startTreeWith(t, nil, args...)
+}
+
+// startTreeWith is startTree with setup applied to redlock's command
+// before it starts.
+func startTreeWith(t *testing.T, setup func(*exec.Cmd), args ...string) (*proc, child, int) {
+	t.Helper()
 	gc, argv := treeCommand(t)
-	p := startBin(t, nil, append(append(args, "--"), argv...)...)
+	p := startBinWith(t, setup, nil, append(append(args, "--"), argv...)...)
 	gc.waitReady(t)
 	pid, err := strconv.Atoi(gc.pid(t))
 	if err != nil {
@@ -221,6 +228,88 @@ func TestBinary_frozenRedlockCannotKeepTheTree(t *testing.T) {
 	}
 }
 
+// inGroupOfItsOwn starts redlock in a new process group, as a shell's job.
+func inGroupOfItsOwn(c *exec.Cmd) { c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
+
+// TestBinary_treeDiesWithRedlocksGroup: redlock's whole process group
+// killed with SIGKILL (timeout -s KILL, kill -9 -PGID, a shell's kill -9
+// %job) takes the command's whole tree with it. The watchdog used to be in
+// redlock's group and die with it: the grandchild ran on under init.
+func TestBinary_treeDiesWithRedlocksGroup(t *testing.T) {
+	_, nodes := treeNodes(t)
+	for _, args := range [][]string{
+		{"exec", "--addrs", nodes, "--key", "tree-pgkill", "--ttl", "30s"},
+		{"elect", "tree-pgkill-e", "--addrs", nodes, "--ttl", "30s"},
+	} {
+		p, _, pid := startTreeWith(t, inGroupOfItsOwn, args...)
+		killed := time.Now()
+		if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		goneWithin(t, pid, killed, 10*time.Second, args[0]+"'s group killed")
+		p.wait(t, time.Minute)
+	}
+}
+
+// TestBinary_frozenGroupCannotKeepTheTree: redlock's whole process group
+// stopped (SIGSTOP; a Ctrl-Z on elect, whose command does not take the
+// terminal) for longer than the ttl cannot keep the command's tree running
+// past the lock's validity. The watchdog used to be stopped with redlock:
+// nothing killed the tree.
+func TestBinary_frozenGroupCannotKeepTheTree(t *testing.T) {
+	_, nodes := treeNodes(t)
+	const ttl = 2 * time.Second
+	for _, args := range [][]string{
+		{"exec", "--addrs", nodes, "--key", "tree-pgstop", "--ttl", ttl.String(), "--grace", "1m"},
+		{"elect", "tree-pgstop-e", "--addrs", nodes, "--ttl", ttl.String(), "--grace", "1m", "--once"},
+	} {
+		p, _, pid := startTreeWith(t, inGroupOfItsOwn, args...)
+		group := -p.cmd.Process.Pid
+		t.Cleanup(func() { _ = syscall.Kill(group, syscall.SIGCONT) })
+		if err := syscall.Kill(group, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		frozen := time.Now()
+		goneWithin(t, pid, frozen, ttl+4*time.Second, args[0]+"'s group frozen")
+		_ = syscall.Kill(group, syscall.SIGCONT)
+		if exit := p.wait(t, time.Minute); exit != exitLockLost {
+			t.Errorf("%s's group frozen beyond its ttl: exit %d, want %d\n%s", args[0], exit, exitLockLost, p.errOut.String())
+		}
+	}
+}
+
+// TestBinary_stoppedWatchdogCannotKeepTheTree: with the watchdog alone
+// stopped (SIGSTOP), a lost lock's tree is still killed by the end of the
+// validity: redlock kills the command's group itself. redlock used to
+// tell the stopped watchdog and wait: the tree ran on beside the next
+// holder's.
+func TestBinary_stoppedWatchdogCannotKeepTheTree(t *testing.T) {
+	addrs, nodes := treeNodes(t)
+	const ttl = 3 * time.Second
+	for _, args := range [][]string{
+		{"exec", "--addrs", nodes, "--key", "tree-wdstop", "--ttl", ttl.String(), "--grace", "1m"},
+		{"elect", "tree-wdstop-e", "--addrs", nodes, "--ttl", ttl.String(), "--grace", "1m", "--once"},
+	} {
+		p, _, pid := startTree(t, args...)
+		watchdog := parent(t, parent(t, pid)) // the grandchild's parent is the command (sh)
+		t.Cleanup(func() { _ = syscall.Kill(watchdog, syscall.SIGCONT) })
+		if err := syscall.Kill(watchdog, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs { // the nodes lose every key
+			if err := admin(t, a, "").FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lost := time.Now()
+		goneWithin(t, pid, lost, ttl+5*time.Second, args[0]+": lock lost with the watchdog stopped")
+		_ = syscall.Kill(watchdog, syscall.SIGCONT)
+		if exit := p.wait(t, time.Minute); exit != exitLockLost {
+			t.Errorf("%s: exit %d, want %d\n%s", args[0], exit, exitLockLost, p.errOut.String())
+		}
+	}
+}
+
 // TestBinary_undrainedStderrDoesNotDelayTheStop: with a stderr that does
 // not drain (a full pipe), the lost lock's tree is still stopped, and
 // killed at the end of the grace: the loss is written after the stop. The
@@ -319,5 +408,23 @@ func TestBinary_daemonisedGrandchildIsCaught(t *testing.T) {
 		}
 		goneWithin(t, pid, since, 10*time.Second, map[bool]string{false: "the command exited", true: "redlock killed"}[kill])
 		p.wait(t, time.Minute)
+	}
+}
+
+// TestBinary_electCtrlCReachesTheTreeOnce: a Ctrl-C typed in the terminal
+// where redlock elect runs reaches the command's tree once: the terminal
+// signals redlock's group, which holds neither the watchdog nor the
+// command, and redlock passes it on.
+func TestBinary_electCtrlCReachesTheTreeOnce(t *testing.T) {
+	_, nodes := treeNodes(t)
+	gc, argv := treeCommand(t)
+	_, exited, term := startInTerminal(t, append([]string{"elect", "tree-tty-e", "--addrs", nodes, "--ttl", "10s", "--grace", "1s", "--"}, argv...)...)
+	gc.waitReady(t)
+	if _, err := term.Write([]byte{3}); err != nil { // Ctrl-C
+		t.Fatal(err)
+	}
+	waitExit(t, exited)
+	if got := strings.Join(gc.signals(t), " "); got != "INT" {
+		t.Fatalf("one Ctrl-C: the grandchild got %q, want INT once", got)
 	}
 }

@@ -65,32 +65,40 @@ func watchdog(grace time.Duration, fg bool) int {
 	subreaper := becomeSubreaper()
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	held := "1"
-	fg = fg && inTerminalForeground()
+	// redlock's process group, read while redlock waits for the report:
+	// the terminal goes back to it once the tree has ended.
+	home, _ := unix.Getpgid(os.Getppid())
 	if fg {
 		held = "fg" // the command takes the terminal when it runs
 	}
 	dieWithParent(attr)
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "redlock: %v\n", err)
-		return exitNotExecutable
+		return cannotStart(err)
 	}
 	env := append(withoutVar(os.Environ(), watchdogEnv), heldEnv+"="+held)
 	p, err := os.StartProcess(self, os.Args, &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, gate}, Sys: attr})
 	gate.Close()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "redlock: %s: %v\n", os.Args[2], err)
-		return exitNotExecutable
+		return cannotStart(fmt.Errorf("%s: %w", os.Args[2], err))
 	}
 	fmt.Fprintln(report, p.Pid)
-	report.Close()
 	t := &tree{pgid: p.Pid, grace: grace, subreaper: subreaper}
-	status := t.watch(ctl, p.Pid)
+	status := t.watch(ctl, report, p.Pid)
 	if fg {
 		// The tree has ended: the terminal goes back to redlock's group.
-		takeTerminal()
+		takeTerminal(home)
 	}
 	return status
+}
+
+// cannotStart says err on stderr and returns 126. The watchdog's process
+// group is not the terminal's foreground: SIGTTOU is ignored so that the
+// write is not stopped (stty tostop); no command inherits it, none runs.
+func cannotStart(err error) int {
+	signal.Ignore(syscall.SIGTTOU)
+	fmt.Fprintf(os.Stderr, "redlock: %v\n", err)
+	return exitNotExecutable
 }
 
 // tree is the command's tree: its process group, and on Linux every
@@ -110,8 +118,9 @@ type exited struct {
 }
 
 // watch runs until the tree has ended and returns the command's (main's)
-// exit status.
-func (t *tree) watch(ctl *os.File, main int) int {
+// exit status. It writes "exited" to report before main is reaped (see
+// reap).
+func (t *tree) watch(ctl, report *os.File, main int) int {
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(ctl)
@@ -121,7 +130,7 @@ func (t *tree) watch(ctl *os.File, main int) int {
 		close(lines)
 	}()
 	exits := make(chan exited)
-	go reap(exits)
+	go reap(exits, main, report)
 
 	status := 0
 	var (
@@ -226,17 +235,37 @@ func (t *tree) signal(s syscall.Signal) {
 }
 
 // reap waits for the watchdog's children, and ends with a pid of -1 when
-// none is left.
-func reap(exits chan<- exited) {
+// none is left. Once main has exited, and before it is reaped, it writes
+// "exited" to report: until then redlock may kill main's
+// process group itself (see heldCommand.kill), as main's pid, the group's
+// ID, cannot be another's while main is an unreaped child.
+func reap(exits chan<- exited, main int, report *os.File) {
+	defer report.Close()
+	reported := false
+	tell := func() {
+		if !reported {
+			reported = true
+			fmt.Fprintln(report, "exited")
+		}
+	}
 	for {
+		pid, err := exitedChild() // on Linux, the child that exited, not yet reaped
+		if pid == main {
+			tell()
+		}
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == nil {
+			pid, err = syscall.Wait4(pid, &ws, 0, nil)
+		}
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
 			exits <- exited{pid: -1}
 			return
+		}
+		if pid == main {
+			tell() // elsewhere, just after it was reaped
 		}
 		exits <- exited{pid: pid, ws: ws}
 	}
@@ -250,11 +279,11 @@ func waitStatus(ws syscall.WaitStatus) int {
 	return ws.ExitStatus()
 }
 
-// takeTerminal makes this process's group the foreground of its
-// controlling terminal. From a background group that is allowed with
-// SIGTTOU ignored; it is ignored for the call only, so that a command
+// takeTerminal makes the process group pgrp the foreground of this
+// process's controlling terminal. From a background group that is allowed
+// with SIGTTOU ignored; it is ignored for the call only, so that a command
 // this process becomes does not inherit it ignored.
-func takeTerminal() {
+func takeTerminal(pgrp int) {
 	tty, err := os.Open("/dev/tty")
 	if err != nil {
 		return
@@ -263,5 +292,5 @@ func takeTerminal() {
 	signal.Ignore(syscall.SIGTTOU)
 	defer defaultSignal(syscall.SIGTTOU)
 	defer signal.Reset(syscall.SIGTTOU)
-	_ = unix.IoctlSetPointerInt(int(tty.Fd()), unix.TIOCSPGRP, unix.Getpgrp())
+	_ = unix.IoctlSetPointerInt(int(tty.Fd()), unix.TIOCSPGRP, pgrp)
 }
