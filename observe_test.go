@@ -380,6 +380,39 @@ func TestLock_extendTakesNoKeyOfALostLock(t *testing.T) {
 	}
 }
 
+// TestLock_lostExtendLeavesNoKeyOnASlowNode: an extend that finds the lock
+// lost on the two fast nodes returns before the slow node's call lands,
+// which then takes the free key there. That node was left out of the
+// cleanup, so the lost lock kept a key for its whole ttl; its delete now
+// follows the extend's call there. The message counts the nodes heard
+// from and says one was not.
+func TestLock_lostExtendLeavesNoKeyOnASlowNode(t *testing.T) {
+	c := newCluster(t, 3)
+	nodes, links := linkedNodes(t, c)
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(10*time.Second))
+	ctx := context.Background()
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+	redlock.WaitSettled(lock)
+	for _, s := range c.servers {
+		s.Del("k")
+	}
+	links[2].setDelay(300 * time.Millisecond)
+	err := lock.Extend(ctx, time.Minute)
+	if !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend after every node lost the key: %v, want ErrLockLost", err)
+	}
+	if !strings.Contains(err.Error(), "2 nodes no longer held its token (1 not heard from)") {
+		t.Fatalf("Extend's error %q: want it to count the 2 nodes heard from and the 1 not", err)
+	}
+	links[2].delivered(t)
+	redlock.WaitSettled(lock)
+	for i, s := range c.servers {
+		if v, _ := s.Get("k"); v == lock.Token() {
+			t.Fatalf("node %d keeps the lost lock's key (ttl %v)", i, s.TTL("k"))
+		}
+	}
+}
+
 // TestObserver_slowOnAMisconfiguredNodeHoldsUpNoCall: OpMisconfigured is
 // found by a node's reply, on the goroutine that sends that node's calls:
 // an Observer that takes its time there held up every later call to the

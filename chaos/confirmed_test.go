@@ -263,3 +263,60 @@ func TestHeal_tellsNeverTakenAndLost(t *testing.T) {
 		}
 	})
 }
+
+// TestHeal_lostExtendLeavesNoKey: the lock's key is gone from every node and
+// node 2 answers 20 ms late; the extend finds the lock lost on the other
+// two and returns, and node 2's call then takes the free key. The lost
+// lock used to keep that key for its whole ttl when no Release followed
+// (every time, on both transports): the delete now follows the extend's
+// call on every node it did not hear from.
+func TestHeal_lostExtendLeavesNoKey(t *testing.T) {
+	nodes, _ := realNodes(t, 3)
+	srv := newToxiServer()
+	link, err := newLink(srv, "heal-slow", nodes[2].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.close()
+	if err := link.Latency(20*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{nodes[0].Addr(), nodes[1].Addr(), link.Addr()}
+	eachTransport(t, func(t *testing.T) {
+		var clients []redis.UniversalClient
+		for _, a := range addrs {
+			clients = append(clients, client(t, a))
+		}
+		rc := locker(t, clients, redlock.WithLogger(slog.New(slog.DiscardHandler)))
+		ctx := context.Background()
+		for i := range 5 {
+			key := fmt.Sprintf("heal-lost:%s:%d", Transport, i)
+			lock, err := rc.Acquire(ctx, key, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, nd := range nodes {
+				if _, err := doOn(ctx, nd.Addr(), "DEL", key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := lock.Extend(ctx, time.Minute); !errors.Is(err, redlock.ErrLockLost) {
+				t.Fatalf("Extend after the key went from every node: %v, want ErrLockLost", err)
+			}
+			// Far less than the ttl: a key left behind stays for a minute.
+			deadline := time.Now().Add(10 * time.Second)
+			for j, nd := range nodes {
+				for {
+					v, err := doOn(ctx, nd.Addr(), "GET", key)
+					if errors.Is(err, redis.Nil) || err == nil && v != lock.Token() {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("key %d: node %d still holds the lost lock's key 10 s after the extend (err %v)", i, j, err)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}
+	})
+}
