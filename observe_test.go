@@ -347,6 +347,14 @@ func TestLock_healsAndTellsWhatANodeLacks(t *testing.T) {
 	}
 	c.servers[0].Del("k")
 	step("node 0 lost the key", 3, 0, "had lost it")
+	// Held on every node again: the warning says the node lost the key and
+	// has it again, not that the lock is held without it.
+	if n := strings.Count(buf.String(), "held without some nodes"); n != 0 {
+		t.Fatalf("a lock held on every node again is told as held without some:\n%s", buf.String())
+	}
+	if n := strings.Count(buf.String(), "had lost a lock's key"); n != 1 {
+		t.Fatalf("%d warnings that node 0 had lost the key, want 1:\n%s", n, buf.String())
+	}
 	c.servers[1].Set("k", "a later holder")
 	step("node 1 holds another's key", 2, 1, "held the lock and no longer does")
 	step("again", 2, 0, "")

@@ -252,6 +252,14 @@ func TestHeal_tellsNeverTakenAndLost(t *testing.T) {
 		}
 		do(0, "DEL", key)
 		step("node 0 lost its key", 3, 0, "had lost it")
+		// Held on every node again: the warning says the node lost the key
+		// and has it again, not that the lock is held without it.
+		if n := logs.count("held without some nodes"); n != 0 {
+			t.Fatalf("a lock held on every node again is told as held without some:\n%s", logs)
+		}
+		if n := logs.count("had lost a lock's key"); n != 1 {
+			t.Fatalf("%d warnings that node 0 had lost the key, want 1:\n%s", n, logs)
+		}
 		do(1, "SET", key, "a later holder", "PX", 60000)
 		step("node 1 holds another's key", 2, 1, "held the lock and no longer does")
 		step("again", 2, 0, "")
