@@ -328,3 +328,69 @@ func TestHeal_lostExtendLeavesNoKey(t *testing.T) {
 		}
 	})
 }
+
+// TestHeal_autoRenewConfirmed: ten locks renewed by the Client on healthy
+// nodes; right after each renewal (its OpRenew), Confirmed counts the three
+// nodes. A batch renewal stopped at the quorum's replies, so every lock
+// said 2 of 3 from its first renewal on. A renewal of a loaded machine
+// may leave a node's reply past the grace now and then: each lock must
+// count 3 after at least one of its renewals, and most renewals must.
+func TestHeal_autoRenewConfirmed(t *testing.T) {
+	_, connect := realNodes(t, 3)
+	eachTransport(t, func(t *testing.T) {
+		var mu sync.Mutex
+		locks := map[string]*redlock.Lock{}
+		full, renewals := map[string]int{}, 0
+		obs := redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+			if e.Op != redlock.OpRenew || e.Err != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if l := locks[e.Key]; l != nil {
+				renewals++
+				if l.Confirmed() == 3 {
+					full[e.Key]++
+				}
+			}
+		})
+		rc := locker(t, connect(), redlock.WithObserver(obs))
+		ctx := context.Background()
+		var keys []string
+		for i := range 10 {
+			key := fmt.Sprintf("heal-renewed:%s:%d", Transport, i)
+			l, err := rc.Acquire(ctx, key, 600*time.Millisecond, redlock.WithAutoRenew())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Release(ctx) }()
+			mu.Lock()
+			locks[key] = l
+			mu.Unlock()
+			keys = append(keys, key)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			mu.Lock()
+			done, n, ok := 0, renewals, 0
+			for _, k := range keys {
+				if full[k] > 0 {
+					done++
+				}
+				ok += full[k]
+			}
+			mu.Unlock()
+			if done == len(keys) && n >= 3*len(keys) {
+				if 2*ok < n {
+					t.Fatalf("Confirmed = 3 after %d of %d renewals on 3 healthy nodes, want most", ok, n)
+				}
+				t.Logf("Confirmed = 3 after %d of %d renewals", ok, n)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 30 s, %d of %d auto-renewed locks had Confirmed = 3 after a renewal (%d of %d renewals)", done, len(keys), ok, n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
