@@ -379,16 +379,18 @@ func (l *Lock) lossCause() error {
 // Confirmed returns how many nodes hold the lock after its last acquire,
 // extend or renewal, as they answered it: at least its quorum. Acquire and
 // Extend wait for the nodes about as fast as the quorum (as long again as
-// the quorum took, at least 5 ms), so on healthy nodes it is the Client's
-// node count when they return; a batched renewal of plain locks returns at
-// the quorum's replies and may count fewer. Fewer than the Client's nodes
-// means the lock survives fewer failures: it is held without nodes that
-// failed or did not answer in that time (each failure reported once, as an
-// OpDegraded event and a warning), that lost the key (OpDegraded), or where
-// it was never taken because another's key sat there when it was won
-// (contention: logged at Debug only). A plain lock's Extend, and its
-// renewal, take the key on every node where it is free, so its count
-// comes back once the nodes do. It returns 0 for a nil Lock.
+// the quorum took, at least 5 ms), and so does a renewal, so on healthy
+// nodes it is the Client's node count when they return. Fewer than the
+// Client's nodes means the lock survives fewer failures: it is held
+// without nodes that failed or did not answer in that time (each failure
+// reported once, as an OpDegraded event and a warning), that lost the key
+// (OpDegraded), or where it was never taken because another's key sat
+// there when it was won: contention, not a fault (the previous holder's
+// release had not reached that node yet; logged at Debug only), common
+// right after an Acquire of a key that Clients take in turns. A plain
+// lock's Extend, and its renewal, take the key on every node where it is
+// free, so its count comes back by the next of them once the nodes do. It
+// returns 0 for a nil Lock.
 func (l *Lock) Confirmed() int {
 	if l == nil {
 		return 0

@@ -209,7 +209,13 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 	now := c.cfg.clock.Now()
 	switch {
 	case shown:
+		// Those that answered 0 or 2 (taken where free: it had not held
+		// the token there either); a node not heard from may have lost
+		// it too, or not.
 		detail += fmt.Sprintf(", and %d nodes no longer held its token", without)
+		if unheard := n - t.yes - t.no; unheard > 0 {
+			detail += fmt.Sprintf(" (%d not heard from)", unheard)
+		}
 	case !now.Before(until):
 		detail += ", and its validity ran out"
 	default:
@@ -220,24 +226,30 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 	return true, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
 }
 
-// dropTaken deletes the keys that the extend t took where they were free,
-// once the lock is found lost, in order before the lock's later calls: a
-// lost lock leaves no key it did not have. It waits for those nodes'
-// answers (at most the node timeout), so that the key is free there once
-// the loss is told; a node that fails keeps it until its ttl.
+// dropTaken deletes the keys that the extend t may have taken where they
+// were free, once the lock is found lost, in order after the extend's call
+// on each node (see fanOut): a lost lock leaves no key it did not have.
+// That is every node that answered it took the key, and every node whose
+// call may still take it: one not heard from yet (its call goes on after
+// the verdict), or one that failed after its call was sent. Only our
+// token is deleted (dropOn). It waits for the nodes that answered they
+// took it (at most the node timeout), so that the key is free there once
+// the loss is told; elsewhere the delete follows the node's call in the
+// background, and a node that fails keeps the key until its ttl.
 func (l *Lock) dropTaken(ctx context.Context, tm terms, t tally) {
 	skip := make([]bool, len(t.answers))
 	some := false
-	for i := range t.answers {
-		skip[i] = !t.takenAt(i)
+	for i, a := range t.answers {
+		mayTake := a == unanswered || a == failed && (t.unsent == nil || !t.unsent[i])
+		skip[i] = !t.takenAt(i) && !mayTake
 		some = some || !skip[i]
 	}
 	if !some {
 		return
 	}
 	answered := func(r *tally) bool {
-		for i, a := range r.answers {
-			if !skip[i] && a == unanswered {
+		for i := range r.answers {
+			if t.takenAt(i) && r.answers[i] == unanswered {
 				return false
 			}
 		}

@@ -219,13 +219,17 @@ func (c *Client) news(errs []error) []error {
 // kind k was granted or kept (t) without nodes that failed, and, for a lock
 // l kept (nil at its acquire), once per node until it holds l again,
 // without nodes that answered that they no longer hold it (see OpDegraded).
-// It logs at Warn at once and returns the telling of the Observer, to be
-// called once no lock's op is held.
+// A node that had lost the key and where the extend took it again is
+// told of too (OpDegraded: the node lost a key it should have kept), but
+// the lock is held there now, and the warning says so, not "held
+// without". It logs at Warn at once and returns the telling of the
+// Observer, to be called once no lock's op is held.
 func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell func()) {
 	news := c.news(t.errs)
+	var retaken []error
 	if l != nil {
-		lost, never := l.goneNews(c, t)
-		news = append(news, lost...)
+		lost, never, again := l.goneNews(c, t)
+		news, retaken = append(news, lost...), again
 		if len(never) > 0 {
 			// Contention, not a fault: another holder's key (an attempt
 			// that lost, a release not landed yet) sat there when the lock
@@ -234,11 +238,18 @@ func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell f
 				"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(never...))
 		}
 	}
+	if len(retaken) > 0 {
+		c.cfg.logger.WarnContext(ctx, "redlock: a node had lost a lock's key (it expired, was evicted, or the node restarted empty); the extend took it there again",
+			"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(retaken...))
+	}
+	if len(news) > 0 {
+		c.cfg.logger.WarnContext(ctx, "redlock: a lock is held without some nodes; it survives fewer failures until they answer again",
+			"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(news...))
+	}
+	news = append(news, retaken...)
 	if len(news) == 0 {
 		return func() {}
 	}
-	c.cfg.logger.WarnContext(ctx, "redlock: a lock is held without some nodes; it survives fewer failures until they answer again",
-		"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(news...))
 	return func() {
 		now := time.Now()
 		for _, err := range news {
@@ -276,9 +287,10 @@ func heldOn(t tally) []bool {
 // took it again after losing it, and has not been told of since it last
 // held it, an error to tell: in lost, the nodes that held the lock and
 // lost it (OpDegraded); in never, those where it was never taken, which
-// tell of contention rather than of a node's fault. It notes the nodes
+// tell of contention rather than of a node's fault; in retaken, those
+// that had lost it and hold it again (OpDegraded). It notes the nodes
 // that hold it now.
-func (l *Lock) goneNews(c *Client, t tally) (lost, never []error) {
+func (l *Lock) goneNews(c *Client, t tally) (lost, never, retaken []error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.had == nil {
@@ -288,7 +300,7 @@ func (l *Lock) goneNews(c *Client, t tally) (lost, never []error) {
 		switch {
 		case ans == holds:
 			if t.takenAt(i) && l.had[i] {
-				lost = append(lost, c.nodeError(i, errRetakenThere))
+				retaken = append(retaken, c.nodeError(i, errRetakenThere))
 			}
 			l.had[i] = true
 			if l.gone != nil {
@@ -309,5 +321,5 @@ func (l *Lock) goneNews(c *Client, t tally) (lost, never []error) {
 			}
 		}
 	}
-	return lost, never
+	return lost, never, retaken
 }

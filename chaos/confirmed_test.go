@@ -241,6 +241,14 @@ func TestHeal_tellsNeverTakenAndLost(t *testing.T) {
 		}
 		do(0, "DEL", key)
 		step("node 0 lost its key", 3, 0, "had lost it")
+		// Held on every node again: the warning says the node lost the key
+		// and has it again, not that the lock is held without it.
+		if n := logs.count("held without some nodes"); n != 0 {
+			t.Fatalf("a lock held on every node again is told as held without some:\n%s", logs)
+		}
+		if n := logs.count("had lost a lock's key"); n != 1 {
+			t.Fatalf("%d warnings that node 0 had lost the key, want 1:\n%s", n, logs)
+		}
 		do(1, "SET", key, "a later holder", "PX", 60000)
 		step("node 1 holds another's key", 2, 1, "held the lock and no longer does")
 		step("again", 2, 0, "")
@@ -249,6 +257,129 @@ func TestHeal_tellsNeverTakenAndLost(t *testing.T) {
 		}
 		if n := logs.warnings(); n != 2 {
 			t.Fatalf("%d warnings, want 2:\n%s", n, logs)
+		}
+	})
+}
+
+// TestHeal_lostExtendLeavesNoKey: the lock's key is gone from every node and
+// node 2 answers 20 ms late; the extend finds the lock lost on the other
+// two and returns, and node 2's call then takes the free key. The lost
+// lock used to keep that key for its whole ttl when no Release followed
+// (every time, on both transports): the delete now follows the extend's
+// call on every node it did not hear from.
+func TestHeal_lostExtendLeavesNoKey(t *testing.T) {
+	nodes, _ := realNodes(t, 3)
+	srv := newToxiServer()
+	link, err := newLink(srv, "heal-slow", nodes[2].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.close()
+	if err := link.Latency(20*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{nodes[0].Addr(), nodes[1].Addr(), link.Addr()}
+	eachTransport(t, func(t *testing.T) {
+		var clients []redis.UniversalClient
+		for _, a := range addrs {
+			clients = append(clients, client(t, a))
+		}
+		rc := locker(t, clients, redlock.WithLogger(slog.New(slog.DiscardHandler)))
+		ctx := context.Background()
+		for i := range 5 {
+			key := fmt.Sprintf("heal-lost:%s:%d", Transport, i)
+			lock, err := rc.Acquire(ctx, key, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, nd := range nodes {
+				if _, err := doOn(ctx, nd.Addr(), "DEL", key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := lock.Extend(ctx, time.Minute); !errors.Is(err, redlock.ErrLockLost) {
+				t.Fatalf("Extend after the key went from every node: %v, want ErrLockLost", err)
+			}
+			// Far less than the ttl: a key left behind stays for a minute.
+			deadline := time.Now().Add(10 * time.Second)
+			for j, nd := range nodes {
+				for {
+					v, err := doOn(ctx, nd.Addr(), "GET", key)
+					if errors.Is(err, redis.Nil) || err == nil && v != lock.Token() {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("key %d: node %d still holds the lost lock's key 10 s after the extend (err %v)", i, j, err)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}
+	})
+}
+
+// TestHeal_autoRenewConfirmed: ten locks renewed by the Client on healthy
+// nodes; right after each renewal (its OpRenew), Confirmed counts the three
+// nodes. A batch renewal stopped at the quorum's replies, so every lock
+// said 2 of 3 from its first renewal on. A renewal of a loaded machine
+// may leave a node's reply past the grace now and then: each lock must
+// count 3 after at least one of its renewals, and most renewals must.
+func TestHeal_autoRenewConfirmed(t *testing.T) {
+	_, connect := realNodes(t, 3)
+	eachTransport(t, func(t *testing.T) {
+		var mu sync.Mutex
+		locks := map[string]*redlock.Lock{}
+		full, renewals := map[string]int{}, 0
+		obs := redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+			if e.Op != redlock.OpRenew || e.Err != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if l := locks[e.Key]; l != nil {
+				renewals++
+				if l.Confirmed() == 3 {
+					full[e.Key]++
+				}
+			}
+		})
+		rc := locker(t, connect(), redlock.WithObserver(obs))
+		ctx := context.Background()
+		var keys []string
+		for i := range 10 {
+			key := fmt.Sprintf("heal-renewed:%s:%d", Transport, i)
+			l, err := rc.Acquire(ctx, key, 600*time.Millisecond, redlock.WithAutoRenew())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Release(ctx) }()
+			mu.Lock()
+			locks[key] = l
+			mu.Unlock()
+			keys = append(keys, key)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			mu.Lock()
+			done, n, ok := 0, renewals, 0
+			for _, k := range keys {
+				if full[k] > 0 {
+					done++
+				}
+				ok += full[k]
+			}
+			mu.Unlock()
+			if done == len(keys) && n >= 3*len(keys) {
+				if 2*ok < n {
+					t.Fatalf("Confirmed = 3 after %d of %d renewals on 3 healthy nodes, want most", ok, n)
+				}
+				t.Logf("Confirmed = 3 after %d of %d renewals", ok, n)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 30 s, %d of %d auto-renewed locks had Confirmed = 3 after a renewal (%d of %d renewals)", done, len(keys), ok, n)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 }
