@@ -409,7 +409,11 @@ func TestLock_lostExtendLeavesNoKeyOnASlowNode(t *testing.T) {
 	if !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend after every node lost the key: %v, want ErrLockLost", err)
 	}
-	if !strings.Contains(err.Error(), "2 nodes no longer held its token (1 not heard from)") {
+	// Node 2 is not heard from unless the machine is so loaded that the
+	// two others took longer than its 300 ms to decide (the grace is as
+	// long again): then all three are counted.
+	if msg := err.Error(); !strings.Contains(msg, "2 nodes no longer held its token (1 not heard from)") &&
+		!strings.Contains(msg, "3 nodes no longer held its token") {
 		t.Fatalf("Extend's error %q: want it to count the 2 nodes heard from and the 1 not", err)
 	}
 	links[2].delivered(t)
