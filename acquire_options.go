@@ -92,7 +92,8 @@ func Fair() AcquireOption {
 // WithWaitTimeout bounds how long Acquire, AcquireAll and Do wait for the
 // lock: no attempt starts once d has passed on the Client's Clock since
 // the call (the first always does), and an attempt under way is heard out
-// (at most the node timeout). The call then returns the last attempt's
+// (at most the node timeout); once it has passed, a failed attempt ends
+// the call at once. The call then returns the last attempt's
 // outcome: an error matching ErrNotAcquired (and ErrTaken when that
 // attempt found the key held elsewhere) that says it gave up waiting, and
 // never a context error, as ctx has not ended. It bounds the wait only:

@@ -219,6 +219,12 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			return nil, c.giveUp(ctx, &a, qe, nil)
 		}
 		c.cfg.logger.DebugContext(ctx, "redlock: attempt failed", "key", k.keys()[0], "kind", k.name(), "attempt", failed, "err", qe)
+		// WithWaitTimeout's bound passed: give up before subscribing or
+		// taking a place in line, which would only be left again.
+		if c.waitedOut(ac) {
+			qe.detail += ", " + (&waitedOutError{ac.waitTimeout}).Error()
+			return nil, c.giveUp(ctx, &a, qe, nil)
+		}
 		fresh := w.listen(ctx, c, qe, failed, a.cfg.timeout)
 		delay, listen := w.delay(ac, qe, failed, a.cfg.timeout, fresh)
 		if qe.silent && !a.settled.wait(ctx) {
@@ -228,18 +234,19 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
 		if !ac.waitUntil.IsZero() {
-			left := ac.waitUntil.Sub(c.cfg.clock.Now())
-			if left <= 0 {
-				qe.detail += ", " + (&waitedOutError{ac.waitTimeout}).Error()
-				return nil, c.giveUp(ctx, &a, qe, nil)
-			}
-			delay = min(delay, left)
+			delay = min(delay, max(ac.waitUntil.Sub(c.cfg.clock.Now()), 0))
 		}
 		var ok bool
 		if ok, w.first, w.woken = c.waitRetry(ctx, k, listen, delay); !ok {
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
 	}
+}
+
+// waitedOut reports whether WithWaitTimeout's bound (ac.waitUntil) has
+// passed on the Client's Clock.
+func (c *Client) waitedOut(ac acquireConfig) bool {
+	return !ac.waitUntil.IsZero() && !c.cfg.clock.Now().Before(ac.waitUntil)
 }
 
 // giveUp ends an Acquire after its failed attempt a: it drops what the

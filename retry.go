@@ -133,7 +133,8 @@ func (o retryOption) applyAcquire(c *acquireConfig) error { return o.apply(&c.re
 
 // WithRetry sets how long Acquire waits between attempts: p.Delay(n)
 // after the n-th failed attempt (an attempt itself lasts until the nodes
-// answer, at most the node timeout). Given to New it sets the Client's
+// answer, at most the node timeout; against nodes that answer nothing,
+// the calls still out are waited for first, about two node timeouts). Given to New it sets the Client's
 // default; given to Acquire it applies to that call. TryAcquire makes one
 // attempt and ignores it. The policy must not be nil. A given policy is
 // followed as given, but for the lock's release: announced by the nodes,
