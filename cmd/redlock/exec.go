@@ -68,11 +68,12 @@ validity):
   - when the command exits: what it left running is stopped before the
     lock is released.
 The watchdog runs in a process group of its own, so that what is sent
-to redlock's group (kill -9 or SIGSTOP of a shell's job, timeout -s KILL,
-a Ctrl-Z) reaches neither it nor the command. The tree is killed (SIGKILL)
-at once when redlock dies (kill -9, a crash), and at the end of the lock's
-validity if redlock is frozen (SIGSTOP, a pause): the watchdog is told
-the validity's end after every renewal and keeps its own timer. If the
+to redlock's group (kill -9 or SIGSTOP of a shell's job, timeout -s KILL)
+reaches neither it nor the command (a Ctrl-Z: see Signals). The tree is
+killed (SIGKILL) at once when redlock dies (kill -9, a crash), and at
+the end of the lock's validity if redlock is frozen (SIGSTOP, a pause):
+the watchdog is told the validity's end after every renewal and keeps
+its own timer. If the
 watchdog is frozen when the lock is lost, redlock kills the command's
 group itself at the end of --grace (never past the validity), then the
 watchdog if it finds it stopped (Linux). The group is never signalled
