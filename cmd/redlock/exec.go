@@ -68,20 +68,26 @@ validity):
   - when the command exits: what it left running is stopped before the
     lock is released.
 The watchdog runs in a process group of its own, so that what is sent
-to redlock's group (kill -9 or SIGSTOP of a shell's job, timeout -s KILL,
-a Ctrl-Z) reaches neither it nor the command. The tree is killed (SIGKILL)
-at once when redlock dies (kill -9, a crash), and at the end of the lock's
-validity if redlock is frozen (SIGSTOP, a pause): the watchdog is told
-the validity's end after every renewal and keeps its own timer. If the
+to redlock's group (kill -9 or SIGSTOP of a shell's job, timeout -s KILL)
+reaches neither it nor the command (a Ctrl-Z: see Signals). The tree is
+killed (SIGKILL) at once when redlock dies (kill -9, a crash), and at
+the end of the lock's validity if redlock is frozen (SIGSTOP, a pause):
+the watchdog is told the validity's end after every renewal and keeps
+its own timer. If the
 watchdog is frozen when the lock is lost, redlock kills the command's
-group itself at the end of --grace (never past the validity). Not
-caught: processes started outside the tree (through a service manager or
-another daemon); outside Linux, a descendant that leaves the process
-group (setsid, setpgid); if the watchdog itself is killed, a descendant
-outside the group (redlock then kills the group), and if redlock is killed
-too, all but the command (which dies with the watchdog on Linux); redlock
-and the watchdog both frozen; with the watchdog frozen, a descendant
-outside the group, and what the command left running once it exited.
+group itself at the end of --grace (never past the validity), then the
+watchdog if it finds it stopped (Linux). The group is never signalled
+once the command is reaped (its pid may be another's by then): on Linux
+the watchdog leaves the exited command unreaped until the rest of its
+tree has ended. Not caught: processes started outside the tree (through
+a service manager or another daemon); outside Linux, a descendant that
+leaves the process group (setsid, setpgid), and what the command left
+in its group once it exited; if the watchdog itself is killed, all but
+the command (which dies with the watchdog on Linux): redlock then
+signals nothing and leaves the key to expire rather than release it,
+and exits 128+the signal; redlock and the watchdog both frozen; with the
+watchdog frozen, a descendant outside the group, and what the command
+left running once it exited.
 
 The command finds its lock in its environment: REDLOCK_KEY, REDLOCK_TOKEN
 (what 'redlock unlock --token' takes), and with --fencing
@@ -96,13 +102,18 @@ Signals: SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to redlock are passed
 to the command's tree, which then has --grace to end; the lock is
 renewed until it has ended. The command has the terminal's foreground
 when redlock had it: it can read the terminal, and a Ctrl-C typed there
-reaches its tree once, directly. While waiting with --wait, SIGINT or
+reaches its tree once, directly. A Ctrl-Z typed there stops the
+command's group only: redlock and the watchdog run on and renew the
+lock, and the shell does not get its prompt back; resume the command
+with kill -CONT (from another terminal: 'redlock status KEY' shows its
+pid), then Ctrl-C if it is to end. While waiting with --wait, SIGINT or
 SIGTERM ends the wait without running the command. The lock's metadata
 shows the command line to 'redlock status': keep secrets out of the
 arguments.
 
 Exit status:
-  the command's own (128+n when a signal n ended it)
+  the command's own (128+n when a signal n ended it; 128+n too when the
+       watchdog was killed by signal n, the key then left to expire)
   75   another holder has the lock (the command did not run)
   76   the lock was lost and the command was stopped
   69   nodes unreachable: no quorum could answer, or none answered in time
@@ -216,6 +227,13 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exit
 	}
 	defer func() {
+		if held.abandoned {
+			// The watchdog was killed: what the command left (a daemon
+			// outside its group) may run on, so the lock is left to
+			// expire at the end of its validity rather than released.
+			fmt.Fprintf(stderr, "redlock exec: the watchdog was killed; lock %q left to expire\n", cfg.key)
+			return
+		}
 		if err := lock.Release(context.Background()); err != nil && !errors.Is(err, redlock.ErrLockLost) {
 			fmt.Fprintf(stderr, "redlock exec: releasing %q: %v\n", cfg.key, err)
 		}

@@ -15,8 +15,9 @@ import (
 // redlock's pid. There is no watchdog and no process group here: a stopped
 // command is killed at once, and only the command's own process is.
 type heldCommand struct {
-	cmd    *exec.Cmd
-	exited chan error
+	cmd       *exec.Cmd
+	exited    chan error
+	abandoned bool
 }
 
 func holdCommand(spec holdSpec, stdout, stderr io.Writer) (*heldCommand, error) {

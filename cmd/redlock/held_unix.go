@@ -48,6 +48,9 @@ type heldCommand struct {
 	grace  time.Duration
 	until  time.Time // the end of the validity last told
 	killAt time.Time // once stopped, when the tree gets SIGKILL
+	// abandoned: the watchdog was killed by a signal, so the tree's end
+	// is not known (see done).
+	abandoned bool
 }
 
 // holdCommand starts the command of spec, held back, under its watchdog.
@@ -149,7 +152,9 @@ func (h *heldCommand) stop() {
 
 // stopped waits for the watchdog's exit after stop. The watchdog kills
 // the tree at killAt; should it not have ended by then (the watchdog
-// stopped, SIGSTOP), redlock kills it itself.
+// stopped, SIGSTOP), redlock kills it itself, and then a watchdog found
+// stopped (on Linux) is killed too, so that redlock does not wait for it
+// for ever.
 func (h *heldCommand) stopped() error {
 	t := time.NewTimer(time.Until(h.killAt))
 	defer t.Stop()
@@ -159,17 +164,32 @@ func (h *heldCommand) stopped() error {
 	case <-t.C:
 	}
 	h.kill()
-	return <-h.exited
+	look := time.NewTicker(100 * time.Millisecond)
+	defer look.Stop()
+	for {
+		select {
+		case err := <-h.exited:
+			return err
+		case <-look.C:
+			if isStopped(h.cmd.Process.Pid) {
+				_ = h.cmd.Process.Kill()
+			}
+		}
+	}
 }
 
 // kill sends SIGKILL to the command's process group and to the watchdog's
 // descendants outside it, unless the watchdog has reported that the
-// command exited or has itself exited. The group's ID is the command's
-// pid; the watchdog writes "exited" before it reaps the command (on Linux;
-// elsewhere just after), so that while nothing is reported the command is
-// the watchdog's unreaped child, alive or a zombie, and its pid cannot
-// have been given to another process: the group is still the command's.
-// Once it is reported, nothing is sent: the watchdog ends the rest.
+// command exited or has itself exited.
+//
+// The rule: redlock signals the group (its ID is the command's pid) only
+// while the watchdog is alive (its report pipe is open) and has not
+// reported "exited". The watchdog writes "exited" before it reaps the
+// command (on Linux, once the rest of the tree has ended too; elsewhere
+// just after), so that until then the command is the watchdog's unreaped
+// child, alive or a zombie, and its pid cannot have been given to another
+// process. Once the watchdog has died, the command is init's, reaped at
+// any time: redlock signals nothing (see done).
 func (h *heldCommand) kill() {
 	rc, err := h.report.SyscallConn()
 	if err != nil {
@@ -201,17 +221,17 @@ func (h *heldCommand) tell(line string) {
 // exit status once its whole tree has ended.
 func (h *heldCommand) wait() <-chan error { return h.exited }
 
-// done is told the watchdog's exit. A watchdog killed itself (by a
-// signal) left the command's process group behind: it is killed from
-// here. After any other exit the tree has ended, and the group's ID may be
-// another's by now.
+// done is told the watchdog's exit. After a watchdog killed itself (by a
+// signal) the end of the tree is not known, nor whether the command's pid
+// is still its own: nothing is signalled, and abandoned says that the
+// lock is to be left to expire rather than released (see exec).
 func (h *heldCommand) done(err error) {
 	h.ctl.Close()
 	h.report.Close()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			_ = unix.Kill(-h.cmdPid, unix.SIGKILL)
+			h.abandoned = true
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,15 +24,19 @@ func becomeSubreaper() bool {
 // watchdog die, killed itself.
 func dieWithParent(attr *syscall.SysProcAttr) { attr.Pdeathsig = syscall.SIGKILL }
 
-// descendants returns the live descendants of root outside the process
-// group pgid, read from /proc.
-func descendants(root, pgid int) []int {
+// procStat is a process as /proc tells it.
+type procStat struct {
+	pid, ppid, pgrp int
+	ended           bool // a zombie, not yet reaped
+}
+
+// procs reads every process from /proc.
+func procs() []procStat {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	type proc struct{ pid, pgrp int }
-	children := map[int][]proc{}
+	var out []procStat
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -47,12 +52,24 @@ func descendants(root, pgid int) []int {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
-			continue // ended, not yet reaped
+		if len(f) < 3 {
+			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		pgrp, _ := strconv.Atoi(f[2])
-		children[ppid] = append(children[ppid], proc{pid, pgrp})
+		out = append(out, procStat{pid: pid, ppid: ppid, pgrp: pgrp, ended: f[0] == "Z" || f[0] == "X"})
+	}
+	return out
+}
+
+// descendants returns the live descendants of root outside the process
+// group pgid, read from /proc.
+func descendants(root, pgid int) []int {
+	children := map[int][]procStat{}
+	for _, p := range procs() {
+		if !p.ended {
+			children[p.ppid] = append(children[p.ppid], p)
+		}
 	}
 	var out []int
 	seen := map[int]bool{root: true} // a pid reused during the scan cannot loop
@@ -69,6 +86,49 @@ func descendants(root, pgid int) []int {
 		}
 	}
 	return out
+}
+
+// reapOthers reaps the watchdog's children but main, which has exited and
+// stays unreaped, and returns once main is the only one left: as the
+// subreaper, the watchdog then has no other descendant. It waits for
+// SIGCHLD between looks at /proc.
+func reapOthers(exits chan<- exited, main int) {
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
+	self := os.Getpid()
+	for {
+		left, reaped := 0, false
+		for _, p := range procs() {
+			if p.ppid != self || p.pid == main {
+				continue
+			}
+			left++
+			var ws syscall.WaitStatus
+			if pid, err := syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil); err == nil && pid == p.pid {
+				reaped = true
+				exits <- exited{pid: pid, ws: ws, reaped: true}
+			}
+		}
+		if left == 0 {
+			return
+		}
+		if !reaped {
+			<-chld
+		}
+	}
+}
+
+// isStopped reports whether the process pid is stopped (SIGSTOP, a
+// debugger).
+func isStopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	return i >= 0 && len(f) > 0 && (f[0] == "T" || f[0] == "t")
 }
 
 // exitedChild waits until a child of this process has exited and returns

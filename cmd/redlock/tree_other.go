@@ -20,6 +20,12 @@ func descendants(root, pgid int) []int { return nil }
 // the command has exited only once it was reaped.
 func exitedChild() (int, error) { return -1, nil }
 
+// reapOthers is never called: exitedChild never tells a child unreaped.
+func reapOthers(chan<- exited, int) {}
+
+// isStopped cannot tell here: a stopped watchdog is waited for.
+func isStopped(int) bool { return false }
+
 // defaultSignal does nothing here: a command that takes the terminal may
 // inherit SIGTTOU ignored.
 func defaultSignal(syscall.Signal) {}

@@ -62,7 +62,7 @@ func watchdog(grace time.Duration, fg bool) int {
 	for fd := 3; fd <= 5; fd++ {
 		syscall.CloseOnExec(fd) // the command's tree must not hold redlock's pipes open
 	}
-	subreaper := becomeSubreaper()
+	becomeSubreaper()
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	held := "1"
 	// redlock's process group, read while redlock waits for the report:
@@ -83,7 +83,7 @@ func watchdog(grace time.Duration, fg bool) int {
 		return cannotStart(fmt.Errorf("%s: %w", os.Args[2], err))
 	}
 	fmt.Fprintln(report, p.Pid)
-	t := &tree{pgid: p.Pid, grace: grace, subreaper: subreaper}
+	t := &tree{pgid: p.Pid, grace: grace}
 	status := t.watch(ctl, report, p.Pid)
 	if fg {
 		// The tree has ended: the terminal goes back to redlock's group.
@@ -104,17 +104,20 @@ func cannotStart(err error) int {
 // tree is the command's tree: its process group, and on Linux every
 // descendant of the watchdog, which is their subreaper (see descendants).
 type tree struct {
-	pgid      int
-	grace     time.Duration
-	subreaper bool // every descendant ends as the watchdog's child
-	termed    bool // SIGTERM was sent
-	told      bool // a signal was sent: a passed one, or SIGTERM
+	pgid   int
+	grace  time.Duration
+	termed bool // SIGTERM was sent
+	told   bool // a signal was sent: a passed one, or SIGTERM
+	reaped bool // the command (the group's leader) was reaped: its pid may be another's
 }
 
 // exited is a child of the watchdog that ended, or with pid -1, the last.
+// On Linux the command (main) is told twice: when it has exited, left
+// unreaped, and when it is reaped (reaped, with its status).
 type exited struct {
-	pid int
-	ws  syscall.WaitStatus
+	pid    int
+	ws     syscall.WaitStatus
+	reaped bool
 }
 
 // watch runs until the tree has ended and returns the command's (main's)
@@ -198,13 +201,14 @@ func (t *tree) watch(ctl, report *os.File, main int) int {
 			switch {
 			case e.pid < 0:
 				// No child left: with a subreaper, no descendant left.
-				// Without, the group's orphans are init's: killed here.
-				if !t.subreaper {
-					_ = unix.Kill(-t.pgid, unix.SIGKILL)
-				}
+				// Without, the group's orphans are init's, and the
+				// group's ID may be another's by now: it is not signalled.
 				return status
 			case e.pid == main:
-				status = waitStatus(e.ws)
+				if e.reaped {
+					status = waitStatus(e.ws)
+					t.reaped = true
+				}
 				if !t.told {
 					// What the command left running gets SIGTERM, and
 					// SIGKILL after the grace: the lock is released only
@@ -225,20 +229,27 @@ func (t *tree) watch(ctl, report *os.File, main int) int {
 }
 
 // signal sends s to the tree: its process group, and the descendants that
-// left it.
+// left it. The group is signalled only while the command, its leader, is
+// unreaped: a zombie keeps its pid, so that no other process can have
+// taken it or the group's ID. (On Linux the command is reaped only once
+// the rest of its tree has ended; elsewhere at once, and what it left in
+// its group is then not signalled.)
 func (t *tree) signal(s syscall.Signal) {
 	others := descendants(os.Getpid(), t.pgid)
-	_ = unix.Kill(-t.pgid, s)
+	if !t.reaped {
+		_ = unix.Kill(-t.pgid, s)
+	}
 	for _, pid := range others {
 		_ = unix.Kill(pid, s)
 	}
 }
 
 // reap waits for the watchdog's children, and ends with a pid of -1 when
-// none is left. Once main has exited, and before it is reaped, it writes
-// "exited" to report: until then redlock may kill main's
-// process group itself (see heldCommand.kill), as main's pid, the group's
-// ID, cannot be another's while main is an unreaped child.
+// none is left. On Linux, once main has exited it is left unreaped, a
+// zombie, while the rest of the tree runs (see reapOthers): its pid, the
+// group's ID, cannot be another's until then. "exited" is written to
+// report before main is reaped (elsewhere just after): until then redlock
+// may kill main's process group itself (see heldCommand.kill).
 func reap(exits chan<- exited, main int, report *os.File) {
 	defer report.Close()
 	reported := false
@@ -250,7 +261,9 @@ func reap(exits chan<- exited, main int, report *os.File) {
 	}
 	for {
 		pid, err := exitedChild() // on Linux, the child that exited, not yet reaped
-		if pid == main {
+		if err == nil && pid == main {
+			exits <- exited{pid: main}
+			reapOthers(exits, main)
 			tell()
 		}
 		var ws syscall.WaitStatus
@@ -265,9 +278,9 @@ func reap(exits chan<- exited, main int, report *os.File) {
 			return
 		}
 		if pid == main {
-			tell() // elsewhere, just after it was reaped
+			tell()
 		}
-		exits <- exited{pid: pid, ws: ws}
+		exits <- exited{pid: pid, ws: ws, reaped: true}
 	}
 }
 
