@@ -890,3 +890,12 @@ func TestBinary_execCommandDiesWithRedlock(t *testing.T) {
 	_ = p.cmd.Process.Kill()
 	waitFor(t, 10*time.Second, "the command to die with redlock", func() bool { return syscall.Kill(pid, 0) != nil })
 }
+
+// treeNodes starts three redis-server nodes.
+func treeNodes(t *testing.T) (addrs []string, list string) {
+	t.Helper()
+	for range 3 {
+		addrs = append(addrs, plainServer(t))
+	}
+	return addrs, strings.Join(addrs, ",")
+}

@@ -22,15 +22,6 @@ import (
 // runTestChild), and checks that the grandchild is gone after the event,
 // well before the lock's validity plus a wide margin is over.
 
-// treeNodes starts three redis-server nodes.
-func treeNodes(t *testing.T) (addrs []string, list string) {
-	t.Helper()
-	for range 3 {
-		addrs = append(addrs, plainServer(t))
-	}
-	return addrs, strings.Join(addrs, ",")
-}
-
 // treeCommand is sh running the recording grandchild in the background
 // and waiting for it.
 func treeCommand(t *testing.T) (gc child, argv []string) {
