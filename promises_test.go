@@ -212,13 +212,8 @@ func TestWithWaitTimeout(t *testing.T) {
 // context canceled".
 func TestWithWaitTimeout_hearsOutTheAttempt(t *testing.T) {
 	goRedisOnly(t, "it slows its nodes through go-redis hooks")
-	c := newCluster(t, 3)
+	rc, nodes := heldElsewhere(t, "k")
 	ctx := context.Background()
-	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
-	defer holder.Release(ctx)
-	nodes := c.connect(t)
-	rc := mustNew(t, nodes)
-	_ = acquireSoon(t, rc, "warm-up", time.Minute).Release(ctx) // first contact made
 	for _, tc := range []struct {
 		name  string
 		bound time.Duration
@@ -249,13 +244,8 @@ func TestWithWaitTimeout_hearsOutTheAttempt(t *testing.T) {
 // to 4 times as long (nodes 40 ms away: 122-167 ms against 41 ms).
 func TestWithWaitTimeout_passedGivesUpAtOnce(t *testing.T) {
 	goRedisOnly(t, "it slows its nodes through go-redis hooks")
-	c := newCluster(t, 3)
+	rc, nodes := heldElsewhere(t, "k")
 	ctx := context.Background()
-	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
-	defer holder.Release(ctx)
-	nodes := c.connect(t)
-	rc := mustNew(t, nodes, redlock.WithNodeTimeout(5*time.Second))
-	_ = acquireSoon(t, rc, "warm-up", time.Minute).Release(ctx)
 	for _, n := range nodes {
 		addHook(t, n.(*redis.Client), lateHook(100*time.Millisecond))
 	}
@@ -272,4 +262,19 @@ func TestWithWaitTimeout_passedGivesUpAtOnce(t *testing.T) {
 	if bounded := time.Since(start); bounded > 2*try {
 		t.Fatalf("Acquire bounded by 1 ns took %v, a TryAcquire %v: want about the same", bounded, try)
 	}
+}
+
+// heldElsewhere holds key on 3 embedded nodes for the whole test, and
+// returns another Client of them (first contact made, a node timeout of
+// 5 s, so that slowed nodes are waited for) and its nodes' clients.
+func heldElsewhere(t *testing.T, key string) (*redlock.Client, []redis.UniversalClient) {
+	t.Helper()
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	holder := mustTryAcquire(t, c.client(t), ctx, key, time.Minute)
+	t.Cleanup(func() { _ = holder.Release(ctx) })
+	nodes := c.connect(t)
+	rc := mustNew(t, nodes, redlock.WithNodeTimeout(5*time.Second))
+	_ = acquireSoon(t, rc, "warm-up", time.Minute).Release(ctx) // first contact made
+	return rc, nodes
 }
