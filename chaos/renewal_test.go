@@ -71,6 +71,24 @@ func newSlowNet(t *testing.T, nodes []*Node) *slowNet {
 	return s
 }
 
+// locker is a lock Client over the links on transport; when the test
+// ends, the links are healed first (a client closes at once on a healed
+// link), then it is closed.
+func (s *slowNet) locker(t *testing.T, transport string, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	rc, closeRC, err := newLockerOn(transport, s.clients, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, l := range s.links {
+			l.Heal(context.Background())
+		}
+		closeRC()
+	})
+	return rc
+}
+
 // setLatency delays every reply through every link by d from now on.
 func (s *slowNet) setLatency(t *testing.T, d time.Duration) {
 	t.Helper()
@@ -161,16 +179,7 @@ func TestRenewal_slowerNetwork(t *testing.T) {
 func holdThrough(t *testing.T, net *slowNet, transport string, rtt func(time.Duration) time.Duration) {
 	net.setLatency(t, rtt(0))
 	var seen events
-	rc, closeRC, err := newLockerOn(transport, net.clients, redlock.WithObserver(&seen))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, l := range net.links { // a client closes at once on a healed link
-			l.Heal(context.Background())
-		}
-		closeRC()
-	}()
+	rc := net.locker(t, transport, redlock.WithObserver(&seen))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The Client's first contact with the nodes (dials, identification)
@@ -234,16 +243,7 @@ func TestRenewal_blackholedMajority(t *testing.T) {
 	for _, tr := range renewTransports {
 		t.Run(tr, func(t *testing.T) {
 			net := newSlowNet(t, nodes)
-			rc, closeRC, err := newLockerOn(tr, net.clients)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				for _, l := range net.links { // a client closes at once on a healed link
-					l.Heal(context.Background())
-				}
-				closeRC()
-			}()
+			rc := net.locker(t, tr)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			lock, err := rc.Acquire(ctx, t.Name(), renewTTL, redlock.WithAutoRenew())
