@@ -98,3 +98,18 @@ func RenewMargin(l *Lock) time.Duration {
 	tm, _ := l.lease()
 	return tm.renewMargin()
 }
+
+// RenewedLeft returns the keys of the locks of c still renewed by its
+// scheduler, or watched (Done) with more than a second of their validity
+// left: none is left once every lock a test took is released or lost.
+func RenewedLeft(c *Client) []string {
+	c.sched.mu.Lock()
+	defer c.sched.mu.Unlock()
+	var keys []string
+	for _, l := range c.sched.queue {
+		if l.renewed || l.sched.watched && l.deadlineNow().Sub(c.cfg.clock.Now()) > time.Second {
+			keys = append(keys, l.key)
+		}
+	}
+	return keys
+}

@@ -161,6 +161,13 @@ func mustNew(t *testing.T, nodes []redis.UniversalClient, opts ...redlock.Option
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	// A lock renewed after its test keeps the Client's scheduler running
+	// (a goroutine leak TestMain reports without naming the test).
+	t.Cleanup(func() {
+		if left := redlock.RenewedLeft(rc); len(left) > 0 {
+			t.Errorf("the test left auto-renewed locks held: %q", left)
+		}
+	})
 	return rc
 }
 
