@@ -1,9 +1,19 @@
 // Command shape checks the library's shape: no file of its Go source
-// (tests aside) longer than -lines, and no function with more than
-// -params parameters. (Cyclomatic complexity is gocyclo's, in .ci/run.)
-// It prints what is over and exits 1, or exits 0.
+// (tests aside) longer than -lines, no function with more than -params
+// parameters, at most -total lines in all, at most -timing timing
+// constants, and at most -realtime calls that read or wait on the real
+// clock outside clock.go. (Cyclomatic complexity is gocyclo's, in .ci/run.)
+// It prints the counts, then what is over, and exits 1 if anything is,
+// or 0. A limit of 0 is not checked.
 //
-//	go run ./scripts/shape [-lines 700] [-params 6] DIR...
+//	go run ./scripts/shape [-lines 700] [-params 6] [-total N] [-timing N] [-realtime N] DIR...
+//
+// A timing constant is a constant (at any scope), or a package-level
+// variable, whose type is time.Duration or whose value is written in a
+// unit of time (time.Millisecond, ...). A real-time call is a call of
+// time.Now, Since, Until, After, AfterFunc, NewTimer, NewTicker, Tick or
+// Sleep, or of a context constructor that starts a timer (WithTimeout,
+// WithDeadline and their Cause forms).
 package main
 
 import (
@@ -17,11 +27,22 @@ import (
 	"strings"
 )
 
+type limits struct{ lines, params, total, timing, realtime int }
+
+type counts struct {
+	lines, timing, realtime int
+	bad                     int
+}
+
 func main() {
-	lines := flag.Int("lines", 700, "the most lines a source file may have")
-	params := flag.Int("params", 6, "the most parameters a function may have")
+	var lim limits
+	flag.IntVar(&lim.lines, "lines", 700, "the most lines a source file may have")
+	flag.IntVar(&lim.params, "params", 6, "the most parameters a function may have")
+	flag.IntVar(&lim.total, "total", 0, "the most lines of source in all (0: not checked)")
+	flag.IntVar(&lim.timing, "timing", 0, "the most timing constants in all (0: not checked)")
+	flag.IntVar(&lim.realtime, "realtime", 0, "the most real-time calls outside clock.go (0: not checked)")
 	flag.Parse()
-	bad := 0
+	var c counts
 	for _, dir := range flag.Args() {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
@@ -29,44 +50,115 @@ func main() {
 			os.Exit(2)
 		}
 		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
+			if !strings.HasSuffix(f, "_test.go") {
+				c.check(f, lim)
 			}
-			bad += check(f, *lines, *params)
 		}
 	}
-	if bad > 0 {
+	fmt.Printf("%d lines, %d timing constants, %d real-time calls outside clock.go\n", c.lines, c.timing, c.realtime)
+	over := func(what string, n, limit int) {
+		if limit > 0 && n > limit {
+			fmt.Printf("%s: %d, more than %d\n", what, n, limit)
+			c.bad++
+		}
+	}
+	over("lines in all", c.lines, lim.total)
+	over("timing constants", c.timing, lim.timing)
+	over("real-time calls", c.realtime, lim.realtime)
+	if c.bad > 0 {
 		os.Exit(1)
 	}
 }
 
-func check(file string, maxLines, maxParams int) (bad int) {
+func (c *counts) check(file string, lim limits) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, file, nil, 0)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if n := fset.File(f.Pos()).LineCount(); n > maxLines {
-		fmt.Printf("%s: %d lines, more than %d\n", file, n, maxLines)
-		bad++
+	n := fset.File(f.Pos()).LineCount()
+	c.lines += n
+	if n > lim.lines {
+		fmt.Printf("%s: %d lines, more than %d\n", file, n, lim.lines)
+		c.bad++
 	}
+	clockFile := filepath.Base(file) == "clock.go"
 	ast.Inspect(f, func(n ast.Node) bool {
-		var typ *ast.FuncType
-		var name string
-		switch fn := n.(type) {
+		switch n := n.(type) {
 		case *ast.FuncDecl:
-			typ, name = fn.Type, fn.Name.Name
+			c.params(fset, n, n.Type, n.Name.Name, lim.params)
 		case *ast.FuncLit:
-			typ, name = fn.Type, "func literal"
-		default:
-			return true
-		}
-		if count := typ.Params.NumFields(); count > maxParams {
-			fmt.Printf("%s: %s has %d parameters, more than %d\n", fset.Position(n.Pos()), name, count, maxParams)
-			bad++
+			c.params(fset, n, n.Type, "func literal", lim.params)
+		case *ast.GenDecl:
+			c.timing += timingConstants(n, f)
+		case *ast.CallExpr:
+			if !clockFile && realTime(n) {
+				c.realtime++
+			}
 		}
 		return true
 	})
-	return bad
+}
+
+func (c *counts) params(fset *token.FileSet, n ast.Node, typ *ast.FuncType, name string, most int) {
+	if count := typ.Params.NumFields(); count > most {
+		fmt.Printf("%s: %s has %d parameters, more than %d\n", fset.Position(n.Pos()), name, count, most)
+		c.bad++
+	}
+}
+
+// timingConstants counts the timing constants of one declaration: every
+// const, and package-level vars (f's own declarations).
+func timingConstants(d *ast.GenDecl, f *ast.File) (n int) {
+	pkgLevel := false
+	for _, top := range f.Decls {
+		pkgLevel = pkgLevel || top == d
+	}
+	if d.Tok != token.CONST && (d.Tok != token.VAR || !pkgLevel) {
+		return 0
+	}
+	for _, spec := range d.Specs {
+		vs := spec.(*ast.ValueSpec)
+		typed := isSelector(vs.Type, "time", "Duration")
+		for i := range vs.Names {
+			if typed || i < len(vs.Values) && inTimeUnits(vs.Values[i]) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func inTimeUnits(e ast.Expr) (found bool) {
+	ast.Inspect(e, func(n ast.Node) bool {
+		for _, unit := range []string{"Nanosecond", "Microsecond", "Millisecond", "Second", "Minute", "Hour"} {
+			found = found || isSelector(n, "time", unit)
+		}
+		return !found
+	})
+	return found
+}
+
+func realTime(call *ast.CallExpr) bool {
+	for _, fn := range []string{"Now", "Since", "Until", "After", "AfterFunc", "NewTimer", "NewTicker", "Tick", "Sleep"} {
+		if isSelector(call.Fun, "time", fn) {
+			return true
+		}
+	}
+	for _, fn := range []string{"WithTimeout", "WithDeadline", "WithTimeoutCause", "WithDeadlineCause"} {
+		if isSelector(call.Fun, "context", fn) {
+			return true
+		}
+	}
+	return false
+}
+
+func isSelector(n ast.Node, pkg, name string) bool {
+	sel, ok := n.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != name {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && id.Name == pkg
 }
