@@ -5,11 +5,14 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/redlock"
 )
 
-// manualClock is a redlock.Clock that moves only when told to (Advance),
-// for tests that must not sleep. Its After channels receive once the clock
-// has been advanced to their deadline.
+// manualClock is a redlock.TimerClock that moves only when told to
+// (Advance), for tests that must not sleep. Its After and timer channels
+// receive once the clock has been advanced to their deadline; a stopped
+// timer no longer waits.
 type manualClock struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -20,6 +23,26 @@ type manualClock struct {
 type clockWaiter struct {
 	at time.Time
 	ch chan time.Time
+}
+
+// manualTimer is a redlock.Timer on a manualClock.
+type manualTimer struct {
+	c  *manualClock
+	ch chan time.Time
+}
+
+func (t manualTimer) Chan() <-chan time.Time { return t.ch }
+
+func (t manualTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	n := len(t.c.waiters)
+	t.c.waiters = slices.DeleteFunc(t.c.waiters, func(w clockWaiter) bool { return w.ch == t.ch })
+	return len(t.c.waiters) < n
+}
+
+func (c *manualClock) NewTimer(d time.Duration) redlock.Timer {
+	return manualTimer{c: c, ch: c.wait(d)}
 }
 
 // fakeClock returns a clock that moves only when told to.
@@ -33,7 +56,9 @@ func (c *manualClock) Now() time.Time {
 	return c.now
 }
 
-func (c *manualClock) After(d time.Duration) <-chan time.Time {
+func (c *manualClock) After(d time.Duration) <-chan time.Time { return c.wait(d) }
+
+func (c *manualClock) wait(d time.Duration) chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)
