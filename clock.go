@@ -102,8 +102,8 @@ func newTicker(clock Clock, d time.Duration) *ticker {
 				default:
 				}
 			}
-			if now := clock.Now(); next.Before(now.Add(-d)) {
-				next = now // ticks missed (the clock jumped): on from now
+			if late := clock.Now().Sub(next); late >= d {
+				next = next.Add(late / d * d) // whole periods gone by (the clock jumped): dropped
 			}
 		}
 	}()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/quorumlock/redlock"
@@ -104,6 +105,13 @@ func (c *manualClock) BlockUntilContext(ctx context.Context, n int) error {
 	}
 }
 
+// pending is how many waits the clock holds.
+func (c *manualClock) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
+}
+
 // nextWait is how long until the earliest waiter on the clock is due; 0
 // when none waits.
 func (c *manualClock) nextWait() time.Duration {
@@ -116,4 +124,46 @@ func (c *manualClock) nextWait() time.Duration {
 		}
 	}
 	return next
+}
+
+// TestTicker_onTheClock: a ticker made of the clock's timers ticks on the
+// phase of its start, drops a tick while the one before is not received,
+// after a jump goes on on its phase, and, stopped, no longer waits on the
+// clock.
+func TestTicker_onTheClock(t *testing.T) {
+	clock := fakeClock()
+	t0 := clock.Now()
+	ticks, stop := redlock.Tick(clock, time.Second)
+	next := func(want time.Time) {
+		t.Helper()
+		select {
+		case at := <-ticks:
+			if !at.Equal(want) {
+				t.Fatalf("tick at %v, want %v", at.Sub(t0), want.Sub(t0))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no tick at %v", want.Sub(t0))
+		}
+	}
+	waiters(t, clock, 1)
+	clock.Advance(1500 * time.Millisecond)
+	next(t0.Add(time.Second))
+	waiters(t, clock, 1)
+	clock.Advance(500 * time.Millisecond) // on the phase: at 2 s
+	waiters(t, clock, 1)                  // the tick at 2 s is sent, the next one waited for
+	clock.Advance(time.Second)            // the tick at 3 s finds 2 s not received: dropped
+	waiters(t, clock, 1)
+	next(t0.Add(2 * time.Second))
+	select {
+	case at := <-ticks:
+		t.Fatalf("a dropped tick came, at %v", at.Sub(t0))
+	default:
+	}
+	clock.Advance(10500 * time.Millisecond) // a jump to 13.5 s: the tick at 4 s, then on the phase
+	next(t0.Add(4 * time.Second))
+	waiters(t, clock, 1)
+	clock.Advance(500 * time.Millisecond)
+	next(t0.Add(14 * time.Second))
+	stop()
+	waitFor(t, "the stopped ticker's timer to go", func() bool { return clock.nextWait() == 0 && clock.pending() == 0 })
 }
