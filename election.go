@@ -59,7 +59,7 @@ func (e *Election) Name() string { return e.name }
 type Leader struct {
 	Value string    // what the leader proclaimed (Campaign's value, or its last Proclaim)
 	Term  uint64    // the leadership's fencing token: higher than every earlier leader's
-	Since time.Time // when it was elected, on the leader's wall clock
+	Since time.Time // when it was elected, on the leader's Client's Clock (default: the system's)
 	// Revision counts the leader's proclamations: 1 for Campaign's value,
 	// one more for each Proclaim. (Term, Revision) only grows.
 	Revision uint64
