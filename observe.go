@@ -59,8 +59,8 @@ type Event struct {
 	Op       Op
 	Kind     string        // the lock's kind: plain, reentrant, read, write, semaphore, multi-key, fair
 	Key      string        // the lock's (first) key
-	Start    time.Time     // when it started, on the wall clock
-	Duration time.Duration // how long it took
+	Start    time.Time     // when it started, on the Client's Clock (default: the system's)
+	Duration time.Duration // how long it took, on the Client's Clock; for OpNode, the node's round trip, in real time
 	Attempts int           // OpAcquire: attempts made on the nodes; 0 for a lock handed over by another goroutine of the Client (see WithHandOff)
 	Err      error         // nil on success; for OpNode, the node's error
 
