@@ -142,6 +142,7 @@ func newClient(nodes []transport.Node, opts []Option) (*Client, error) {
 			return nil, invalid("node %d's client does not send a pipeline on one connection: WithReplicaAck needs WAIT on the write's own connection (a go-redis *redis.Client; a Cluster or Ring client routes a keyless WAIT to a server of its choosing)", i)
 		}
 	}
+	c.queues.clock = c.cfg.clock
 	c.sched = newScheduler(c)
 	return c, nil
 }

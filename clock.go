@@ -2,14 +2,20 @@ package redlock
 
 import "time"
 
-// Clock is the source of time for validity arithmetic and retry waits.
+// Clock is the source of time for the library's own rules: validity,
+// retry and wake-up waits, split-vote waits, renewal due times, hand-off
+// yields, election keeps and polls, and the Observer's timestamps. The
+// node I/O's deadlines are not on it: the network runs in real time.
 //
 // Now must be monotonic: elapsed time is the difference of two Now
 // readings, which a wall-clock step must not move. time.Now's values carry
 // a monotonic reading and qualify; wall-clock values alone do not.
 //
-// The clocks of github.com/jonboulle/clockwork satisfy Clock as they are,
-// which lets tests move time without sleeping.
+// A Clock that also implements TimerClock gives the library waits it can
+// stop; with one that does not, a wait given up (its Acquire won, say) is
+// left to its After. Tickers are made of timers. The clocks of
+// github.com/jonboulle/clockwork satisfy Clock as they are, which lets
+// tests move time without sleeping.
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
@@ -17,14 +23,97 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
-// systemClock is the default Clock: the process's monotonic clock.
+// TimerClock is a Clock whose waits can be stopped, so that a fake clock
+// counts only the waits still running.
+type TimerClock interface {
+	Clock
+	// NewTimer starts a Timer that fires once d has passed.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is one wait on a TimerClock, as a time.Timer.
+type Timer interface {
+	// Chan returns the channel that receives the time once the Timer fires.
+	Chan() <-chan time.Time
+	// Stop stops the Timer; it reports whether it stopped it before it fired.
+	Stop() bool
+}
+
+// systemClock is the default Clock: the process's monotonic clock. It is
+// also realTime, the node I/O's.
 type systemClock struct{}
 
 func (systemClock) Now() time.Time                         { return time.Now() }
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (systemClock) NewTimer(d time.Duration) Timer         { return sysTimer{time.NewTimer(d)} }
 
-// WithClock sets the monotonic Clock used for validity and retry waits. It
-// must not be nil. Default: the system's monotonic clock.
+// Since is time.Since, on the system's clock.
+func (systemClock) Since(t time.Time) time.Duration { return time.Since(t) }
+
+// Until is time.Until, on the system's clock.
+func (systemClock) Until(t time.Time) time.Duration { return time.Until(t) }
+
+type sysTimer struct{ *time.Timer }
+
+func (t sysTimer) Chan() <-chan time.Time { return t.C }
+
+// realTime is the node I/O's time: its deadlines and round trips, and the
+// identification of servers. Whatever the Client's Clock, the network runs
+// on it.
+var realTime systemClock
+
+// newTimer starts a Timer of d on clock: the clock's own when it is a
+// TimerClock, one that cannot be stopped otherwise.
+func newTimer(clock Clock, d time.Duration) Timer {
+	if tc, ok := clock.(TimerClock); ok {
+		return tc.NewTimer(d)
+	}
+	return afterTimer(clock.After(d))
+}
+
+// afterTimer is a Clock's After as a Timer that cannot be stopped.
+type afterTimer <-chan time.Time
+
+func (t afterTimer) Chan() <-chan time.Time { return t }
+func (afterTimer) Stop() bool               { return false }
+
+// ticker fires every d on a Clock, on the phase of its start, as a
+// time.Ticker: a tick is dropped while the one before has not been
+// received. Stop ends it.
+type ticker struct {
+	c    chan time.Time
+	stop chan struct{}
+}
+
+func newTicker(clock Clock, d time.Duration) *ticker {
+	t := &ticker{c: make(chan time.Time, 1), stop: make(chan struct{})}
+	go func() {
+		next := clock.Now()
+		for {
+			next = next.Add(d)
+			tm := newTimer(clock, next.Sub(clock.Now()))
+			select {
+			case <-t.stop:
+				tm.Stop()
+				return
+			case at := <-tm.Chan():
+				select {
+				case t.c <- at:
+				default:
+				}
+			}
+			if late := clock.Now().Sub(next); late >= d {
+				next = next.Add(late / d * d) // whole periods gone by (the clock jumped): dropped
+			}
+		}
+	}()
+	return t
+}
+
+func (t *ticker) Stop() { close(t.stop) }
+
+// WithClock sets the monotonic Clock of the library's rules (see Clock).
+// It must not be nil. Default: the system's monotonic clock.
 func WithClock(clock Clock) Option {
 	return clientOption(func(c *config) error {
 		if isNil(clock) {

@@ -59,7 +59,7 @@ func (e *Election) Name() string { return e.name }
 type Leader struct {
 	Value string    // what the leader proclaimed (Campaign's value, or its last Proclaim)
 	Term  uint64    // the leadership's fencing token: higher than every earlier leader's
-	Since time.Time // when it was elected, on the leader's wall clock
+	Since time.Time // when it was elected, on the leader's Client's Clock (default: the system's)
 	// Revision counts the leader's proclamations: 1 for Campaign's value,
 	// one more for each Proclaim. (Term, Revision) only grows.
 	Revision uint64
@@ -134,7 +134,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		if err != nil {
 			return nil, err
 		}
-		l := &Leadership{e: e, lock: lock, leader: Leader{Term: lock.FencingToken(), Since: time.Now()}}
+		l := &Leadership{e: e, lock: lock, leader: Leader{Term: lock.FencingToken(), Since: e.c.cfg.clock.Now()}}
 		l.ctx, _ = newLockContext(context.Background(), lock, errResigned)
 		err = l.Proclaim(ctx, value)
 		if err == nil && !l.Leading() {
@@ -173,7 +173,7 @@ func (e *Election) recordLife() int64 { return pxMillis(min(e.ttl, 3*e.keepEvery
 // token. (A reader trusts a record only while its token holds the key on
 // a quorum; Resign deletes it, and a lost leadership's expires.)
 func (l *Leadership) keep() {
-	t := time.NewTicker(l.e.keepEvery())
+	t := newTicker(l.e.c.cfg.clock, l.e.keepEvery())
 	defer t.Stop()
 	lk, c := l.lock, l.e.c
 	op := l.e.op("keep", lk.token, l.e.recordLife())
@@ -181,7 +181,7 @@ func (l *Leadership) keep() {
 		select {
 		case <-lk.Done():
 			return
-		case <-t.C:
+		case <-t.c:
 			tm, _ := lk.lease()
 			c.fanOut(context.Background(), tm, nil, nil, settlement{}, op)
 		}
@@ -433,20 +433,21 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		defer close(out)
 		defer wg.Wait()
 		var last Leader
-		t := time.NewTimer(0)
-		defer t.Stop()
+		t := newTimer(e.c.cfg.clock, 0)
+		defer func() { t.Stop() }()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-poke:
-			case <-t.C:
+			case <-t.Chan():
 			}
 			if l, err := e.Leader(ctx); err == nil && l.newer(last) {
 				last = l
 				latest(out, l)
 			}
-			t.Reset(e.pollEvery())
+			t.Stop()
+			t = newTimer(e.c.cfg.clock, e.pollEvery())
 		}
 	}()
 	return out

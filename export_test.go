@@ -113,3 +113,10 @@ func RenewedLeft(c *Client) []string {
 	}
 	return keys
 }
+
+// Tick starts a ticker of every d on clock (see ticker): its channel and
+// its Stop.
+func Tick(clock Clock, d time.Duration) (<-chan time.Time, func()) {
+	t := newTicker(clock, d)
+	return t.c, t.Stop
+}

@@ -365,11 +365,11 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	}
 
 	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
-		done: make(chan struct{}), renewed: ac.autoRenew, acquired: time.Now()}
-	start, wall := c.cfg.clock.Now(), time.Now()
+		done: make(chan struct{}), renewed: ac.autoRenew, acquired: c.cfg.clock.Now()}
+	start := c.cfg.clock.Now()
 	t, settled := c.fanOut(ctx, ac.terms, c.extendDone(q, settlement{}), nil, settlement{}, k.extend(value, ttl))
 	l.settled = settled
-	c.observeNodes(ctx, OpExtend, k, wall, t)
+	c.observeNodes(ctx, OpExtend, k, start, t)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	if err := c.refused(); err != nil {
 		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
@@ -471,12 +471,12 @@ func (c *Client) readNodes(ctx context.Context, enough func(reads []nodeRead, go
 	replies := make(chan reply, len(c.nodes))
 	for i, nd := range c.nodes {
 		go func() {
-			sent := time.Now()
+			sent := realTime.Now()
 			r := nd.io.Run(ctx, nodeOp{Script: script, Keys: keys, Args: args, Read: true}, timeout)
 			if r.Err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
 				r.Err = fmt.Errorf("%w: %w", errCutByCaller, r.Err)
 			}
-			c.noteReply(i, r.Err, time.Since(sent), timeout)
+			c.noteReply(i, r.Err, realTime.Since(sent), timeout)
 			replies <- reply{i, nodeRead{r.Raw, r.Err}}
 		}()
 	}

@@ -98,7 +98,7 @@ func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 		return
 	}
 	first := !id.known
-	id.known, id.ids, id.how, id.facts, id.checked = true, ids, how, facts, time.Now()
+	id.known, id.ids, id.how, id.facts, id.checked = true, ids, how, facts, realTime.Now()
 	tell = c.judgeServer(i, facts, first)
 	all := true
 	for j := range c.idents.nodes {
@@ -128,10 +128,10 @@ func (c *Client) awaitIdentity(i int, deadline time.Time) error {
 		return nil
 	}
 	if id.pending != nil {
-		t := time.NewTimer(time.Until(deadline))
+		t := realTime.NewTimer(realTime.Until(deadline))
 		select {
 		case <-id.pending:
-		case <-t.C:
+		case <-t.Chan():
 		}
 		t.Stop()
 		c.idents.mu.Lock()
@@ -205,7 +205,7 @@ func (c *Client) judgeServer(i int, facts identity.Facts, first bool) (tell func
 	}
 	c.cfg.logger.Warn("redlock: a node may evict lock keys", "node", i, "addr", addr, "err", err)
 	return func() {
-		c.observe(context.Background(), Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: addr})
+		c.observe(context.Background(), Event{Op: OpMisconfigured, Start: c.cfg.clock.Now(), Err: c.nodeError(i, err), Node: i, Addr: addr})
 	}
 }
 
@@ -219,10 +219,10 @@ func (c *Client) refusedNode(i int) error {
 	}
 	c.idents.mu.Lock()
 	id := &c.idents.nodes[i]
-	if id.pending == nil && time.Since(id.checked) >= recheckEvery {
+	if id.pending == nil && realTime.Since(id.checked) >= recheckEvery {
 		id.pending = make(chan struct{})
-		id.checked = time.Now()
-		go c.identifyNode(i, time.Now().Add(recheckEvery), id.pending)
+		id.checked = realTime.Now()
+		go c.identifyNode(i, id.checked.Add(recheckEvery), id.pending)
 	}
 	c.idents.mu.Unlock()
 	return *p

@@ -480,29 +480,34 @@ func TestKinds_fairWaiterDisappears(t *testing.T) {
 // attempt is tried again, rather than giving up.
 func TestKinds_fairTicketRetried(t *testing.T) {
 	c := newCluster(t, 3)
-	rc := c.client(t, redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithRetry(redlock.RandomDelay(time.Millisecond, 5*time.Millisecond)))
 	c.servers[0].Close()
 	c.servers[1].Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	got := make(chan error, 1)
+	var err error
+	done := make(chan struct{})
 	go func() {
-		l, err := rc.Acquire(ctx, "turn", time.Minute, redlock.Fair())
-		if err == nil {
+		defer close(done)
+		var l *redlock.Lock
+		if l, err = rc.Acquire(ctx, "turn", time.Minute, redlock.Fair()); err == nil {
 			err = l.Release(ctx)
 		}
-		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // a few draws fail
-	select {
-	case err := <-got:
-		t.Fatalf("Acquire returned while a majority was down: %v", err)
-	default:
+	for range 3 { // three draws fail, each waiting its retry delay on the clock
+		if waitersOr(t, clock, 1, done) {
+			t.Fatalf("Acquire returned while a majority was down: %v", err)
+		}
+		clock.Advance(clock.nextWait())
 	}
 	for i := range 2 {
 		c.restart(t, i)
 	}
-	if err := <-got; err != nil {
+	for !waitersOr(t, clock, 1, done) {
+		clock.Advance(clock.nextWait())
+	}
+	if err != nil {
 		t.Fatalf("Acquire once the nodes were back: %v", err)
 	}
 }

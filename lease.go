@@ -238,7 +238,7 @@ func (l *Lock) tellLost(why error) {
 	// slow Observer does not keep it open.
 	l.end()
 	l.client.cfg.logger.Warn("redlock: lock lost", "key", l.key, "kind", l.kind.name(), "err", why)
-	now := time.Now()
+	now := l.client.cfg.clock.Now()
 	l.client.observe(context.Background(), Event{Op: OpLost, Kind: l.kind.name(), Key: l.key, Start: now, Err: why, Held: now.Sub(l.acquired)})
 	l.finish()
 }

@@ -67,6 +67,7 @@ const (
 )
 
 type localQueues struct {
+	clock Clock
 	mu    sync.Mutex
 	byKey map[string]*localQueue
 }
@@ -210,7 +211,7 @@ func (qs *localQueues) nextForHandOff(q *localQueue, l *Lock, limit int) *waiter
 // ends, as the nodes that answer may not include the one a waiter hears.
 func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock, contended bool) {
 	q.mu.Lock()
-	q.contended = q.contended || contended && time.Now().After(q.deaf)
+	q.contended = q.contended || contended && qs.clock.Now().After(q.deaf)
 	if q.contended {
 		q.chain++
 	}
@@ -245,10 +246,12 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 		q.mu.Lock()
 		wait := max(q.yieldFor, yieldFirst)
 		q.mu.Unlock()
+		t := newTimer(qs.clock, wait+mrand.N(wait/4))
 		select {
-		case <-time.After(wait + mrand.N(wait/4)):
+		case <-t.Chan():
 		case <-ctx.Done():
 		}
+		t.Stop()
 	}
 	lock, err := acquire()
 	if g.yield {
@@ -273,7 +276,7 @@ func (qs *localQueues) yielded(q *localQueue, attempts int) {
 	case attempts > 1:
 		q.yieldFor = 0
 	case next > yieldMax:
-		q.yieldFor, q.deaf = 0, time.Now().Add(yieldDeaf)
+		q.yieldFor, q.deaf = 0, qs.clock.Now().Add(yieldDeaf)
 	default:
 		q.yieldFor = next
 	}

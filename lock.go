@@ -28,7 +28,7 @@ type Lock struct {
 
 	fence    int64     // 0 unless acquired WithFencing
 	renewed  bool      // acquired WithAutoRenew: it ends the renewal margin before Until
-	acquired time.Time // on the wall clock, when it was acquired (for Event.Held)
+	acquired time.Time // on the Client's clock, when it was acquired (for Event.Held)
 
 	mu        sync.Mutex
 	terms     terms  // of the last acquire or extend
@@ -149,7 +149,6 @@ func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) 
 	}
 
 	start := c.cfg.clock.Now()
-	wall := time.Now()
 	t, settled := c.fanOut(ctx, tm.within(timeout), c.extendDone(l.quorum, l.settled), nil, l.settled, l.kind.extend(l.token, tm.ttl))
 	l.settled = settled
 	lost, err = l.judgeExtend(ctx, tm, start, c.cfg.clock.Now().Sub(start), t)
@@ -158,8 +157,8 @@ func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) 
 		degraded = c.degraded(ctx, l.kind, t, l)
 	}
 	return t, lost, func() {
-		c.observeNodes(ctx, OpExtend, l.kind, wall, t)
-		l.observeOp(ctx, OpExtend, wall, err)
+		c.observeNodes(ctx, OpExtend, l.kind, start, t)
+		l.observeOp(ctx, OpExtend, start, err)
 		degraded()
 	}, err
 }
@@ -344,8 +343,8 @@ func (l *Lock) Release(ctx context.Context) error {
 // releaseHeld is Release, called with the lock's op held; tell reports it
 // to the Observer.
 func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
-	wall := time.Now()
-	tell = func(err error) { l.observeOp(ctx, OpRelease, wall, err) }
+	began := l.client.cfg.clock.Now()
+	tell = func(err error) { l.observeOp(ctx, OpRelease, began, err) }
 	l.mu.Lock()
 	tm, until, released, lost := l.terms, l.until, l.released, l.lostShown
 	l.released = true
@@ -370,8 +369,8 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 	t, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, 0, 0, 0, lost || expired, l.settled), nil, l.settled, l.kind.release(l.token, l.run))
 	l.settled = settled
 	tell = func(err error) {
-		c.observeNodes(ctx, OpRelease, l.kind, wall, t)
-		l.observeOp(ctx, OpRelease, wall, err)
+		c.observeNodes(ctx, OpRelease, l.kind, began, t)
+		l.observeOp(ctx, OpRelease, began, err)
 	}
 	l.finish()
 	if lost {

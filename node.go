@@ -203,7 +203,7 @@ func (c *Client) noteMisconfigured(ctx context.Context, i int, value int64, err 
 		"node", i, "addr", c.nodes[i].addr, "err", err)
 	// On a goroutine of its own: this runs on the goroutine that sends the
 	// node's calls, which a slow Observer must not hold up.
-	go c.observe(ctx, Event{Op: OpMisconfigured, Start: time.Now(), Err: c.nodeError(i, err), Node: i, Addr: c.nodes[i].addr})
+	go c.observe(ctx, Event{Op: OpMisconfigured, Start: c.cfg.clock.Now(), Err: c.nodeError(i, err), Node: i, Addr: c.nodes[i].addr})
 }
 
 func noReply(timeout time.Duration, err error) error {

@@ -59,8 +59,8 @@ type Event struct {
 	Op       Op
 	Kind     string        // the lock's kind: plain, reentrant, read, write, semaphore, multi-key, fair
 	Key      string        // the lock's (first) key
-	Start    time.Time     // when it started, on the wall clock
-	Duration time.Duration // how long it took
+	Start    time.Time     // when it started, on the Client's Clock (default: the system's)
+	Duration time.Duration // how long it took, on the Client's Clock; for OpNode, the node's round trip, in real time
 	Attempts int           // OpAcquire: attempts made on the nodes; 0 for a lock handed over by another goroutine of the Client (see WithHandOff)
 	Err      error         // nil on success; for OpNode, the node's error
 
@@ -138,10 +138,10 @@ func (c *Client) observed(ctx context.Context, k kind, acquire func(ctx context.
 	if c.cfg.observer == nil {
 		return acquire(ctx, &attempts)
 	}
-	e := Event{Op: OpAcquire, Kind: k.name(), Key: k.keys()[0], Start: time.Now()}
+	e := Event{Op: OpAcquire, Kind: k.name(), Key: k.keys()[0], Start: c.cfg.clock.Now()}
 	ctx = c.start(ctx, e)
 	lock, err := acquire(ctx, &attempts)
-	e.Duration, e.Attempts, e.Err = time.Since(e.Start), attempts, err
+	e.Duration, e.Attempts, e.Err = c.cfg.clock.Now().Sub(e.Start), attempts, err
 	c.observe(ctx, e)
 	return lock, err
 }
@@ -152,7 +152,7 @@ func (l *Lock) startOp(ctx context.Context, op Op) context.Context {
 	if l.client.cfg.observer == nil {
 		return ctx
 	}
-	return l.client.start(ctx, Event{Op: op, Kind: l.kind.name(), Key: l.key, Start: time.Now()})
+	return l.client.start(ctx, Event{Op: op, Kind: l.kind.name(), Key: l.key, Start: l.client.cfg.clock.Now()})
 }
 
 // observeOp reports an extend or release of l that started at start; for
@@ -161,7 +161,7 @@ func (l *Lock) observeOp(ctx context.Context, op Op, start time.Time, err error)
 	if l.client.cfg.observer == nil {
 		return
 	}
-	e := Event{Op: op, Kind: l.kind.name(), Key: l.key, Start: start, Duration: time.Since(start), Err: err}
+	e := Event{Op: op, Kind: l.kind.name(), Key: l.key, Start: start, Duration: l.client.cfg.clock.Now().Sub(start), Err: err}
 	if op == OpRelease {
 		e.Held = start.Sub(l.acquired)
 	}
@@ -251,7 +251,7 @@ func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell f
 		return func() {}
 	}
 	return func() {
-		now := time.Now()
+		now := c.cfg.clock.Now()
 		for _, err := range news {
 			e := Event{Op: OpDegraded, Kind: k.name(), Key: k.keys()[0], Start: now, Err: err}
 			var ne *NodeError

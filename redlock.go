@@ -180,7 +180,7 @@ func waitedOut(wctx context.Context, err error) error {
 
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
 func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
-	w := waiting{kind: k}
+	w := waiting{kind: k, clock: c.cfg.clock}
 	w.line, w.inLine = k.(waitsInLine)
 	if w.inLine {
 		if qe := w.line.join(ctx, c, ac); qe != nil {
@@ -264,6 +264,7 @@ func (c *Client) giveUp(ctx context.Context, a *acquisition, qe *quorumError, ca
 // for the release, its place in line, and what the last waits told.
 type waiting struct {
 	kind       kind
+	clock      Clock
 	line       waitsInLine // the kind, when it waits in a queue (fair)
 	inLine     bool
 	watch      *releaseWatch // subscribed after the first failure
@@ -280,7 +281,7 @@ type waiting struct {
 // wake-up: the attempt may find the release not yet landed on a quorum.
 func (w *waiting) attempting() {
 	if w.watch.drain() {
-		w.wokeAt = time.Now()
+		w.wokeAt = w.clock.Now()
 	}
 }
 
@@ -311,17 +312,18 @@ func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout t
 	// The library's own pacing is for its default policy: a policy given
 	// with WithRetry is followed as given, but for a release heard.
 	paced := ac.retry == defaultRetry
+	now := w.clock.Now()
 	if w.woken {
-		w.wokeAt = time.Now()
+		w.wokeAt = now
 	}
-	if paced && w.watch.subscribed() && time.Since(w.wokeAt) > subscribedPoll {
+	if paced && w.watch.subscribed() && now.Sub(w.wokeAt) > subscribedPoll {
 		// The release will be heard: the timer is only for one missed
 		// (the node fails) or never announced (the key expires). Not
 		// right after a release was heard: a refusal then may be that
 		// release not yet landed on a quorum.
 		delay = max(delay, subscribedPoll+mrand.N(subscribedPoll/2))
 	}
-	if time.Since(w.wokeAt) < timeout && (!qe.taken || qe.holder == w.lastHolder) {
+	if now.Sub(w.wokeAt) < timeout && (!qe.taken || qe.holder == w.lastHolder) {
 		// Woken and still refused, with no new holder on a quorum: the
 		// woken clients may have split the votes (nobody will announce a
 		// release), or the release, announced by the first node to
@@ -408,12 +410,11 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	a.start = c.cfg.clock.Now()
 	// When to stop waiting for the nodes: see attemptDone.
 	q := a.kind.quorum(len(c.nodes))
-	wall := time.Now()
 	t := a.fanOut(ctx, c, c.attemptDone(q, eager), nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenceKeep()))
 	if t.yes < q && !t.outOfReach(q) {
 		t = c.resolveSplit(ctx, a, t, q)
 	}
-	c.observeNodes(ctx, OpAcquire, a.kind, wall, t)
+	c.observeNodes(ctx, OpAcquire, a.kind, a.start, t)
 	return c.conclude(ctx, a, t)
 }
 
@@ -485,7 +486,7 @@ func (c *Client) grant(ctx context.Context, a *acquisition, t tally, fence int64
 	c.leaveTheLine(ctx, a, t)
 	l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: k.quorum(len(c.nodes)), token: a.token, run: runOf(a.token), fence: fence, terms: a.cfg.terms.now(c),
 		until: a.start.Add(a.cfg.ttl - a.cfg.drift), settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew,
-		acquired: time.Now(), confirmed: t.yes, had: heldOn(t)}
+		acquired: c.cfg.clock.Now(), confirmed: t.yes, had: heldOn(t)}
 	if a.cfg.autoRenew {
 		c.sched.renew(l)
 	}

@@ -736,8 +736,16 @@ func TestClient_Acquire_deadline(t *testing.T) {
 
 // TestClient_Acquire_retriesAfterDelay drives the retry wait with a fake
 // clock: Acquire fails, waits on the clock, and succeeds once the holder is
-// gone (the release's announcement or a delay that passes wakes it).
+// gone (the release's announcement or a delay that passes wakes it); on a
+// TimerClock, and on a Clock with After alone (its waits cannot be
+// stopped).
 func TestClient_Acquire_retriesAfterDelay(t *testing.T) {
+	for _, timers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("timers %v", timers), func(t *testing.T) { retriesAfterDelay(t, timers) })
+	}
+}
+
+func retriesAfterDelay(t *testing.T, timers bool) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
 	holder := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
@@ -747,7 +755,11 @@ func TestClient_Acquire_retriesAfterDelay(t *testing.T) {
 		delays.Add(1)
 		return time.Duration(failed) * time.Second
 	})
-	rc := mustNew(t, c.connect(t), redlock.WithClock(clock))
+	var use redlock.Clock = clock
+	if !timers {
+		use = struct{ redlock.Clock }{clock} // Now and After only
+	}
+	rc := mustNew(t, c.connect(t), redlock.WithClock(use))
 	type result struct {
 		lock *redlock.Lock
 		err  error

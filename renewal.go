@@ -373,7 +373,7 @@ func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms)
 // showed it lost, and sets retryAt after a failure that may pass.
 func (l *Lock) renewalOver(tm terms, lost bool, err error, retryAt *time.Time) {
 	c := l.client
-	c.observe(context.Background(), Event{Op: OpRenew, Kind: l.kind.name(), Key: l.key, Start: time.Now(), Err: err})
+	c.observe(context.Background(), Event{Op: OpRenew, Kind: l.kind.name(), Key: l.key, Start: c.cfg.clock.Now(), Err: err})
 	switch {
 	case err == nil:
 	case !isOpen(l.done): // released or lost meanwhile
@@ -400,7 +400,7 @@ func (c *Client) renewBatch(locks []*Lock) {
 	op, leases, wait := c.renewalOp(held)
 
 	ctx := context.Background()
-	start, wall := clock.Now(), time.Now()
+	start := clock.Now()
 	refusedBefore := c.refused()
 	var t tally
 	var settled settlement
@@ -433,8 +433,8 @@ func (c *Client) renewBatch(locks []*Lock) {
 	for j, l := range held {
 		o := outcomes[j]
 		if refused == nil {
-			c.observeNodes(ctx, OpExtend, l.kind, wall, o.t)
-			l.observeOp(ctx, OpExtend, wall, o.err)
+			c.observeNodes(ctx, OpExtend, l.kind, start, o.t)
+			l.observeOp(ctx, OpExtend, start, o.err)
 			if o.err == nil {
 				c.degraded(ctx, l.kind, o.t, l)()
 			}

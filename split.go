@@ -143,12 +143,12 @@ func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q in
 		if validity(a.cfg.ttl, addSat(elapsed, addSat(wait, a.cfg.timeout)), a.cfg.drift) <= a.cfg.renewMargin() {
 			return t
 		}
-		timer := time.NewTimer(wait)
+		timer := newTimer(c.cfg.clock, wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return t
-		case <-timer.C:
+		case <-timer.Chan():
 		}
 		wait *= 2
 		// Only the nodes another client of the split holds are tried again:

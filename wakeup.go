@@ -39,11 +39,11 @@ func (c *Client) watchRelease(ctx context.Context, channels []string, ln *waitLi
 	}
 	sub := c.subscribers[node]
 	w := &releaseWatch{node: node, own: ln.channel(), channels: channels, sub: sub, w: sub.Watch(channels)}
-	t := time.NewTimer(timeout)
+	t := realTime.NewTimer(timeout) // the node's confirmation: I/O, in real time
 	defer t.Stop()
 	select {
 	case <-w.w.Ready():
-	case <-t.C:
+	case <-t.Chan():
 	case <-ctx.Done():
 	}
 	return w
@@ -188,14 +188,15 @@ const wakeSpread = 500 * time.Microsecond
 // waiter first in line, and whether a release announcement ended the wait.
 func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, delay time.Duration) (ok, first, woken bool) {
 	line, inLine := k.(waitsInLine)
-	timer := c.cfg.clock.After(delay)
+	timer := newTimer(c.cfg.clock, delay)
+	defer timer.Stop()
 	var late <-chan struct{}
 	if watch != nil && isOpen(watch.w.Ready()) {
 		late = watch.w.Ready()
 	}
 	for {
 		select {
-		case <-timer:
+		case <-timer.Chan():
 			return true, false, false
 		case <-late:
 			return true, false, false

@@ -107,7 +107,7 @@ func TestWaiting_releaseHeardBeforeTheAttemptIsAWakeUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	channel := releaseChannel("k")
-	w := waiting{kind: plain{key: "k"}, lastHolder: -7}
+	w := waiting{kind: plain{key: "k"}, clock: c.cfg.clock, lastHolder: -7}
 	w.watch = c.watchRelease(context.Background(), []string{channel}, nil, 0, 10*time.Second)
 	defer w.watch.close()
 	if !w.watch.subscribed() {

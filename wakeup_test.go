@@ -171,7 +171,8 @@ func TestWaiters_shareOneConnectionPerNode(t *testing.T) {
 
 // TestWaiters_pollAboutOncePerSecond: once subscribed to the release, an
 // Acquire with the default policy tries at most about once a second while
-// the holder holds.
+// the holder holds. Its waits are on a fake clock, moved 3 s in all from
+// wait to wait.
 func TestWaiters_pollAboutOncePerSecond(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
@@ -181,7 +182,8 @@ func TestWaiters_pollAboutOncePerSecond(t *testing.T) {
 	// (counting the nodes' commands would count its other calls too: its
 	// place in line, its subscription's checks).
 	attempts, counting := countAttempts()
-	rc := mustNew(t, c.connect(t), counting)
+	clock := fakeClock()
+	rc := mustNew(t, c.connect(t), counting, redlock.WithClock(clock))
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -189,7 +191,15 @@ func TestWaiters_pollAboutOncePerSecond(t *testing.T) {
 		done <- err
 	}()
 	waitFor(t, "the waiter to subscribe", func() bool { return sum(c.subscribedChannels()) == 1 })
-	time.Sleep(3 * time.Second)
+	for moved := time.Duration(0); ; {
+		waiters(t, clock, 1) // the waiter waits before its next attempt
+		d := clock.nextWait()
+		if moved+d > 3*time.Second {
+			break
+		}
+		clock.Advance(d)
+		moved += d
+	}
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("Acquire succeeded while another held the lock")
