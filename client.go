@@ -10,7 +10,7 @@ import (
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/pubsub"
 	"github.com/quorumlock/redlock/internal/rtt"
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/transport"
 )
 
 // Defaults, in one place. A derived node timeout is a tenth of the ttl,
