@@ -10,7 +10,7 @@ import (
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/pubsub"
 	"github.com/quorumlock/redlock/internal/rtt"
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/transport"
 )
 
 // Defaults, in one place. A derived node timeout is a tenth of the ttl,
@@ -80,9 +80,12 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 	return newClient(ts, opts)
 }
 
-// NewOver is New for the nodes of another client than go-redis, through
-// the adapters of the modules beside this one (rueidisredlock). Their own
-// New calls it; a program calls theirs.
+// NewOver is New for the nodes of another client than go-redis: each node
+// a transport.Node, as an adapter in a module of its own makes them
+// (rueidisredlock for rueidis). An adapter's own New calls it; a program
+// calls the adapter's. It returns an error matching ErrInvalidArgument
+// when nodes is empty, a node is nil, the same node appears twice, or an
+// option's value is out of range.
 func NewOver(nodes []transport.Node, opts ...Option) (*Client, error) {
 	for i, t := range nodes {
 		if isNil(t) {

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/rtt"
-	"github.com/quorumlock/redlock/internal/transport"
 )
 
 // MaxMetadata is the longest metadata WithMetadata accepts, in bytes.
@@ -458,7 +458,7 @@ func (r nodeRead) value(i int) (v string, ok bool) {
 // Election.Leader), once every node answered or, when enough is not nil,
 // as soon as it says the answers so far decide (the calls still out are
 // then cut). A reply that comes after it returned is dropped.
-func (c *Client) readNodes(ctx context.Context, enough func(reads []nodeRead, got []bool) bool, script *transport.Script, keys []string, args ...any) []nodeRead {
+func (c *Client) readNodes(ctx context.Context, enough func(reads []nodeRead, got []bool) bool, script *nodeio.Script, keys []string, args ...any) []nodeRead {
 	timeout := c.readTimeout()
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
 	defer cancel()

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
 // A lock's kind is how it is stored on each node and what it excludes.
@@ -102,7 +102,7 @@ func (k plain) handOff(token, from, run string, ttl, fence time.Duration) nodeOp
 // scripted is a kind whose operations are one script, given the operation's
 // name; see the kind_*.lua files for the arguments.
 type scripted struct {
-	script *transport.Script
+	script *nodeio.Script
 	lock   []string // the keys the script works on, fencing counters apart
 	fences []string // the fencing counters, appended to lock when fenced
 	chans  []string

@@ -10,7 +10,7 @@ import (
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/reply"
 	"github.com/quorumlock/redlock/internal/rtt"
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/transport"
 )
 
 // node is one Redis master.

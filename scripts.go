@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
 // The per-node operations. Each runs one Lua script, so that comparing the
@@ -40,7 +40,7 @@ var (
 var luaFiles embed.FS
 
 // loadScript is lua/file after the prelude.
-func loadScript(file string) *transport.Script { return transport.NewScript(scriptSource(file)) }
+func loadScript(file string) *nodeio.Script { return nodeio.NewScript(scriptSource(file)) }
 
 // scriptSource is the text run for lua/file: the prelude's functions that
 // the file uses (directly or through one another), then the file. Only

@@ -9,7 +9,7 @@ import (
 
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/pubsub"
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/transport"
 )
 
 // A waiting Acquire listens on one node where another holder's key was

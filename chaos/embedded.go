@@ -8,7 +8,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/redlock/internal/embedded"
+	"github.com/quorumlock/redlock/redistest"
 )
 
 // embeddedEnv names the variable that turns a process into an embedded node:
@@ -35,7 +35,7 @@ func ServeEmbeddedFromEnv() {
 		fmt.Fprintf(os.Stderr, "embedded node: %v\n", err)
 		os.Exit(1)
 	}
-	embedded.Expire(m)
+	redistest.Expire(m)
 	select {} // until the process is killed
 }
 

@@ -33,8 +33,7 @@ require (
 )
 
 require (
+	github.com/quorumlock/redlock/redistest v0.1.0
 	github.com/quorumlock/redlock/rueidisredlock v0.1.0
 	github.com/redis/rueidis v1.0.79
 )
-
-

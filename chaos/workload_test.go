@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/redlock/internal/embedded"
+	"github.com/quorumlock/redlock/redistest"
 )
 
 // The fair check decides on what the waiters saw: each fair section knows
@@ -14,7 +14,7 @@ func TestWorkload_fairSectionsAreTraced(t *testing.T) {
 	wl := &workload{workers: 4, perClient: 1, kind: kindFair, keys: 1, ttl: time.Second,
 		work: time.Millisecond, target: 40, seed: 1}
 	for range 3 {
-		n, err := embedded.Start()
+		n, err := redistest.Start()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ module github.com/quorumlock/redlock/rueidisredlock
 go 1.25.0
 
 require (
+	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/quorumlock/redlock v0.1.0
 	github.com/redis/rueidis v1.0.79
 )
@@ -10,7 +11,7 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/redis/go-redis/v9 v9.22.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )
-

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/transport"
 )
 
 func (n *node) PubSub() transport.PubSub {

@@ -57,7 +57,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/quorumlock/redlock"
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/transport"
 )
 
 // New returns a redlock Client over nodes, one rueidis client per

@@ -14,8 +14,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/quorumlock/redlock"
-	"github.com/quorumlock/redlock/internal/transport"
 	"github.com/quorumlock/redlock/rueidisredlock"
+	"github.com/quorumlock/redlock/transport"
 )
 
 // nodes starts n embedded nodes and a rueidis client of each.
@@ -181,7 +181,7 @@ func TestTransport_restartedNodeAnswersAtOnce(t *testing.T) {
 	ping := func() error {
 		r := make([]transport.Reply, 1)
 		tr.Do(context.Background(), []transport.Cmd{{"evalsha", "0123456789012345678901234567890123456789", 1, "k"}}, r)
-		if transport.NoScript(r[0].Err) {
+		if transport.IsReply(r[0].Err) {
 			return nil // answered
 		}
 		return r[0].Err

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
-	"github.com/quorumlock/redlock/internal/embedded"
+	"github.com/quorumlock/redlock/redistest"
 )
 
 const saleKey = "flash-sale:stock"
@@ -138,9 +138,9 @@ func (c demoConfig) check() error {
 
 // demoNodes are the lock nodes: embedded ones started here, or real servers.
 type demoNodes struct {
-	addrs    []string         // as given: printed redacted
-	opts     []*redis.Options // how to reach each node
-	embedded []*embedded.Node // nil for real servers
+	addrs    []string          // as given: printed redacted
+	opts     []*redis.Options  // how to reach each node
+	embedded []*redistest.Node // nil for real servers
 
 	mu     sync.Mutex
 	paused []int // real nodes paused, to unpause
@@ -156,7 +156,7 @@ func startNodes(cfg demoConfig, nf *nodeFlags) (*demoNodes, error) {
 	}
 	d := &demoNodes{}
 	for range cfg.nodes {
-		s, err := embedded.Start()
+		s, err := redistest.Start()
 		if err != nil {
 			d.stop(io.Discard)
 			return nil, fmt.Errorf("starting an embedded node: %w", err)

@@ -8,6 +8,7 @@ require (
 	github.com/creack/pty v1.1.24
 	github.com/quorumlock/redlock v0.1.0
 	github.com/quorumlock/redlock/chaos v0.1.0
+	github.com/quorumlock/redlock/redistest v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.49.0
@@ -48,6 +49,3 @@ require (
 	google.golang.org/protobuf v1.36.1 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
-
-
-

@@ -31,7 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
-	"github.com/quorumlock/redlock/internal/embedded"
+	"github.com/quorumlock/redlock/redistest"
 )
 
 type config struct {
@@ -213,7 +213,7 @@ func run(ctx context.Context, cfg config) (report, error) {
 				_ = admin.Do(ctx, "CLIENT", "PAUSE", 10000, "ALL").Err()
 			})
 		} else {
-			s, err := embedded.Start()
+			s, err := redistest.Start()
 			if err != nil {
 				return report{}, err
 			}

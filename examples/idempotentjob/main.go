@@ -25,7 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
-	"github.com/quorumlock/redlock/internal/embedded"
+	"github.com/quorumlock/redlock/redistest"
 )
 
 // outcome of one submission.
@@ -80,9 +80,9 @@ type result struct {
 }
 
 func run(ctx context.Context, jobs, copies, processes int, wait time.Duration) (result, error) {
-	var lockNodes []*embedded.Node
+	var lockNodes []*redistest.Node
 	for range 5 {
-		s, err := embedded.Start()
+		s, err := redistest.Start()
 		if err != nil {
 			return result{}, err
 		}

@@ -24,7 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
-	"github.com/quorumlock/redlock/internal/embedded"
+	"github.com/quorumlock/redlock/redistest"
 )
 
 // issue is one number given to an applicant.
@@ -57,9 +57,9 @@ func main() {
 }
 
 func run(ctx context.Context, applicants, processes int) ([]issue, error) {
-	var lockNodes []*embedded.Node
+	var lockNodes []*redistest.Node
 	for range 5 {
-		s, err := embedded.Start()
+		s, err := redistest.Start()
 		if err != nil {
 			return nil, err
 		}

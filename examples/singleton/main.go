@@ -33,7 +33,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
-	"github.com/quorumlock/redlock/internal/embedded"
+	"github.com/quorumlock/redlock/redistest"
 )
 
 const (
@@ -153,7 +153,7 @@ func run(ctx context.Context, out *os.File) (result, error) {
 	var res result
 	var addrs []string
 	for range 5 {
-		n, err := embedded.Start()
+		n, err := redistest.Start()
 		if err != nil {
 			return res, err
 		}

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/quorumlock/redlock/internal/reply"
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/transport"
 )
 
 // ServerIDs returns the IDs that name node's server, and what its INFO
@@ -30,7 +30,7 @@ func ServerIDs(ctx context.Context, node transport.Node) (ids []string, how stri
 	}
 	// INFO without arguments: its default sections hold all we read,
 	// and Redis before 7 takes at most one section.
-	info, err := do(ctx, node, "info").Text()
+	info, err := do(ctx, node, "info")
 	if err != nil {
 		if reply.IsReply(err) && !reply.Transient(err) {
 			// The server answered but will not tell: name it by its
@@ -46,23 +46,23 @@ func ServerIDs(ctx context.Context, node transport.Node) (ids []string, how stri
 	}
 	ids = []string{"run:" + runID}
 	if clusterOn == "1" {
-		if id, err := do(ctx, node, "cluster", "myid").Text(); err == nil {
+		if id, err := do(ctx, node, "cluster", "myid"); err == nil {
 			ids = append(ids, "node:"+id)
 		}
 	}
 	return ids, "run_id " + runID, facts, nil
 }
 
-// do sends one command to node and returns its reply.
-func do(ctx context.Context, node transport.Node, cmd ...any) transport.Reply {
+// do sends one command to node and returns its reply as text.
+func do(ctx context.Context, node transport.Node, cmd ...any) (string, error) {
 	var r [1]transport.Reply
 	node.Do(ctx, []transport.Cmd{cmd}, r[:])
-	return r[0]
+	return reply.Text(r[0])
 }
 
 // clusterIDs names a cluster by the IDs of its nodes (CLUSTER NODES).
 func clusterIDs(ctx context.Context, node transport.Node) ([]string, error) {
-	nodes, err := do(ctx, node, "cluster", "nodes").Text()
+	nodes, err := do(ctx, node, "cluster", "nodes")
 	if err != nil {
 		return nil, err
 	}

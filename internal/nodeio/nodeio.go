@@ -19,7 +19,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/internal/reply"
+	"github.com/quorumlock/redlock/transport"
 )
 
 // Op is one node's share of an operation: a script and its arguments.
@@ -28,7 +29,7 @@ import (
 // Many answers per lock, and its value counts the positives; an op that is
 // Read answers as it is (Result.Raw).
 type Op struct {
-	Script *transport.Script
+	Script *Script
 	Keys   []string
 	Args   []any
 	Many   bool
@@ -78,7 +79,7 @@ func (a Ack) on() bool { return a.Replicas > 0 }
 
 // check reads a WAIT's reply: nil when enough replicas confirmed.
 func (a Ack) check(wait transport.Reply) error {
-	n, err := wait.Int()
+	n, err := reply.Int(wait)
 	if err != nil {
 		return fmt.Errorf("WAIT for %d replicas (WithReplicaAck): %w", a.Replicas, err)
 	}
@@ -101,7 +102,7 @@ func (a Ack) waitMillis() int64 {
 type Node struct {
 	T     transport.Node
 	ack   Ack
-	known sync.Map // the scripts the node is known to hold: *transport.Script → struct{}
+	known sync.Map // the scripts the node is known to hold: *Script → struct{}
 	p     *pipe    // nil without batching
 }
 
@@ -126,15 +127,15 @@ func (n *Node) Run(ctx context.Context, op Op, timeout time.Duration) Result {
 	return res[0]
 }
 
-func (n *Node) has(s *transport.Script) bool {
+func (n *Node) has(s *Script) bool {
 	_, ok := n.known.Load(s)
 	return ok
 }
 
 // note records what the node's answer to a call of s (err) tells: any
 // answer but NOSCRIPT shows that it now holds the script.
-func (n *Node) note(s *transport.Script, err error) {
-	if (err == nil || transport.IsReply(err) && !transport.NoScript(err)) && !n.has(s) {
+func (n *Node) note(s *Script, err error) {
+	if (err == nil || reply.IsReply(err) && !reply.NoScript(err)) && !n.has(s) {
 		n.known.Store(s, struct{}{})
 	}
 }
@@ -173,7 +174,7 @@ func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Durat
 // not sent again, its result's error set instead.
 func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []transport.Reply, ack bool, late time.Duration) (again []int, wait transport.Reply) {
 	for i := range ops {
-		if transport.NoScript(replies[i].Err) {
+		if reply.NoScript(replies[i].Err) {
 			n.known.Delete(ops[i].Script)
 			again = append(again, i)
 		}
@@ -221,11 +222,11 @@ func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool) []trans
 	}
 	if only == nil {
 		for _, op := range ops {
-			cmds = append(cmds, op.Script.Eval(!n.has(op.Script), op.Keys, op.Args))
+			cmds = append(cmds, op.Script.eval(!n.has(op.Script), op.Keys, op.Args))
 		}
 	} else {
 		for _, i := range only {
-			cmds = append(cmds, ops[i].Script.Eval(true, ops[i].Keys, ops[i].Args))
+			cmds = append(cmds, ops[i].Script.eval(true, ops[i].Keys, ops[i].Args))
 		}
 	}
 	if ack {
@@ -243,13 +244,13 @@ func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool) []trans
 func (op Op) result(r transport.Reply) Result {
 	switch {
 	case op.Read:
-		raw, err := r.Slice()
+		raw, err := reply.Slice(r)
 		return Result{Raw: raw, Err: err}
 	case !op.Many:
-		v, err := r.Int()
+		v, err := reply.Int(r)
 		return Result{Value: v, Err: err}
 	}
-	values, err := r.Ints()
+	values, err := reply.Ints(r)
 	if err == nil && len(values) != len(op.Keys) {
 		err = fmt.Errorf("redlock: %d results for %d keys", len(values), len(op.Keys))
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/quorumlock/redlock/internal/leaktest"
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/transport"
 	"github.com/redis/go-redis/v9"
 )
 

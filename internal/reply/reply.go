@@ -1,20 +1,106 @@
-// Package reply classifies what a node's call ended with: the server's
-// own error reply or no reply, a timeout, a passing state, or an error that
-// retrying cannot cure (with what to do about it). It knows nothing of locks.
+// Package reply reads what a node's call ended with: its value (Int, Ints,
+// Slice, Text), or its error, classified: the server's own error reply or
+// no reply, a timeout, a passing state, NOSCRIPT, or an error that
+// retrying cannot cure (with what to do about it). It knows nothing of
+// locks.
 package reply
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"regexp"
+	"strconv"
 	"strings"
 
-	"github.com/quorumlock/redlock/internal/transport"
+	"github.com/quorumlock/redlock/transport"
 )
 
 // IsReply reports whether err is the server's own answer (an error reply).
 func IsReply(err error) bool { return transport.IsReply(err) }
+
+// message returns the message of err's error reply, and whether it has
+// one. nil is checked first: nearly every reply is nil, and errors.As
+// allocates.
+func message(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
+	var re interface {
+		error
+		RedisError()
+	}
+	if !errors.As(err, &re) {
+		return "", false
+	}
+	return re.Error(), true
+}
+
+// NoScript reports whether err is a NOSCRIPT answer: the node does not
+// hold the script (yet).
+func NoScript(err error) bool {
+	msg, ok := message(err)
+	return ok && strings.HasPrefix(strings.TrimPrefix(msg, "ERR "), "NOSCRIPT")
+}
+
+// Int is r as an integer; a string of digits is read as one (a script may
+// answer an integer beyond a Lua number's exact range so).
+func Int(r transport.Reply) (int64, error) {
+	if r.Err != nil {
+		return 0, r.Err
+	}
+	return toInt(r.Val)
+}
+
+// Ints is r as an array of integers.
+func Ints(r transport.Reply) ([]int64, error) {
+	vals, err := Slice(r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(vals))
+	for i, v := range vals {
+		if out[i], err = toInt(v); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Slice is r as an array.
+func Slice(r transport.Reply) ([]any, error) {
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	vals, ok := r.Val.([]any)
+	if !ok {
+		return nil, fmt.Errorf("transport: reply %v (%T) is not an array", r.Val, r.Val)
+	}
+	return vals, nil
+}
+
+// Text is r as a string.
+func Text(r transport.Reply) (string, error) {
+	if r.Err != nil {
+		return "", r.Err
+	}
+	s, ok := r.Val.(string)
+	if !ok {
+		return "", fmt.Errorf("transport: reply %v (%T) is not a string", r.Val, r.Val)
+	}
+	return s, nil
+}
+
+func toInt(v any) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("transport: reply %v (%T) is not an integer", v, v)
+}
 
 // TimedOut reports whether err is a call that got no reply in time: a
 // context deadline, or a socket timeout (a client's own ReadTimeout).
@@ -32,7 +118,7 @@ func TimedOut(err error) bool {
 // Transient reports whether err is a server's error reply that tells of a
 // passing state (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN).
 func Transient(err error) bool {
-	msg, ok := transport.ReplyText(err)
+	msg, ok := message(err)
 	if !ok {
 		return false
 	}
@@ -48,7 +134,7 @@ func Transient(err error) bool {
 // retrying cannot cure (a configuration error), and "" otherwise: no
 // reply, a timeout, a passing state, or an error a retry may cure.
 func Hint(err error) string {
-	msg, ok := transport.ReplyText(err)
+	msg, ok := message(err)
 	if !ok {
 		return ""
 	}

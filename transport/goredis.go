@@ -10,7 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// GoRedis returns rdb as a Node.
+// GoRedis returns rdb as a Node: a *redis.Client, a *redis.ClusterClient
+// (Info().Cluster) or another UniversalClient such as a Ring. Info's
+// CutsAtDeadline is the client's ContextTimeoutEnabled; OneConnection
+// holds for a *redis.Client; ID is rdb when rdb is comparable. A nil reply
+// (redis.Nil) is the zero Reply.
 func GoRedis(rdb redis.UniversalClient) Node {
 	g := &goRedis{rdb: rdb}
 	g.info.OneConnection = true

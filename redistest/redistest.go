@@ -1,12 +1,21 @@
-// Package embedded runs Redis nodes inside the process for the demo, the
-// examples and the chaos suite's embedded server: miniredis, with keys that
-// expire in real time as Redis's do.
+// Package redistest runs Redis nodes inside the process, for tests, demos
+// and examples of the redlock library (github.com/quorumlock/redlock):
+// miniredis (github.com/alicebob/miniredis), with keys that expire in real
+// time as Redis's do.
+//
+//	n, err := redistest.Start()
+//	if err != nil { ... }
+//	defer n.Close()
+//	rdb := redis.NewClient(&redis.Options{Addr: n.Addr()})
 //
 // miniredis moves TTLs only when told to (FastForward). A lock node whose
 // keys never expire breaks an assumption the algorithm rests on: a key left
 // behind by a failed attempt or an interrupted release, which Redis would
 // drop after its TTL, would block that node for good.
-package embedded
+//
+// It is a module of its own, so that the library's module does not require
+// miniredis: a program that imports the library does not get it.
+package redistest
 
 import (
 	"sync"
@@ -19,13 +28,15 @@ import (
 // expires up to this much after its TTL, never before.
 const tick = 2 * time.Millisecond
 
-// Node is an embedded Redis node whose TTLs run on the wall clock.
+// Node is an embedded Redis node whose TTLs run on the wall clock. Its
+// miniredis methods reach into the node's data (Addr, Set, Exists, ...).
 type Node struct {
 	*miniredis.Miniredis
 	stopClock func()
 }
 
-// Start starts a node on a free loopback port. Close stops it.
+// Start starts a node on a free loopback port, or returns why it could
+// not. Close stops it.
 func Start() (*Node, error) {
 	m, err := miniredis.Run()
 	if err != nil {
