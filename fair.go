@@ -103,7 +103,7 @@ func (k *fair) leave(token string) *nodeOp {
 func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
 	k.patience = ac.patience()
 	for failed := 1; ; failed++ {
-		qe := c.drawTicket(ctx, k, ac.terms.now(c), max(ac.ttl, ac.fenceHorizon))
+		qe := c.drawTicket(ctx, k, ac.terms.now(c), max(ac.ttl, ac.counterHorizon))
 		if qe == nil || qe.cause != nil || qe.misconfigured || ac.retry == nil || failed == ac.maxAttempts {
 			return qe
 		}

@@ -45,7 +45,7 @@ func WithFenceHorizon(d time.Duration) Option {
 		if d < 0 {
 			return invalid("fence horizon %v is negative", d)
 		}
-		c.fenceHorizon = d
+		c.counterHorizon = d
 		return nil
 	})
 }
@@ -57,7 +57,7 @@ func (ac acquireConfig) counterKeep() time.Duration {
 	if !ac.fenced {
 		return 0
 	}
-	return max(ac.ttl, ac.fenceHorizon)
+	return max(ac.ttl, ac.counterHorizon)
 }
 
 // WithAutoRenew keeps the lock alive until Release: it is extended by its
