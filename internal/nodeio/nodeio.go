@@ -330,18 +330,15 @@ func (op Op) decode(v []int64) (Reply, error) {
 		rep = Reply{Held: at(0) > 0, Counter: uint64(max(at(1), 0)), Holder: Holder{Name: max(at(2), 0), OtherKind: at(3) == 1}}
 	case HandOff:
 		rep = Reply{Held: at(0) > 0, Counter: uint64(max(at(1), 0)), Waiting: at(2) == 1, Found: Found(at(3))}
-		if at(3) < 0 || at(3) > int64(FoundOurs) {
-			return Reply{}, fmt.Errorf("redlock: hand-off reply %v", v)
-		}
 	case Ticket:
 		rep = Reply{Held: true, Counter: uint64(max(at(0), 0)), Clock: at(1) == 1}
 	case Batch:
 		if len(v) != len(op.Keys) {
 			return Reply{}, fmt.Errorf("redlock: %d results for %d keys", len(v), len(op.Keys))
 		}
-		rep = Reply{Held: slices.ContainsFunc(v, func(s int64) bool { return s > 0 }), Batch: v}
+		return Reply{Held: slices.ContainsFunc(v, func(s int64) bool { return s > 0 }), Batch: v}, nil
 	}
-	if len(v) == 0 || rep.Held && rep.Counter == 0 && op.Shape != Batch {
+	if len(v) == 0 || rep.Held && rep.Counter == 0 || rep.Found > FoundOurs || at(3) < 0 {
 		return Reply{}, fmt.Errorf("redlock: reply %v is not of its script", v)
 	}
 	return rep, nil
