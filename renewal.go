@@ -490,8 +490,8 @@ func decidedEach(n int, locks []*Lock) func(*tally) bool {
 	}
 }
 
-// of is what a fan-out of an op that is many learned about its lock j, as
-// the tally of that lock's own fan-out.
+// of is what a fan-out of a Batch (renew_batch.lua) learned about its
+// lock j, as the tally of that lock's own fan-out.
 func (t *tally) of(j, n int) tally {
 	if len(t.answers) == 0 { // not sent
 		return newTally(n, false)
@@ -519,8 +519,8 @@ func (t *tally) of(j, n int) tally {
 	return lt
 }
 
-// heldAt reports whether node i answered, in a fan-out of an op that is
-// many, that it holds lock j.
+// heldAt reports whether node i answered, in a fan-out of a Batch, that it
+// holds lock j.
 func (t *tally) heldAt(i, j int) bool {
 	return t.answers[i] == holds && j < len(t.replies[i].Batch) && t.replies[i].Batch[j] > 0
 }
