@@ -7,8 +7,9 @@
 // a time per node keeps its calls in order, so a late SET cannot land
 // after the release's DEL (docs/algorithm.md, "Batching"); LateIO says
 // what is sent once its operation ended, and Submit how an overdue send
-// is overtaken. It decides nothing about locks: a call's Holds and Takes
-// say what ordering and lateness rules it needs.
+// is overtaken. Each reply is decoded once, by its call's Shape, into a
+// Reply of typed fields. It decides nothing about locks: a call's Holds and
+// Takes say what ordering and lateness rules it needs.
 package nodeio
 
 import (
