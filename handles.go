@@ -154,8 +154,9 @@ type Holder struct {
 // token and metadata, and its remaining time to live; and the holders a
 // quorum of nodes agrees on. It writes nothing, and is a snapshot, not a
 // lock: what it reports may change at once. A node that fails is reported
-// in its NodeHold's Err; Inspect itself returns an error only for an empty
-// key (ErrInvalidArgument) or an ended ctx (ctx.Err()).
+// in its NodeHold's Err, as is a node that counts for no lock (a replica:
+// ErrMisconfigured); Inspect itself returns an error only for an empty key
+// (ErrInvalidArgument) or an ended ctx (ctx.Err()).
 func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	if err := nilContext(ctx, "Client.Inspect"); err != nil {
 		return nil, err
