@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -105,8 +104,7 @@ func replyText(err error) (string, bool) {
 	return re.Error(), true
 }
 
-// Int is the reply as an integer; a string of digits is read as one (a
-// script may answer an integer beyond a Lua number's exact range so).
+// Int is the reply as an integer.
 func (r Reply) Int() (int64, error) {
 	if r.Err != nil {
 		return 0, r.Err
@@ -154,11 +152,8 @@ func (r Reply) Text() (string, error) {
 }
 
 func toInt(v any) (int64, error) {
-	switch v := v.(type) {
-	case int64:
+	if v, ok := v.(int64); ok {
 		return v, nil
-	case string:
-		return strconv.ParseInt(v, 10, 64)
 	}
 	return 0, fmt.Errorf("transport: reply %v (%T) is not an integer", v, v)
 }
