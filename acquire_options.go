@@ -185,7 +185,7 @@ func (l *Lock) Ticket() uint64 {
 		return 0
 	}
 	if f, ok := l.kind.(*fair); ok {
-		return uint64(f.ticket)
+		return f.ticket
 	}
 	return 0
 }
@@ -212,10 +212,10 @@ type acquireConfig struct {
 	waitTimeout time.Duration // 0: no bound beyond ctx
 	waitUntil   time.Time     // on the Client's Clock, when waitTimeout ends the waits (Acquire sets it)
 	fenced      bool
-	// fenceHorizon: the Client's WithFenceHorizon
-	fenceHorizon time.Duration
-	autoRenew    bool
-	metadata     string // stored after the token: see WithMetadata
+	// counterHorizon: the Client's WithFenceHorizon (see counterKeep)
+	counterHorizon time.Duration
+	autoRenew      bool
+	metadata       string // stored after the token: see WithMetadata
 
 	// the kind of lock (see kinds.go); at most one of these is set
 	owner   string // reentrant
@@ -234,7 +234,7 @@ func (c *Client) checkLease(key string, ttl time.Duration) (terms, error) {
 }
 
 func (c *Client) acquireConfig(key string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
-	ac := acquireConfig{retry: c.cfg.retry, maxAttempts: c.cfg.maxAttempts, fenceHorizon: c.cfg.fenceHorizon}
+	ac := acquireConfig{retry: c.cfg.retry, maxAttempts: c.cfg.maxAttempts, counterHorizon: c.cfg.counterHorizon}
 	var err error
 	if ac.terms, err = c.checkLease(key, ttl); err != nil {
 		return ac, err

@@ -164,8 +164,8 @@ type config struct {
 	handOffs    int
 	observer    Observer
 	replicaAck  nodeio.Ack
-	// fenceHorizon: see WithFenceHorizon
-	fenceHorizon time.Duration
+	// counterHorizon: how long, at least, fencing counters are kept (WithFenceHorizon)
+	counterHorizon time.Duration
 }
 
 // Option configures a Client. Pass options to New.

@@ -493,6 +493,30 @@ func TestClient_replicaRefused(t *testing.T) {
 	}
 }
 
+// TestClient_Inspect_replicaRefused: Inspect and Leader read the nodes as
+// every operation does, so a node whose INFO says it is a replica counts
+// for them no more than for a lock: Inspect reports it misconfigured,
+// not what it holds. They used to read every node on their own, and showed
+// a replica's key as a node's hold.
+func TestClient_Inspect_replicaRefused(t *testing.T) {
+	c := newCluster(t, 3)
+	infoSays(c.servers[1], func() string { return "# Replication\r\nrole:slave\r\nmaster_host:10.0.0.1\r\nmaster_port:6379\r\n" })
+	if err := c.servers[1].Set("k", "REPLICATOKENXXXXXXXXXXXXXX"); err != nil {
+		t.Fatal(err)
+	}
+	rc := c.client(t)
+	in, err := rc.Inspect(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nd := in.Nodes[1]; !errors.Is(nd.Err, redlock.ErrMisconfigured) || nd.Held {
+		t.Fatalf("the replica's NodeHold = %+v, want its Err to match ErrMisconfigured, nothing held", nd)
+	}
+	if nd := in.Nodes[0]; nd.Err != nil || nd.Held {
+		t.Fatalf("a master's NodeHold = %+v, want free", nd)
+	}
+}
+
 // TestClient_evictingNodeReported: a node whose INFO shows a memory limit
 // with an evicting policy is reported once, to the Observer as
 // OpMisconfigured and to the logger; the lock is still taken (the node

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/pubsub"
 )
 
@@ -326,40 +327,35 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, err
 	}
 	q := e.c.quorum
-	reads := e.c.readNodes(ctx, leaderDecided(q), leaderScript, []string{e.name, e.recordKey()}, "read")
-	best, found, answered, errs := leaderOf(reads, q)
-	_, most := holders(reads)
+	read := e.op("read")
+	read.Shape = nodeio.Read
+	t := e.c.readAll(ctx, leaderDecided(q), read)
+	best, found, answered := leaderOf(&t, q)
+	_, most := holders(&t)
+	n := len(t.answers)
 	switch {
 	case found:
 		return best, nil
-	case most >= q || most+len(reads)-answered < q:
+	case most >= q || most+n-answered < q:
 		// A holder that has not announced itself yet, or none can hold
 		// a quorum even with the nodes that did not answer.
 		return Leader{}, ErrNoLeader
 	}
-	var nodes []error
-	for i, err := range errs {
-		if err != nil {
-			nodes = append(nodes, e.c.nodeError(i, misconfigured(err)))
-		}
-	}
 	return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d nodes answered, quorum %d: %w",
-		e.name, answered, len(reads), q, errors.Join(append(nodes, ctx.Err())...))
+		e.name, answered, n, q, errors.Join(append(t.errs, ctx.Err())...))
 }
 
-// leaderOf is the leader the answers of reads show: the newest record of
-// the token that holds the election on q nodes, if any; answered counts
-// the nodes that answered, errs holds the others' errors (by node).
-func leaderOf(reads []nodeRead, q int) (best Leader, found bool, answered int, errs []error) {
-	held, _ := holders(reads)
-	errs = make([]error, len(reads))
-	for i, r := range reads {
-		if r.err != nil {
-			errs[i] = r.err
+// leaderOf is the leader the answers of a read (t) show: the newest record
+// of the token that holds the election on q nodes, if any; answered counts
+// the nodes that answered.
+func leaderOf(t *tally, q int) (best Leader, found bool, answered int) {
+	held, _ := holders(t)
+	for i, a := range t.answers {
+		if a != holdsNot {
 			continue
 		}
 		answered++
-		rec, ok := r.value(1)
+		rec, ok := t.readAt(i, 1)
 		if !ok {
 			continue
 		}
@@ -368,15 +364,15 @@ func leaderOf(reads []nodeRead, q int) (best Leader, found bool, answered int, e
 			best, found = l, true
 		}
 	}
-	return best, found, answered, errs
+	return best, found, answered
 }
 
-// holders counts, by token, the nodes of reads whose election key holds
-// it, and returns the largest count.
-func holders(reads []nodeRead) (held map[string]int, most int) {
+// holders counts, by token, the nodes of a read (t) whose election key
+// holds it, and returns the largest count.
+func holders(t *tally) (held map[string]int, most int) {
 	held = map[string]int{}
-	for _, r := range reads {
-		if v, ok := r.value(0); ok && r.err == nil {
+	for i := range t.answers {
+		if v, ok := t.readAt(i, 0); ok {
 			held[v]++
 			most = max(most, held[v])
 		}
@@ -384,17 +380,17 @@ func holders(reads []nodeRead) (held map[string]int, most int) {
 	return held, most
 }
 
-// leaderDecided tells readNodes when the answers so far decide Leader: a
+// leaderDecided tells readAll when the answers so far decide Leader: a
 // token holds the election on q of the nodes that answered (whose records
 // then include the newest one confirmed: a Proclaim is confirmed on a
 // quorum, which meets any q holders), or no token can reach q with the
 // nodes yet to answer.
-func leaderDecided(q int) func([]nodeRead, []bool) bool {
-	return func(reads []nodeRead, got []bool) bool {
-		_, most := holders(reads) // a node yet to answer holds nothing yet
+func leaderDecided(q int) func(*tally) bool {
+	return func(t *tally) bool {
+		_, most := holders(t) // a node yet to answer holds nothing yet
 		waiting := 0
-		for _, g := range got {
-			if !g {
+		for _, a := range t.answers {
+			if a == unanswered {
 				waiting++
 			}
 		}

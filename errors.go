@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/reply"
 )
 
@@ -118,7 +119,7 @@ type quorumError struct {
 	// taken: one other holder (holder, as the scripts name it) shows on a
 	// quorum: it won, and will announce its release
 	taken  bool
-	holder int64
+	holder nodeio.Holder
 	// elsewhere: a quorum answered that other holders have the key (ErrTaken)
 	elsewhere bool
 	// misconfigured: errors that retrying cannot cure put the quorum out

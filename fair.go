@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
 // fairPatience is how long a fair waiter keeps its place in a node's queue
@@ -42,7 +44,7 @@ type fair struct {
 	scripted
 	key    string
 	waiter string // the queue entry, across the Acquire's attempts
-	ticket int64  // set once the Acquire has drawn it
+	ticket uint64 // set once the Acquire has drawn it
 	// patience is how long the waiter keeps its place on a node without
 	// trying again there (terms.patience), set by the Acquire.
 	patience time.Duration
@@ -73,10 +75,12 @@ func (k *fair) ticketKeys() []string { return []string{companion(k.key, "tickets
 // ticketOp draws a ticket, the ticket counter kept for keep once the
 // node's clock has passed it (prelude.lua).
 func (k *fair) ticketOp(keep time.Duration) nodeOp {
-	return k.withArgs(k.op("ticket", "", keep, 0, false))
+	op := k.withArgs(k.op("ticket", "", keep, 0, false))
+	op.Shape = nodeio.Ticket
+	return op
 }
-func (k *fair) acquire(token string, ttl, fence time.Duration) nodeOp {
-	return k.withArgs(k.scripted.acquire(token, ttl, fence))
+func (k *fair) acquire(token string, ttl, keep time.Duration) nodeOp {
+	return k.withArgs(k.scripted.acquire(token, ttl, keep))
 }
 func (k *fair) extend(token string, ttl time.Duration) nodeOp {
 	return k.withArgs(k.scripted.extend(token, ttl))
@@ -99,7 +103,7 @@ func (k *fair) leave(token string) *nodeOp {
 func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
 	k.patience = ac.patience()
 	for failed := 1; ; failed++ {
-		qe := c.drawTicket(ctx, k, ac.terms.now(c), max(ac.ttl, ac.fenceHorizon))
+		qe := c.drawTicket(ctx, k, ac.terms.now(c), max(ac.ttl, ac.counterHorizon))
 		if qe == nil || qe.cause != nil || qe.misconfigured || ac.retry == nil || failed == ac.maxAttempts {
 			return qe
 		}
@@ -152,12 +156,13 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Du
 	if t.yes < q {
 		return f.ticketRefused(ctx, "a ticket from", t, len(c.nodes), q)
 	}
-	lo, clocks := int64(math.MaxInt64), true
+	lo, clocks := uint64(math.MaxUint64), true
 	for i, a := range t.answers {
 		if a == holds {
-			t.values[i], clocks = t.values[i]/10, clocks && t.values[i]%10 == 1
-			f.ticket = max(f.ticket, t.values[i])
-			lo = min(lo, t.values[i])
+			r := t.replies[i]
+			clocks = clocks && r.Clock
+			f.ticket = max(f.ticket, r.Counter)
+			lo = min(lo, r.Counter)
 		}
 	}
 	if clocks && f.ticket-lo <= ticketSpread {
@@ -166,7 +171,7 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Du
 	at := 0
 	skip := make([]bool, len(t.answers))
 	for i, a := range t.answers {
-		if a == holds && t.values[i] == f.ticket {
+		if a == holds && t.replies[i].Counter == f.ticket {
 			at++
 			skip[i] = true
 		}

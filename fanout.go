@@ -28,7 +28,7 @@ const (
 // tally is what one fan-out learned from the nodes.
 type tally struct {
 	answers []answer        // by node index
-	values  []int64         // by node index: what a node that holds answered
+	replies []nodeio.Reply  // by node index: what a node answered (a failed one's script too, when it ran: WithReplicaAck)
 	yes     int             // nodes that answered holds
 	no      int             // nodes that answered holdsNot
 	notYes  int             // nodes that answered holdsNot, failed or did not answer
@@ -37,7 +37,6 @@ type tally struct {
 	took    []time.Duration // by node: from the fan-out's start to its reply; nil without an Observer
 	begun   time.Time       // when the fan-out began waiting for replies
 	lastAt  time.Duration   // from begun to the last reply without an error
-	many    [][]int64       // by node, for an op that is many: what it answered for each lock
 	unsent  []bool          // by node, when a call was never sent (see notSent); nil when none was
 	// usual is how long after begun the slowest node about as fast as the
 	// quorum usually answers (Client.usualReply): withGrace waits for it
@@ -49,8 +48,7 @@ type tally struct {
 
 type nodeReply struct {
 	node    int
-	value   int64
-	values  []int64 // for an op that is many: one per lock
+	reply   nodeio.Reply
 	err     error
 	skipped bool          // not contacted: tells nothing about the node
 	took    time.Duration // from the call's sending to its end
@@ -242,10 +240,10 @@ func (f *fan) call(i int, nd node, settled, after settlement) {
 		if r.Err != nil && f.ctx.Err() != nil && context.Cause(f.ctx) != errNodeTimeout {
 			r.Err = fmt.Errorf("%w: %w", errCutByCaller, r.Err)
 		}
-		f.reply(settled, nodeReply{node: i, value: r.Value, values: r.Values, err: r.Err, took: time.Since(begun)})
+		f.reply(settled, nodeReply{node: i, reply: r.Reply, err: r.Err, took: time.Since(begun)})
 	case nd.io.Batched():
 		nd.io.Submit(nodeio.Call{Ctx: f.ctx, IO: f.io, Timeout: f.timeout, Op: f.op, Reply: func(r nodeio.Result) {
-			f.reply(settled, nodeReply{node: i, value: r.Value, values: r.Values, err: r.Err, took: time.Since(begun)})
+			f.reply(settled, nodeReply{node: i, reply: r.Reply, err: r.Err, took: time.Since(begun)})
 		}})
 	default:
 		go f.callAfter(i, nd, settled, after)
@@ -276,7 +274,7 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 	}
 	sent := time.Now()
 	r := nd.io.Run(callIO, f.op, f.timeout)
-	f.reply(settled, nodeReply{node: i, value: r.Value, values: r.Values, err: r.Err, took: time.Since(sent)})
+	f.reply(settled, nodeReply{node: i, reply: r.Reply, err: r.Err, took: time.Since(sent)})
 }
 
 // reply takes node i's reply (r): it settles the node's call, notes what
@@ -293,7 +291,7 @@ func (f *fan) reply(settled settlement, r nodeReply) {
 			if r.err = c.awaitIdentity(r.node, f.deadline); r.err == nil {
 				r.err = c.refusedNode(r.node)
 			}
-			c.noteMisconfigured(f.ctx, r.node, r.value, r.err)
+			c.noteMisconfigured(f.ctx, r.node, r.reply.Held, r.err)
 			f.deliver(r)
 		}()
 		return
@@ -301,7 +299,7 @@ func (f *fan) reply(settled settlement, r nodeReply) {
 	if r.err == nil {
 		r.err = c.refusedNode(r.node) // a replica's answer does not count
 	}
-	c.noteMisconfigured(f.ctx, r.node, r.value, r.err)
+	c.noteMisconfigured(f.ctx, r.node, r.reply.Held, r.err)
 	f.deliver(r)
 }
 
@@ -403,7 +401,7 @@ func (c *Client) usualReply() time.Duration {
 }
 
 func newTally(n int, timed bool) tally {
-	t := tally{answers: make([]answer, n), values: make([]int64, n), begun: time.Now()}
+	t := tally{answers: make([]answer, n), replies: make([]nodeio.Reply, n), begun: time.Now()}
 	if timed {
 		t.took = make([]time.Duration, n)
 	}
@@ -422,27 +420,19 @@ func (t *tally) record(c *Client, r nodeReply) {
 	if r.err == nil && !r.skipped {
 		t.lastAt = time.Since(t.begun)
 	}
+	// With an error, the script's reply when it ran and its replicas did
+	// not confirm it (WithReplicaAck); zero otherwise.
+	t.replies[r.node] = r.reply
 	switch {
 	case r.err != nil:
 		t.fail(c, r.node, r.err)
-		// The script's answer, when it ran and its replicas did not
-		// confirm it (WithReplicaAck); 0 otherwise.
-		t.values[r.node] = r.value
-	case r.values != nil:
-		// An op that is many: the node answered, and what it holds is in
-		// many, lock by lock (see renewal.go).
-		if t.many == nil {
-			t.many = make([][]int64, len(t.answers))
-		}
-		t.many[r.node] = r.values
-		fallthrough
-	case r.value > 0:
+	case r.reply.Held || r.reply.Batch != nil:
+		// A Batch: the node answered, and what it holds is in its reply,
+		// lock by lock (see renewal.go).
 		t.answers[r.node] = holds
-		t.values[r.node] = r.value
 		t.yes++
 	default:
 		t.answers[r.node] = holdsNot
-		t.values[r.node] = r.value // negative: names another holder (acquire.lua)
 		t.no++
 		t.notYes++
 	}

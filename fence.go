@@ -101,7 +101,7 @@ func FencedGet(ctx context.Context, rdb redis.Scripter, key string, token uint64
 // lower token, and win once our lock has ended. The raises are answered
 // before the validity is reckoned, so each landed while the node held our
 // key. Usually every node answered the same value and nothing is sent.
-func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int64, bool) {
+func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (uint64, bool) {
 	q := a.kind.quorum(len(c.nodes))
 	fence, atFence := highestFence(t)
 	if atFence == len(t.answers) {
@@ -109,7 +109,7 @@ func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int6
 	}
 	skip := make([]bool, len(t.answers))
 	for i, ans := range t.answers {
-		skip[i] = ans == holds && t.values[i] == fence
+		skip[i] = ans == holds && t.replies[i].Counter == fence
 	}
 	stored := func(r *tally) bool {
 		n := atFence
@@ -120,7 +120,7 @@ func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int6
 		}
 		return n >= q
 	}
-	r := a.fanOut(ctx, c, stored, skip, raiseFenceOn(a.kind.fenceKeys(), fence, a.cfg.fenceKeep()))
+	r := a.fanOut(ctx, c, stored, skip, raiseFenceOn(a.kind.fenceKeys(), fence, a.cfg.counterKeep()))
 	if stored(&r) {
 		return fence, true
 	}
@@ -129,14 +129,14 @@ func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (int6
 
 // highestFence is the fencing token of a won acquire (t): the highest
 // counter the nodes that took it answered, and how many answered it.
-func highestFence(t tally) (fence int64, at int) {
+func highestFence(t tally) (fence uint64, at int) {
 	for i, ans := range t.answers {
 		if ans == holds {
-			fence = max(fence, t.values[i])
+			fence = max(fence, t.replies[i].Counter)
 		}
 	}
 	for i, ans := range t.answers {
-		if ans == holds && t.values[i] == fence {
+		if ans == holds && t.replies[i].Counter == fence {
 			at++
 		}
 	}

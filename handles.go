@@ -154,8 +154,9 @@ type Holder struct {
 // token and metadata, and its remaining time to live; and the holders a
 // quorum of nodes agrees on. It writes nothing, and is a snapshot, not a
 // lock: what it reports may change at once. A node that fails is reported
-// in its NodeHold's Err; Inspect itself returns an error only for an empty
-// key (ErrInvalidArgument) or an ended ctx (ctx.Err()).
+// in its NodeHold's Err, as is a node that counts for no lock (a replica:
+// ErrMisconfigured); Inspect itself returns an error only for an empty key
+// (ErrInvalidArgument) or an ended ctx (ctx.Err()).
 func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	if err := nilContext(ctx, "Client.Inspect"); err != nil {
 		return nil, err
@@ -169,12 +170,15 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	n := len(c.nodes)
 	in := &Inspection{Key: key, Quorum: quorumOf(n), Nodes: make([]NodeHold, n)}
 	keys := []string{key, companion(key, "grants"), companion(key, "permits")}
-	for i, r := range c.readNodes(ctx, nil, inspectScript, keys) {
-		h := readHold(r.raw, r.err)
-		h.Node, h.Addr = i, c.nodes[i].addr
-		if h.Err != nil {
-			h.Err = c.nodeError(i, h.Err)
+	t := c.readAll(ctx, nil, nodeOp{Script: inspectScript, Keys: keys, Shape: nodeio.Read})
+	for i := range n {
+		h := NodeHold{Err: t.errAt(i)}
+		if h.Err == nil {
+			if h = readHold(t.replies[i].Raw); h.Err != nil {
+				h.Err = c.nodeError(i, h.Err)
+			}
 		}
+		h.Node, h.Addr = i, c.nodes[i].addr
 		in.Nodes[i] = h
 	}
 	if k := agreedPermits(in.Nodes); k > 0 {
@@ -201,10 +205,7 @@ func agreedPermits(nodes []NodeHold) int {
 }
 
 // readHold reads one node's reply to inspect.lua.
-func readHold(raw []any, err error) NodeHold {
-	if err != nil {
-		return NodeHold{Err: misconfigured(err)}
-	}
+func readHold(raw []any) NodeHold {
 	if len(raw) < 3 {
 		return NodeHold{Err: fmt.Errorf("unexpected reply %v", raw)}
 	}
@@ -438,68 +439,35 @@ func (c *Client) heldValue(ctx context.Context, k plain, token string) (string, 
 	return "", &quorumError{sentinel: ErrNotConfirmed, detail: detail + ", and too few answered to tell", cause: ctx.Err(), nodes: errs}
 }
 
-// nodeRead is one node's answer to readNodes.
-type nodeRead struct {
-	raw []any
-	err error
+// readAll runs op, a read (Shape Read: it writes nothing), on every node at
+// once through fanOut, each within readTimeout, and returns its tally once
+// every node answered or, when stop is not nil, as soon as it says the
+// answers so far decide (Inspect, Election.Leader). A read holds nothing:
+// a node that answered it counts as holdsNot, its reply in t.replies.
+func (c *Client) readAll(ctx context.Context, stop func(*tally) bool, op nodeOp) tally {
+	timeout := c.readTimeout()
+	t, _ := c.fanOut(ctx, terms{timeout: timeout, base: timeout}, stop, nil, settlement{}, op)
+	return t
 }
 
-// value returns the i-th string of the answer; ok is false when it is not
-// one (a nil for a key that is not there).
-func (r nodeRead) value(i int) (v string, ok bool) {
-	if i < len(r.raw) {
-		v, ok = r.raw[i].(string)
+// readAt returns the j-th string of node i's answer to a read; ok is false
+// when the node did not answer or that is not a string (a nil for a key
+// that is not there).
+func (t *tally) readAt(i, j int) (v string, ok bool) {
+	if raw := t.replies[i].Raw; t.answers[i] == holdsNot && j < len(raw) {
+		v, ok = raw[j].(string)
 	}
 	return v, ok
 }
 
-// readNodes runs script, which writes nothing, on every node at once, each
-// within readTimeout, and returns the answers by node (Inspect,
-// Election.Leader), once every node answered or, when enough is not nil,
-// as soon as it says the answers so far decide (the calls still out are
-// then cut). A reply that comes after it returned is dropped.
-func (c *Client) readNodes(ctx context.Context, enough func(reads []nodeRead, got []bool) bool, script *nodeio.Script, keys []string, args ...any) []nodeRead {
-	timeout := c.readTimeout()
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
-	defer cancel()
-	type reply struct {
-		i int
-		nodeRead
-	}
-	// Buffered: a client that ignores context deadlines may reply after
-	// the read returned, and its goroutine must still end.
-	replies := make(chan reply, len(c.nodes))
-	for i, nd := range c.nodes {
-		go func() {
-			sent := realTime.Now()
-			r := nd.io.Run(ctx, nodeOp{Script: script, Keys: keys, Args: args, Read: true}, timeout)
-			if r.Err != nil && ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout {
-				r.Err = fmt.Errorf("%w: %w", errCutByCaller, r.Err)
-			}
-			c.noteReply(i, r.Err, realTime.Since(sent), timeout)
-			replies <- reply{i, nodeRead{r.Raw, r.Err}}
-		}()
-	}
-	reads := make([]nodeRead, len(c.nodes))
-	got := make([]bool, len(c.nodes))
-wait:
-	for range c.nodes {
-		select {
-		case r := <-replies:
-			reads[r.i], got[r.i] = r.nodeRead, true
-			if enough != nil && enough(reads, got) {
-				break wait
-			}
-		case <-ctx.Done():
-			break wait
+// errAt is node i's error in t (a *NodeError), or nil.
+func (t *tally) errAt(i int) error {
+	for _, err := range t.errs {
+		if ne, ok := err.(*NodeError); ok && ne.Node == i {
+			return err
 		}
 	}
-	for i := range reads {
-		if !got[i] {
-			reads[i].err = noReply(timeout, ctx.Err())
-		}
-	}
-	return reads
+	return nil
 }
 
 // readTimeout is how long a read of every node (Inspect, Election.Leader)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
 // handsOver is a kind whose lock is handed to the next goroutine of its
@@ -12,46 +14,33 @@ import (
 type handsOver interface {
 	// handOff takes the lock for token on a node where it holds from's
 	// token, or where an acquire of token would take it, and keeps it where
-	// it holds token already. Its result is 0 when another holder has it,
-	// else c*10 + 2*w + r (see handOffFlags): c what the kind's acquire
-	// answers (the fencing counter, 1 when not fenced), w 1 if another
-	// process listens for the lock's release on the node, r 1 if from's
-	// token was there, 0 if not, 4 if token was (see handoff.lua).
-	handOff(token, from, run string, ttl, fence time.Duration) nodeOp
+	// it holds token already. Its reply is a nodeio.HandOff: held, the
+	// fencing counter (as the kind's acquire answers it), whether another
+	// process listens for the lock's release on the node, and what the
+	// node held (see handoff.lua). keep is as the kind's acquire's.
+	handOff(token, from, run string, ttl, keep time.Duration) nodeOp
 }
 
-// handOffHad tells from a node's part in a hand-off (its answer ans and the
-// script's value v) whether the releasing lock's token was there (holds),
-// was not (holdsNot), or is not known (failed, unanswered). A node whose
-// only failure is its replicas' (WithReplicaAck) ran the script: v > 0.
-func handOffHad(ans answer, v int64) answer {
+// handOffHad tells from a node's part in a hand-off (its answer ans and
+// its reply r) whether the releasing lock's token was there (holds), was
+// not (holdsNot), or is not known (failed, unanswered; or the node held
+// the new token already: a resend whose first run's answer was lost). A
+// node whose only failure is its replicas' (WithReplicaAck) ran the
+// script: r is held.
+func handOffHad(ans answer, r nodeio.Reply) answer {
 	switch {
 	case ans == holdsNot:
 		return holdsNot // another token is there
-	case ans == holds || ans == failed && v > 0:
-		_, _, had := handOffFlags(v)
-		return had
+	case ans == failed && !r.Held || ans == unanswered:
+		return ans
 	}
-	return ans
-}
-
-// handOffFlags splits a hand-off script's answer for a node that holds the
-// lock now: c*10 + 2*w + r (the scripts append the digit to c, which can be
-// the node's clock in microseconds: a Lua number could not multiply it
-// exactly). had is what r says of the releasing lock's token: it was there
-// (holds), it was not (holdsNot), or the node already held the new token
-// (failed: not known, a resend whose first run's answer was lost).
-func handOffFlags(v int64) (c int64, w bool, had answer) {
-	f := v % 10
-	switch {
-	case f&4 != 0:
-		had = failed
-	case f&1 != 0:
-		had = holds
-	default:
-		had = holdsNot
+	switch r.Found {
+	case nodeio.FoundFrom:
+		return holds
+	case nodeio.FoundOurs:
+		return failed
 	}
-	return v / 10, f&2 != 0, had
+	return holdsNot
 }
 
 // handOffResult is what a hand-off did and learned.
@@ -94,18 +83,11 @@ func (c *Client) handOff(ctx context.Context, l *Lock, next handsOver, w *waiter
 	a := c.newAcquisition(w.kind, w.ac, l.settled)
 	a.token = l.run + a.token // one run: see runOf
 	a.start = c.cfg.clock.Now()
-	t := a.fanOut(ctx, c, c.handedOver(l), nil, next.handOff(a.token, l.token, l.run, a.cfg.ttl, a.cfg.fenceKeep()))
+	t := a.fanOut(ctx, c, c.handedOver(l), nil, next.handOff(a.token, l.token, l.run, a.cfg.ttl, a.cfg.counterKeep()))
 	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
 	for i, ans := range t.answers {
-		h.had[i] = handOffHad(ans, t.values[i])
-		switch ans {
-		case holds:
-			c, w, _ := handOffFlags(t.values[i])
-			h.contended = h.contended || w
-			t.values[i] = c // what the acquire scripts answer
-		case failed:
-			t.values[i] = 0
-		}
+		h.had[i] = handOffHad(ans, t.replies[i])
+		h.contended = h.contended || ans == holds && t.replies[i].Waiting
 	}
 	h.next, _ = c.conclude(ctx, &a, t)
 	l.settled = a.settled
@@ -125,7 +107,7 @@ func (c *Client) handedOver(l *Lock) func(*tally) bool {
 		}
 		had, not := 0, 0
 		for i, ans := range t.answers {
-			switch handOffHad(ans, t.values[i]) {
+			switch handOffHad(ans, t.replies[i]) {
 			case holds:
 				had++
 			case holdsNot:

@@ -25,8 +25,8 @@ type kind interface {
 	describe() string
 	// quorum is how many of n nodes must hold the lock.
 	quorum(n int) int
-	// fence: how long fencing counters are kept (see scripted.op)
-	acquire(token string, ttl, fence time.Duration) nodeOp
+	// keep: how long fencing counters are kept (see scripted.op)
+	acquire(token string, ttl, keep time.Duration) nodeOp
 	extend(token string, ttl time.Duration) nodeOp
 	// release gives the lock up and announces it on its release channels;
 	// a kind handed over also takes the tokens of the lock's run of
@@ -88,15 +88,15 @@ func (k plain) turns() string       { return "plain\x00" + k.key }
 func (k plain) quorum(n int) int    { return quorumOf(n) }
 func (k plain) fenceKeys() []string { return []string{fenceKey(k.key)} }
 func (k plain) channels() []string  { return []string{releaseChannel(k.key)} }
-func (k plain) acquire(token string, ttl, fence time.Duration) nodeOp {
-	return acquireOn(k.key, token, ttl, fence)
+func (k plain) acquire(token string, ttl, keep time.Duration) nodeOp {
+	return acquireOn(k.key, token, ttl, keep)
 }
 func (k plain) extend(token string, ttl time.Duration) nodeOp { return extendOn(k.key, token, ttl) }
 func (k plain) release(token, run string) nodeOp              { return releaseOn(k.key, token, run) }
 func (k plain) drop(token string) nodeOp                      { return dropOn(k.key, token) }
 func (k plain) leave(string) *nodeOp                          { return nil }
-func (k plain) handOff(token, from, run string, ttl, fence time.Duration) nodeOp {
-	return handOffOn(k.key, token, from, run, ttl, fence)
+func (k plain) handOff(token, from, run string, ttl, keep time.Duration) nodeOp {
+	return handOffOn(k.key, token, from, run, ttl, keep)
 }
 
 // scripted is a kind whose operations are one script, given the operation's
@@ -109,29 +109,33 @@ type scripted struct {
 	extra  []any // the kind's own arguments, after the common five
 }
 
-// op is the script's operation name; fence is how long its fencing
+// op is the script's operation name; keep is how long its fencing
 // counters are kept once the node's clock has passed them
-// (acquireConfig.fenceKeep; ARGV[5]), 0 for an operation that draws none.
-func (s scripted) op(name, token string, ttl, fence time.Duration, announce bool) nodeOp {
+// (acquireConfig.counterKeep; ARGV[5]), 0 for an operation that draws none.
+func (s scripted) op(name, token string, ttl, keep time.Duration, announce bool) nodeOp {
 	keys := s.lock
-	keep := int64(0)
-	if fence > 0 {
+	if keep > 0 {
 		keys = append(append([]string(nil), s.lock...), s.fences...)
-		keep = pxMillis(fence)
 	}
 	channel := ""
 	if announce && len(s.chans) > 0 {
 		channel = s.chans[0]
 	}
-	args := append([]any{name, token, pxMillis(ttl), channel, keep}, s.extra...)
-	takes := name == "acquire" || name == "handoff"
-	return nodeOp{Script: s.script, Keys: keys, Args: args, Holds: takes || name == "extend", Takes: takes}
+	args := append([]any{name, token, pxMillis(ttl), channel, pxMillis(keep)}, s.extra...)
+	op := nodeOp{Script: s.script, Keys: keys, Args: args, Holds: name == "extend"}
+	switch name {
+	case "acquire":
+		op.Shape, op.Holds, op.Takes = nodeio.Grant, true, true
+	case "handoff":
+		op.Shape, op.Holds, op.Takes = nodeio.HandOff, true, true
+	}
+	return op
 }
 
 // The operations of a scripted kind; the kinds embed scripted and override
 // what differs.
-func (s scripted) acquire(token string, ttl, fence time.Duration) nodeOp {
-	return s.op("acquire", token, ttl, fence, false)
+func (s scripted) acquire(token string, ttl, keep time.Duration) nodeOp {
+	return s.op("acquire", token, ttl, keep, false)
 }
 func (s scripted) extend(token string, ttl time.Duration) nodeOp {
 	return s.op("extend", token, ttl, 0, false)
@@ -205,8 +209,8 @@ func (k multi) release(token, run string) nodeOp {
 
 // handOff takes every key from the holder of from, or from the run's
 // tokens left behind (kind_multi.lua).
-func (k multi) handOff(token, from, run string, ttl, fence time.Duration) nodeOp {
-	op := k.scripted.op("handoff", token, ttl, fence, false)
+func (k multi) handOff(token, from, run string, ttl, keep time.Duration) nodeOp {
+	op := k.scripted.op("handoff", token, ttl, keep, false)
 	op.Args = append(op.Args, from, run)
 	return op
 }
@@ -319,8 +323,8 @@ func (k readWrite) drop(token string) nodeOp {
 // handOff takes a write lock from the writer holding from, or from the
 // run's tokens left behind (kind_rw.lua). Only writers take local turns,
 // so only a writer is handed over.
-func (k readWrite) handOff(token, from, run string, ttl, fence time.Duration) nodeOp {
-	op := k.op("handoff", token, ttl, fence, true)
+func (k readWrite) handOff(token, from, run string, ttl, keep time.Duration) nodeOp {
+	op := k.op("handoff", token, ttl, keep, true)
 	op.Args = append(op.Args, from, run)
 	return op
 }

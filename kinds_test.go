@@ -903,7 +903,8 @@ func (h failedAttempt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return ctx.Err()
 		}
 		err := next(ctx, cmd)
-		if took, _ := cmd.(*redis.Cmd).Int64(); err == nil && took != 0 && h.lose {
+		// The acquire's reply is {1, counter} where it took the key.
+		if took, _ := cmd.(*redis.Cmd).Int64Slice(); err == nil && len(took) > 0 && took[0] == 1 && h.lose {
 			cmd.SetErr(errors.New("connection reset: the answer was lost"))
 			return cmd.Err()
 		}

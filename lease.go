@@ -45,19 +45,19 @@ func WithFenceHorizon(d time.Duration) Option {
 		if d < 0 {
 			return invalid("fence horizon %v is negative", d)
 		}
-		c.fenceHorizon = d
+		c.counterHorizon = d
 		return nil
 	})
 }
 
-// fenceKeep is how long the acquire's fencing counters are kept once the
+// counterKeep is how long the acquire's fencing counters are kept once the
 // node's clock has passed them: the ttl or the fence horizon, whichever is
 // longer; 0 for an acquire without fencing.
-func (ac acquireConfig) fenceKeep() time.Duration {
+func (ac acquireConfig) counterKeep() time.Duration {
 	if !ac.fenced {
 		return 0
 	}
-	return max(ac.ttl, ac.fenceHorizon)
+	return max(ac.ttl, ac.counterHorizon)
 }
 
 // WithAutoRenew keeps the lock alive until Release: it is extended by its
@@ -113,7 +113,7 @@ func (l *Lock) FencingToken() uint64 {
 	if l == nil {
 		return 0
 	}
-	return uint64(l.fence)
+	return l.fence
 }
 
 // lockKey is the context key under which Do passes its lock to fn.

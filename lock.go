@@ -26,7 +26,7 @@ type Lock struct {
 	op      sync.Mutex
 	settled settlement
 
-	fence    int64     // 0 unless acquired WithFencing
+	fence    uint64    // the fencing token: 0 unless acquired WithFencing
 	renewed  bool      // acquired WithAutoRenew: it ends the renewal margin before Until
 	acquired time.Time // on the Client's clock, when it was acquired (for Event.Held)
 

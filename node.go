@@ -187,11 +187,11 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 // i's call failed with an error that retrying cannot cure: once, until it
 // answers properly again. It sees every reply, even after the outcome was
 // known, so that a misconfigured minority is reported at once.
-func (c *Client) noteMisconfigured(ctx context.Context, i int, value int64, err error) {
+func (c *Client) noteMisconfigured(ctx context.Context, i int, held bool, err error) {
 	if err == nil {
 		// Only a reply that holds the lock proves the node takes writes:
 		// a replica answers 0, not an error, to an extend that finds none.
-		if value > 0 && c.misconfigured[i].Load() {
+		if held && c.misconfigured[i].Load() {
 			c.misconfigured[i].Store(false)
 		}
 		return

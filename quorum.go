@@ -3,6 +3,8 @@ package redlock
 import (
 	"math"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
 // The arithmetic of the algorithm, and the fan-out's decision rules (when
@@ -229,7 +231,7 @@ func (c *Client) extendDone(q int, before settlement) func(*tally) bool {
 func (t *tally) kept() int {
 	kept := 0
 	for i, a := range t.answers {
-		if a == holds && t.values[i] == 1 {
+		if a == holds && t.replies[i].Status == 1 {
 			kept++
 		}
 	}
@@ -239,7 +241,7 @@ func (t *tally) kept() int {
 // takenAt reports whether node i answered an extend that the key was free
 // and is now the lock's (extend.lua's 2).
 func (t *tally) takenAt(i int) bool {
-	return t.answers[i] == holds && t.values[i] == takenFree
+	return t.answers[i] == holds && t.replies[i].Status == takenFree
 }
 
 // takenFree is what an extend script answers for a node where the key was
@@ -280,17 +282,16 @@ func (c *Client) awaits(t *tally, before settlement) bool {
 }
 
 // takenByOne returns the holder that the nodes that refused name on at
-// least q of them (the acquire scripts return a negative number naming it),
-// and whether there is one.
-func takenByOne(t tally, q int) (holder int64, taken bool) {
-	count := map[int64]int{}
+// least q of them (acquire.lua names it), and whether there is one.
+func takenByOne(t tally, q int) (holder nodeio.Holder, taken bool) {
+	count := map[nodeio.Holder]int{}
 	for i, a := range t.answers {
-		if a == holdsNot && t.values[i] < 0 {
-			count[t.values[i]]++
-			if count[t.values[i]] >= q {
-				return t.values[i], true
+		if h := t.replies[i].Holder; a == holdsNot && h != (nodeio.Holder{}) {
+			count[h]++
+			if count[h] >= q {
+				return h, true
 			}
 		}
 	}
-	return 0, false
+	return nodeio.Holder{}, false
 }

@@ -283,20 +283,25 @@ func TestJudgeRelease(t *testing.T) {
 
 func TestTakenByOne(t *testing.T) {
 	h, o := holdsNot, holds
+	named := func(name int64) nodeio.Reply { return nodeio.Reply{Holder: nodeio.Holder{Name: name}} }
+	held, other, none := nodeio.Reply{Held: true, Counter: 1}, nodeio.Reply{Holder: nodeio.Holder{OtherKind: true}}, nodeio.Reply{}
 	for _, tt := range []struct {
+		name    string
 		answers []answer
-		values  []int64
+		replies []nodeio.Reply
 		q       int
-		want    bool
+		want    nodeio.Holder
+		taken   bool
 	}{
-		{[]answer{h, h, h, o, o}, []int64{-7, -7, -7, 1, 1}, 3, true},           // one holder on a quorum
-		{[]answer{h, h, h, o, o}, []int64{-7, -7, -9, 1, 1}, 3, false},          // a split vote
-		{[]answer{h, h, unanswered, h, o}, []int64{-7, -9, 0, -7, 1}, 3, false}, // not seen on a quorum yet
-		{[]answer{h, h, h}, []int64{0, 0, 0}, 2, false},                         // kinds that do not name the holder
+		{"one holder on a quorum", []answer{h, h, h, o, o}, []nodeio.Reply{named(7), named(7), named(7), held, held}, 3, nodeio.Holder{Name: 7}, true},
+		{"a split vote", []answer{h, h, h, o, o}, []nodeio.Reply{named(7), named(7), named(9), held, held}, 3, nodeio.Holder{}, false},
+		{"not seen on a quorum yet", []answer{h, h, unanswered, h, o}, []nodeio.Reply{named(7), named(9), none, named(7), held}, 3, nodeio.Holder{}, false},
+		{"kinds that do not name the holder", []answer{h, h, h}, []nodeio.Reply{none, none, none}, 2, nodeio.Holder{}, false},
+		{"a lock of another kind", []answer{h, h, o}, []nodeio.Reply{other, other, held}, 2, nodeio.Holder{OtherKind: true}, true},
 	} {
-		holder, got := takenByOne(tally{answers: tt.answers, values: tt.values}, tt.q)
-		if got != tt.want || got && holder != -7 {
-			t.Errorf("takenByOne(%v, %v, q=%d) = %d, %v, want -7, %v", tt.answers, tt.values, tt.q, holder, got, tt.want)
+		holder, got := takenByOne(tally{answers: tt.answers, replies: tt.replies}, tt.q)
+		if got != tt.taken || holder != tt.want {
+			t.Errorf("%s: takenByOne = %+v, %v, want %+v, %v", tt.name, holder, got, tt.want, tt.taken)
 		}
 	}
 }
@@ -349,11 +354,20 @@ func TestCompanion(t *testing.T) {
 func TestDesignated(t *testing.T) {
 	me := "MMMMMMMMtoken"
 	lower, higher := holderName("AAAAAAAAother"), holderName("ZZZZZZZZother")
-	if !(lower > holderName(me) && holderName(me) > higher) {
+	if !(lower < holderName(me) && holderName(me) < higher) {
 		t.Fatalf("names: lower %d, mine %d, higher %d", lower, holderName(me), higher)
 	}
-	tallyOf := func(answers []answer, values []int64) tally {
-		tl := tally{answers: answers, values: values}
+	tallyOf := func(answers []answer, names []int64) tally {
+		tl := tally{answers: answers, replies: make([]nodeio.Reply, len(names))}
+		for i, name := range names {
+			if answers[i] == holds {
+				tl.replies[i] = nodeio.Reply{Held: true, Counter: 1}
+			} else if name < 0 {
+				tl.replies[i].Holder.OtherKind = true // a lock of another kind
+			} else {
+				tl.replies[i].Holder.Name = name
+			}
+		}
 		for _, a := range answers {
 			if a == holds {
 				tl.yes++
@@ -364,12 +378,12 @@ func TestDesignated(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		answers []answer
-		values  []int64
+		names   []int64 // for a node that refused: the holder's name, 0 for none, -1 for a lock of another kind
 		want    bool
 	}{
 		{"most nodes", []answer{holds, holds, holdsNot}, []int64{1, 1, lower}, true},
 		{"fewer nodes", []answer{holds, holdsNot, holdsNot}, []int64{1, higher, higher}, false},
-		{"tie, lowest name", []answer{holds, holdsNot, holdsNot}, []int64{1, higher, higher - 5}, true},
+		{"tie, lowest name", []answer{holds, holdsNot, holdsNot}, []int64{1, higher, higher + 5}, true},
 		{"tie, higher name", []answer{holds, holdsNot, failed}, []int64{1, lower, 0}, false},
 		{"tie, failed node", []answer{holds, holdsNot, failed}, []int64{1, higher, 0}, true},
 		{"holds nothing", []answer{holdsNot, holdsNot, holdsNot}, []int64{lower, higher, higher}, false},
@@ -379,7 +393,7 @@ func TestDesignated(t *testing.T) {
 		// nodes that refused.
 		{"no refusal", []answer{holds, failed, failed}, []int64{1, 0, 0}, false},
 	} {
-		tl := tallyOf(tc.answers, tc.values)
+		tl := tallyOf(tc.answers, tc.names)
 		if got := designated(&tl, me); got != tc.want {
 			t.Errorf("%s: designated = %v, want %v", tc.name, got, tc.want)
 		}

@@ -32,6 +32,7 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/reply"
 )
 
@@ -272,7 +273,7 @@ type waiting struct {
 	first      bool          // a fair lock's last announcement named this waiter first in line
 	woken      bool          // the last wait ended with a release announcement
 	wokeAt     time.Time     // when a release was last heard
-	lastHolder int64         // the other holder the last refusal named on a quorum, if any
+	lastHolder nodeio.Holder // the other holder the last refusal named on a quorum, if any
 }
 
 // attempting is called before each attempt. Only an announcement made
@@ -410,7 +411,7 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	a.start = c.cfg.clock.Now()
 	// When to stop waiting for the nodes: see attemptDone.
 	q := a.kind.quorum(len(c.nodes))
-	t := a.fanOut(ctx, c, c.attemptDone(q, eager), nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenceKeep()))
+	t := a.fanOut(ctx, c, c.attemptDone(q, eager), nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.counterKeep()))
 	if t.yes < q && !t.outOfReach(q) {
 		t = c.resolveSplit(ctx, a, t, q)
 	}
@@ -438,7 +439,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	}
 	k, ttl, drift := a.kind, a.cfg.ttl, a.cfg.drift
 	q := k.quorum(len(c.nodes))
-	var fence int64
+	var fence uint64
 	fenceStored := true // or not needed
 	if a.cfg.fenced && t.yes >= q {
 		fence, fenceStored = c.settleFence(ctx, a, t)
@@ -480,7 +481,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 
 // grant makes the Lock of attempt a, won on the nodes t with the fencing
 // token fence, and starts its renewal when asked for.
-func (c *Client) grant(ctx context.Context, a *acquisition, t tally, fence int64) *Lock {
+func (c *Client) grant(ctx context.Context, a *acquisition, t tally, fence uint64) *Lock {
 	k := a.kind
 	c.degraded(ctx, k, t, nil)()
 	c.leaveTheLine(ctx, a, t)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
 // One scheduler per Client, one goroutine while any lock is scheduled,
@@ -366,7 +368,7 @@ func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms)
 			wait = tm
 		}
 	}
-	return nodeOp{Script: renewBatchScript, Keys: keys, Args: args, Many: true, Holds: true, Takes: true}, leases, wait
+	return nodeOp{Script: renewBatchScript, Keys: keys, Args: args, Shape: nodeio.Batch, Holds: true, Takes: true}, leases, wait
 }
 
 // renewalOver reports a renewal's outcome, ends the lock if the nodes
@@ -474,7 +476,7 @@ func decidedEach(n int, locks []*Lock) func(*tally) bool {
 			for i, a := range t.answers {
 				switch {
 				case a == unanswered:
-				case t.heldAt(i, j) && t.many[i][j] == 1: // kept (see tally.kept)
+				case t.heldAt(i, j) && t.replies[i].Batch[j] == 1: // kept (see tally.kept)
 					yes++
 				default:
 					notYes++
@@ -488,20 +490,20 @@ func decidedEach(n int, locks []*Lock) func(*tally) bool {
 	}
 }
 
-// of is what a fan-out of an op that is many learned about its lock j, as
-// the tally of that lock's own fan-out.
+// of is what a fan-out of a Batch (renew_batch.lua) learned about its
+// lock j, as the tally of that lock's own fan-out.
 func (t *tally) of(j, n int) tally {
 	if len(t.answers) == 0 { // not sent
 		return newTally(n, false)
 	}
 	lt := *t
 	lt.answers = make([]answer, n)
-	lt.values = make([]int64, n)
+	lt.replies = make([]nodeio.Reply, n)
 	lt.yes, lt.no, lt.notYes = 0, 0, 0
 	for i, a := range t.answers {
 		switch {
 		case t.heldAt(i, j):
-			lt.answers[i], lt.values[i] = holds, t.many[i][j] // 1 kept, 2 taken where free
+			lt.answers[i], lt.replies[i] = holds, nodeio.Reply{Held: true, Status: t.replies[i].Batch[j]} // 1 kept, 2 taken where free
 			lt.yes++
 		case a == holds:
 			lt.answers[i] = holdsNot
@@ -517,10 +519,10 @@ func (t *tally) of(j, n int) tally {
 	return lt
 }
 
-// heldAt reports whether node i answered, in a fan-out of an op that is
-// many, that it holds lock j.
+// heldAt reports whether node i answered, in a fan-out of a Batch, that it
+// holds lock j.
 func (t *tally) heldAt(i, j int) bool {
-	return t.answers[i] == holds && t.many != nil && t.many[i] != nil && t.many[i][j] > 0
+	return t.answers[i] == holds && j < len(t.replies[i].Batch) && t.replies[i].Batch[j] > 0
 }
 
 // schedQueue is the scheduler's queue of locks, earliest due first.

@@ -122,33 +122,32 @@ func hasHashTag(key string) bool {
 // fenceKey is where a node keeps the fencing counter of a lock key.
 func fenceKey(key string) string { return companion(key, "fence") }
 
-// acquireOn takes key for token; fence is how long its fencing counter is
+// acquireOn takes key for token; keep is how long its fencing counter is
 // kept once the node's clock has passed it, 0 for a lock not fenced.
-func acquireOn(key, token string, ttl, fence time.Duration) nodeOp {
+func acquireOn(key, token string, ttl, keep time.Duration) nodeOp {
 	px := pxMillis(ttl)
-	if fence > 0 {
-		return nodeOp{Script: acquireScript, Keys: []string{key, fenceKey(key)}, Args: []any{token, px, pxMillis(fence)}, Holds: true, Takes: true}
+	if keep > 0 {
+		return nodeOp{Script: acquireScript, Keys: []string{key, fenceKey(key)}, Args: []any{token, px, pxMillis(keep)}, Shape: nodeio.Grant, Holds: true, Takes: true}
 	}
-	return nodeOp{Script: acquireScript, Keys: []string{key}, Args: []any{token, px}, Holds: true, Takes: true}
+	return nodeOp{Script: acquireScript, Keys: []string{key}, Args: []any{token, px}, Shape: nodeio.Grant, Holds: true, Takes: true}
 }
 
 // handOffOn takes key for token where it holds from's token, one of
-// from's run (runOf), or is free; see handoff.lua for its result.
-func handOffOn(key, token, from, run string, ttl, fence time.Duration) nodeOp {
+// from's run (runOf), or is free; see handoff.lua for its result. keep
+// is as acquireOn's.
+func handOffOn(key, token, from, run string, ttl, keep time.Duration) nodeOp {
 	keys := []string{key}
-	keep := int64(0)
-	if fence > 0 {
+	if keep > 0 {
 		keys = append(keys, fenceKey(key))
-		keep = pxMillis(fence)
 	}
-	args := []any{token, pxMillis(ttl), from, releaseChannel(key), keep, run}
-	return nodeOp{Script: handOffScript, Keys: keys, Args: args, Holds: true, Takes: true}
+	args := []any{token, pxMillis(ttl), from, releaseChannel(key), pxMillis(keep), run}
+	return nodeOp{Script: handOffScript, Keys: keys, Args: args, Shape: nodeio.HandOff, Holds: true, Takes: true}
 }
 
 // raiseFenceOn sets the node's fencing (or ticket) counters to at least
 // token, kept for keep once the node's clock has passed it (prelude.lua).
-func raiseFenceOn(fences []string, token int64, keep time.Duration) nodeOp {
-	return nodeOp{Script: raiseFenceScript, Keys: fences, Args: []any{token, pxMillis(keep)}, Holds: true}
+func raiseFenceOn(counters []string, token uint64, keep time.Duration) nodeOp {
+	return nodeOp{Script: raiseFenceScript, Keys: counters, Args: []any{token, pxMillis(keep)}, Holds: true}
 }
 
 // extendOn lengthens key where it holds token and takes it where it is

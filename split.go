@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
 // Split votes: when many clients try a free key at once, the nodes may pick
@@ -21,25 +23,21 @@ import (
 // splitRounds is how many more rounds a designated client makes at most.
 const splitRounds = 3
 
-// holderName is what the acquire scripts answer for a key that token
-// holds: minus one more than a number made of its first 8 bytes, 6 bits
-// each (see acquire.lua).
+// holderName is the name acquire.lua gives the holder of a key that token
+// holds: one more than a number made of its first 8 bytes, 6 bits each.
 func holderName(token string) int64 {
 	var n int64
 	for i := range min(8, len(token)) {
 		n = n*64 + int64(token[i]%64)
 	}
-	return -(n + 1)
+	return n + 1
 }
 
 // tokenStart is the first characters of the token that holderName named
 // name, when they are of newToken's alphabet (base32: A-Z, 2-7), else "".
 func tokenStart(name int64) string {
-	if name >= -1 {
-		return ""
-	}
 	var b []byte
-	for n := -(name + 1); n > 0; n /= 64 {
+	for n := name - 1; n > 0; n /= 64 {
 		switch d := byte(n % 64); {
 		case d >= 1 && d <= 26:
 			b = append(b, 'A'+d-1)
@@ -72,21 +70,21 @@ func shortOfQuorum(t tally, n, q int) string {
 // token's start when the nodes named it; several; or, when the nodes did
 // not say (locks of other kinds than plain), nobody in particular.
 func heldElsewhere(t tally, q int) string {
-	names := map[int64]bool{}
+	named := true // every node that refused said who holds the key
 	for i, a := range t.answers {
-		if a == holdsNot {
-			names[t.values[i]] = true
+		if a == holdsNot && t.replies[i].Holder == (nodeio.Holder{}) {
+			named = false
 		}
 	}
 	holder, one := takenByOne(t, q)
 	switch {
-	case one && holder == -1:
+	case one && holder.OtherKind:
 		return "held by a lock of another kind on %d of %d nodes (quorum %d)"
-	case one && tokenStart(holder) != "":
-		return "held by another holder on %d of %d nodes (quorum %d), its token beginning " + strconv.Quote(tokenStart(holder))
+	case one && tokenStart(holder.Name) != "":
+		return "held by another holder on %d of %d nodes (quorum %d), its token beginning " + strconv.Quote(tokenStart(holder.Name))
 	case one:
 		return "held by another holder on %d of %d nodes (quorum %d)"
-	case !names[0]:
+	case named:
 		return "held by other holders on %d of %d nodes (quorum %d)"
 	}
 	return "held elsewhere on %d of %d nodes (quorum %d)"
@@ -107,19 +105,18 @@ func designated(t *tally, token string) bool {
 		if a != holdsNot {
 			continue
 		}
-		// -1 is a lock of another kind: no token's name (see acquire.lua;
-		// a token's first byte is never 0 modulo 64).
-		if t.values[i] >= -1 || t.values[i] == mine {
+		// A lock of another kind names no token.
+		name := t.replies[i].Holder.Name
+		if name == 0 || name == mine {
 			return false
 		}
-		held[t.values[i]]++
+		held[name]++
 	}
 	if len(held) == 0 {
 		return false
 	}
 	for name, n := range held {
-		// Names are negative: the lower name is the one nearer zero.
-		if n > t.yes || n == t.yes && name > mine {
+		if n > t.yes || n == t.yes && name < mine {
 			return false
 		}
 	}
@@ -159,7 +156,7 @@ func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q in
 			retried[i] = ans == holdsNot
 			skip[i] = !retried[i]
 		}
-		r := a.fanOut(ctx, c, wonAt(q-t.yes), skip, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.fenceKeep()))
+		r := a.fanOut(ctx, c, wonAt(q-t.yes), skip, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.counterKeep()))
 		t = merged(t, r, retried)
 	}
 	return t
@@ -167,7 +164,7 @@ func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q in
 
 // merged is t with the answers of round r for the nodes it retried.
 func merged(t, r tally, retried []bool) tally {
-	out := tally{answers: t.answers, values: t.values, took: t.took, begun: t.begun}
+	out := tally{answers: t.answers, replies: t.replies, took: t.took, begun: t.begun}
 	for _, err := range t.errs {
 		if ne, ok := err.(*NodeError); !ok || !retried[ne.Node] {
 			out.errs = append(out.errs, err)
@@ -180,7 +177,7 @@ func merged(t, r tally, retried []bool) tally {
 	}
 	for i, again := range retried {
 		if again {
-			out.answers[i], out.values[i] = r.answers[i], r.values[i]
+			out.answers[i], out.replies[i] = r.answers[i], r.replies[i]
 			if out.took != nil && r.took != nil {
 				out.took[i] = r.took[i]
 			}

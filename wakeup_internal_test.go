@@ -9,6 +9,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
 // TestWatchRelease_frozenNode: subscribing on a node that accepts the
@@ -107,7 +109,7 @@ func TestWaiting_releaseHeardBeforeTheAttemptIsAWakeUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	channel := releaseChannel("k")
-	w := waiting{kind: plain{key: "k"}, clock: c.cfg.clock, lastHolder: -7}
+	w := waiting{kind: plain{key: "k"}, clock: c.cfg.clock, lastHolder: nodeio.Holder{Name: 7}}
 	w.watch = c.watchRelease(context.Background(), []string{channel}, nil, 0, 10*time.Second)
 	defer w.watch.close()
 	if !w.watch.subscribed() {
@@ -123,7 +125,7 @@ func TestWaiting_releaseHeardBeforeTheAttemptIsAWakeUp(t *testing.T) {
 	}
 	w.attempting()
 	ac := acquireConfig{retry: RetryFunc(func(int) time.Duration { return time.Minute })}
-	refused := &quorumError{taken: true, holder: -7, heldOn: 0}
+	refused := &quorumError{taken: true, holder: nodeio.Holder{Name: 7}, heldOn: 0}
 	if d, _ := w.delay(ac, refused, 2, time.Second, false); d > 10*time.Millisecond {
 		t.Fatalf("refused by the holder whose release was just heard, the waiter waits %v", d)
 	}

@@ -9,14 +9,15 @@
 -- ARGV[2]: ttl in milliseconds
 -- ARGV[3]: for a fenced lock, how long (ms) the counter is kept once the
 --          node's clock has passed it (prelude.lua)
--- Returns, when the key now holds our token, the fencing counter's new
--- value (1 when not fenced); if someone else holds it, a negative
--- number naming the holder (from its token's first 8 bytes), so that the
--- client can tell one holder on many nodes from a split vote; -1 when a
+-- Returns {held, counter, holder, other kind} (a Grant, internal/nodeio):
+-- {1, c} when the key now holds our token, c the fencing counter's new
+-- value (1 when not fenced); {0, 0, n} when someone else holds it, n > 0
+-- naming the holder (from its token's first 8 bytes), so that the client
+-- can tell one holder on many nodes from a split vote; {0, 0, 0, 1} when a
 -- lock of another kind holds it (the key is not a string: GET fails).
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
-  return -1
+  return {0, 0, 0, 1}
 elseif v == false then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 elseif v == ARGV[1] then
@@ -26,9 +27,9 @@ else
   for i = 1, math.min(8, #v) do
     n = n * 64 + string.byte(v, i) % 64
   end
-  return -(n + 1)
+  return {0, 0, n + 1}
 end
 if #KEYS > 1 then
-  return counter_next(KEYS[2], ARGV[3])
+  return {1, counter_next(KEYS[2], ARGV[3])}
 end
-return 1
+return {1, 1}

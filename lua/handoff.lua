@@ -13,33 +13,31 @@
 --          node's clock has passed it (prelude.lua); else 0
 -- ARGV[6]: the run's token prefix (of_run, prelude.lua): a token of the run
 --          left here is taken as the holder's is
--- Returns 0 if someone else holds the key (or a lock of another kind).
--- Otherwise the decimal digits of c followed by one digit, 2*w + r, as a
--- string (c*10 + 2*w + r, which go-redis reads as an integer): c is the
--- fencing counter's new value (1 when not fenced), w is 1 if another
--- process waits for the key's release here (it subscribed to the channel),
--- r is 1 if the holder's token was there, 0 if not, and 4 if ours was (a
--- resend of this call, whose first run is the one that knew). A string, because
--- c may be the node's clock in microseconds (prelude.lua): as a Lua
--- number, c*10 (or c*4) would lose its last digits past 2^53.
+-- Returns {held, counter, waiting, found} (a HandOff, internal/nodeio):
+-- {0} if someone else holds the key (or a lock of another kind); else
+-- {1, c, w, found}: c is the fencing counter's new value (1 when not
+-- fenced), w is 1 if another process waits for the key's release here (it
+-- subscribed to the channel), found is 1 if the holder's token was there,
+-- 0 if not, and 2 if ours was (a resend of this call, whose first run is
+-- the one that knew).
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
-  return 0
+  return {0}
 end
-local r = 0
+local found = 0
 if v == ARGV[3] then
-  r = 1
+  found = 1
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 elseif v == ARGV[1] then
-  r = 4
+  found = 2
   lengthen(KEYS[1], tonumber(ARGV[2]))
 elseif v == false or of_run(v, ARGV[6]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 else
-  return 0
+  return {0}
 end
 local c = 1
 if #KEYS > 1 then
   c = counter_next(KEYS[2], ARGV[5])
 end
-return handoff_result(c, r, ARGV[4])
+return handoff_result(c, found, ARGV[4])

@@ -5,9 +5,9 @@
 --          (ms) after which a waiter that stopped trying leaves the queue
 -- KEYS[4]: {key}:tickets, the ticket counter (a counter like a fencing one)
 -- KEYS[5]: the key's fencing counter, when ARGV[5] is not 0
--- ARGV[1]: ticket (returns the next ticket n, as the string of n*10 + 1
---          when n is the node's clock, n*10 when the counter is ahead of
---          it: see drawTicket), acquire, extend, release, drop
+-- ARGV[1]: ticket (returns {n, clock}, a Ticket of internal/nodeio: the
+--          next ticket n, clock 1 when n is the node's clock, 0 when the
+--          counter is ahead of it: see drawTicket), acquire, extend, release, drop
 --          (after a failed attempt: stays queued), leave (gives up its place)
 --          or dequeue (leaves the queue once the lock was won elsewhere)
 -- ARGV[2]: our token; ARGV[3]: ttl in ms (for ticket: how long the ticket
@@ -23,9 +23,10 @@
 -- (or '' for none) on the release channel.
 -- A key held by a lock of another kind (not a string: GET fails, and pcall
 -- returns the error as a table) counts as held by someone else.
--- Acquire queues us (if we are not) and returns 0 unless the key is free and
--- we are first in the queue; then it takes the key, leaves the queue and
--- returns the fencing counter (1 when not fenced).
+-- Acquire queues us (if we are not) and returns {0} (granted, prelude.lua)
+-- unless the key is free and we are first in the queue; then it takes the
+-- key, leaves the queue and returns {1, the fencing counter (1 when not
+-- fenced)}.
 local key, q, dl = KEYS[1], KEYS[2], KEYS[3]
 local op, token, px, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[8]
 if op == 'ticket' then
@@ -34,7 +35,7 @@ if op == 'ticket' then
   if clock then
     f = 1
   end
-  return string.format('%d', n) .. f
+  return {n, f}
 end
 local now = node_ms()
 -- enqueue puts us in line with our ticket, for our patience
@@ -59,12 +60,12 @@ if op == 'acquire' then
   else
     enqueue()
     if v or redis.call('ZRANGE', q, 0, 0)[1] ~= waiter then
-      return 0
+      return granted(0)
     end
     redis.call('SET', key, token, 'PX', px)
     unqueue(waiter)
   end
-  return counter_or_one(KEYS[5], ARGV[5])
+  return granted(counter_or_one(KEYS[5], ARGV[5]))
 elseif op == 'dequeue' then
   unqueue(waiter)
   return 1

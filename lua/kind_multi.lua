@@ -16,21 +16,22 @@
 --            deleted as the holder's is
 -- A key held by a lock of another kind (not a string: GET fails, and pcall
 -- returns the error as a table) counts as held by another holder.
--- Acquire returns 0 when another holder has any of the keys, else the
--- fencing counter (1 when not fenced): every key's counter draws its next value and
--- then set to the highest of them, so that the answer is a token that no key
--- on this node has reached before and that every key's counter now stores.
--- Handoff returns 0 when another holder has any of the keys, else c, w and
--- r as handoff.lua does (c as acquire's, w 1 if a process
--- listens on any key's release channel, r 1 if any key held the releasing
--- holder's token, 4 if a key held ours: a resend).
+-- Acquire returns {0} (granted, prelude.lua) when another holder has any
+-- of the keys, else {1, the fencing counter (1 when not fenced)}: every
+-- key's counter draws its next value and then is set to the highest of
+-- them, so that the answer is a token that no key on this node has reached
+-- before and that every key's counter now stores.
+-- Handoff returns {0} when another holder has any of the keys, else
+-- {1, c, w, found} as handoff.lua does (c as acquire's, w 1 if a process
+-- listens on any key's release channel, found 1 if any key held the
+-- releasing holder's token, 2 if a key held ours: a resend).
 -- Extend returns 1 if every key held our token; release and drop return 1 if
 -- any key held it.
 local op, token, px, m = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
 local run = ARGV[8 + m]
 -- Takes every key for our token when none is held by another than us,
 -- from (nil but for handoff) or the run; returns 0 when one is, else the
--- fencing counter, and whether from's token was on any key.
+-- fencing counter, and what it found (see handoff.lua).
 local function take(from)
   for i = 1, m do
     local v = redis.pcall('GET', KEYS[i])
@@ -42,7 +43,7 @@ local function take(from)
   for i = 1, m do
     local v = redis.pcall('GET', KEYS[i])
     if v == token then
-      r = 4 -- a resend: its first run is the one that knew
+      r = 2 -- a resend: its first run is the one that knew
       lengthen(KEYS[i], px)
     else
       if v == from and r == 0 then
@@ -64,11 +65,11 @@ local function take(from)
   return c, r
 end
 if op == 'acquire' then
-  return (take(nil))
+  return granted((take(nil)))
 elseif op == 'handoff' then
   local c, r = take(ARGV[7 + m])
   if c == 0 then
-    return 0
+    return {0}
   end
   local w = 0
   for i = 1, m do
@@ -76,7 +77,7 @@ elseif op == 'handoff' then
       w = 1
     end
   end
-  return string.format('%d', c) .. (2 * w + r)
+  return {1, c, w, r}
 elseif op == 'extend' then
   for i = 1, m do
     if redis.pcall('GET', KEYS[i]) ~= token then

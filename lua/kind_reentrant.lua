@@ -9,28 +9,29 @@
 -- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
 --          kept once the node's clock has passed it (prelude.lua); else 0
 -- ARGV[6]: the owner
--- Acquire returns 0 when another owner holds the lock, else the fencing
--- counter (1 when not fenced). The others return 1 if the hold was there.
+-- Acquire returns {held, counter} (granted, prelude.lua): {0} when another
+-- owner holds the lock, else {1, the fencing counter (1 when not fenced)}.
+-- The others return 1 if the hold was there.
 -- A ttl only ever lengthens the keys' time to live: another hold of the
 -- same owner may need it. A key held by a lock of another kind (not a hash)
--- counts as held against us: every operation returns 0.
+-- counts as held against us: every operation is refused.
 local h, g = KEYS[1], KEYS[2]
 local op, token, px, owner = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6]
 local kind = redis.call('TYPE', h).ok
 if kind ~= 'none' and kind ~= 'hash' then
-  return 0 -- a lock of another kind holds the key
+  return op == 'acquire' and granted(0) or 0 -- a lock of another kind holds the key
 end
 if op == 'acquire' then
   if redis.call('SISMEMBER', g, token) == 0 then
     if redis.call('EXISTS', h) == 1 and redis.call('HEXISTS', h, owner) == 0 then
-      return 0
+      return granted(0)
     end
     redis.call('HINCRBY', h, owner, 1)
     redis.call('SADD', g, token)
   end
   lengthen(h, px)
   lengthen(g, px)
-  return counter_or_one(KEYS[3], ARGV[5])
+  return granted(counter_or_one(KEYS[3], ARGV[5]))
 elseif op == 'extend' then
   if redis.call('SISMEMBER', g, token) == 0 then
     return 0

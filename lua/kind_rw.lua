@@ -24,12 +24,13 @@
 -- ARGV[9]: for a writer's handoff and release, the run's token prefix
 --          (of_run, prelude.lua): a token of the run left here is taken
 --          or deleted as the holder's is
--- Acquire returns 0 when the lock is held against us, else the fencing
--- counter (1 when not fenced). Handoff returns 0 when the lock is held
--- against us, else c, w and r as handoff.lua does (c the fencing
--- counter, w 1 if a process listens on the release channel ARGV[4], r 1 if
--- the releasing writer's token was there, 4 if ours was: a resend). The others return 1 if our hold
--- was there.
+-- Acquire returns {0} (granted, prelude.lua) when the lock is held against
+-- us, else {1, the fencing counter (1 when not fenced)}. Handoff returns
+-- {0} when the lock is held against us, else {1, c, w, found} as
+-- handoff.lua does (c the fencing counter, w 1 if a process listens on the
+-- release channel ARGV[4], found 1 if the releasing writer's token was
+-- there, 2 if ours was: a resend). The others return 1 if our hold was
+-- there.
 local k, ww = KEYS[1], KEYS[2]
 local op, token, px, role, waiter = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[6], ARGV[7]
 local now = node_ms()
@@ -59,17 +60,17 @@ end
 
 if role == 'r' then
   if op == 'handoff' then
-    return 0 -- readers hold together: none is handed over
+    return {0} -- readers hold together: none is handed over
   end
   if op == 'acquire' then
     if kind ~= 'none' and not readers then
-      return 0 -- a writer, or a lock of another kind
+      return granted(0) -- a writer, or a lock of another kind
     end
     if readers then
       purge()
     end
     if not redis.call('ZSCORE', k, token) and redis.call('EXISTS', ww) == 1 then
-      return 0
+      return granted(0)
     end
     redis.call('ZADD', k, 'inf', 'readers')
   elseif op == 'extend' then
@@ -91,7 +92,7 @@ if role == 'r' then
   end
   lengthen(k, px)
   if op == 'acquire' then
-    return fence()
+    return granted(fence())
   end
   return 1
 end
@@ -122,7 +123,7 @@ local function take()
   return fence()
 end
 if op == 'acquire' then
-  return take()
+  return granted(take())
 elseif op == 'handoff' then
   local r, c = 0, 0
   if held == ARGV[8] or not ours and of_run(held, ARGV[9]) then
@@ -133,11 +134,11 @@ elseif op == 'handoff' then
     c = fence()
   else
     if ours then
-      r = 4 -- a resend: its first run is the one that knew
+      r = 2 -- a resend: its first run is the one that knew
     end
     c = take()
     if c == 0 then
-      return 0
+      return {0}
     end
   end
   return handoff_result(c, r, ARGV[4])

@@ -8,19 +8,20 @@
 -- ARGV[5]: to draw the fencing counter on acquire, how long (ms) it is
 --          kept once the node's clock has passed it (prelude.lua); else 0
 -- ARGV[6]: K
--- Acquire returns 0 when K permits are held, else the fencing counter (1 when
--- not fenced); an error, WRONGPERMITS, when the resource was created with
+-- Acquire returns {held, counter} (granted, prelude.lua): {0} when K
+-- permits are held, else {1, the fencing counter (1 when not fenced)}; an
+-- error, WRONGPERMITS, when the resource was created with
 -- another K (compared as given, in decimal: a K too large for Lua's numbers
 -- to tell from its neighbours is still told apart). The
 -- others return 1 if the permit was there. A key held by a lock of another
 -- kind (not a sorted set, or the readers' set of a read-write lock, which
 -- has the member 'readers') counts as held against us: every operation
--- returns 0.
+-- is refused.
 local z, lim = KEYS[1], KEYS[2]
 local op, token, px, k = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
 local kind = redis.call('TYPE', z).ok
 if kind ~= 'none' and (kind ~= 'zset' or redis.call('ZSCORE', z, 'readers')) then
-  return 0
+  return op == 'acquire' and granted(0) or 0
 end
 local now = node_ms()
 -- A permit's end and the keys' time to live are lengthened, never
@@ -38,7 +39,7 @@ if op == 'acquire' then
   end
   redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
   if not redis.call('ZSCORE', z, token) and redis.call('ZCARD', z) >= k then
-    return 0
+    return granted(0)
   end
   hold()
   if not had then
@@ -46,7 +47,7 @@ if op == 'acquire' then
   end
   lengthen(z, px)
   lengthen(lim, px)
-  return counter_or_one(KEYS[3], ARGV[5])
+  return granted(counter_or_one(KEYS[3], ARGV[5]))
 elseif op == 'extend' then
   if not redis.call('ZSCORE', z, token) then
     return 0

@@ -88,15 +88,26 @@ local function counter_or_one(k, keep)
   return 1
 end
 
--- handoff_result is a hand-off's answer: the fencing counter c, then one
--- digit, 2*w + r, w 1 when a process listens on channel (its release
--- channel) and r what the hand-off found (see handoff.lua).
-local function handoff_result(c, r, channel)
+-- granted is an acquire's reply (a Grant, internal/nodeio): {1, c} when
+-- the node holds our token now, c its fencing counter (counter_or_one);
+-- {0} when c is 0, refused.
+local function granted(c)
+  if c == 0 then
+    return {0}
+  end
+  return {1, c}
+end
+
+-- handoff_result is a hand-off's reply (a HandOff, internal/nodeio):
+-- {1, c, w, found}, c the fencing counter, w 1 when a process listens on
+-- channel (its release channel), found what the hand-off found (see
+-- handoff.lua).
+local function handoff_result(c, found, channel)
   local w = 0
   if redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
     w = 1
   end
-  return string.format('%d', c) .. (2 * w + r)
+  return {1, c, w, found}
 end
 
 -- of_run reports whether v, a key's value, is a token of the run of

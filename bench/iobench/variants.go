@@ -12,7 +12,8 @@ import (
 
 // acquireLua: GET, then SET PX when the key is free (returns 1); our own
 // token keeps it (returns 1); another holder's token gives a negative number
-// derived from it. (The non-fenced part of the library's acquire.lua.)
+// derived from it. (What the library's acquire.lua does without fencing,
+// answered as one integer where the library's script answers an array.)
 const acquireLua = `local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
   return -1

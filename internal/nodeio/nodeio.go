@@ -7,8 +7,9 @@
 // a time per node keeps its calls in order, so a late SET cannot land
 // after the release's DEL (docs/algorithm.md, "Batching"); LateIO says
 // what is sent once its operation ended, and Submit how an overdue send
-// is overtaken. It decides nothing about locks: a call's Holds and Takes
-// say what ordering and lateness rules it needs.
+// is overtaken. Each reply is decoded once, by its call's Shape, into a
+// Reply of typed fields. It decides nothing about locks: a call's Holds and
+// Takes say what ordering and lateness rules it needs.
 package nodeio
 
 import (
@@ -23,17 +24,13 @@ import (
 	"github.com/quorumlock/redlock/transport"
 )
 
-// Op is one node's share of an operation: a script and its arguments.
-// Its result is positive when the node holds the token after it (for a
-// fenced acquire, the node's fencing counter), else zero; an op that is
-// Many answers per lock, and its value counts the positives; an op that is
-// Read answers as it is (Result.Raw).
+// Op is one node's share of an operation: a script and its arguments,
+// and the Shape of its reply, which Run decodes into a Reply.
 type Op struct {
 	Script *Script
 	Keys   []string
 	Args   []any
-	Many   bool
-	Read   bool
+	Shape  Shape
 	// Holds: the op writes a hold (acquire, extend, renewal, hand-off or
 	// fencing raise); with replica acks it counts once replicas confirm it
 	Holds bool
@@ -42,12 +39,75 @@ type Op struct {
 	Takes bool
 }
 
-// Result is what a node answered to an Op.
+// Shape is the form of a script's reply: each is decoded once, here, into
+// a Reply. The scripts of lua/ say which they answer.
+type Shape uint8
+
+const (
+	// Status: an integer, positive when the node holds our token after
+	// the op (extend.lua: 1 it held it, 2 it was free and now holds it),
+	// or counting what the op did (a release: 1 it deleted our key).
+	Status Shape = iota
+	// Grant: an acquire's {held, counter, holder, other kind}: {1, c} when
+	// the node holds our token (c its fencing counter, 1 for a lock not
+	// fenced), {0, 0, n} when another token holds the key (n > 0 names its
+	// holder), {0, 0, 0, 1} when a lock of another kind does, {0} when the
+	// script does not say (the kinds' scripts).
+	Grant
+	// HandOff: a hand-off's {held, counter, waiting, found}: {0} when
+	// another holder has the key, else {1, c, w, f} (handoff.lua): c as a
+	// Grant's, w 1 when another process listens for the key's release
+	// there, f what the node held (Found).
+	HandOff
+	// Ticket: a fair ticket's {counter, clock} (kind_fair.lua): the
+	// ticket, and 1 when it is the node's clock (0 when the counter ran
+	// ahead of it).
+	Ticket
+	// Batch: one Status per key (renew_batch.lua).
+	Batch
+	// Read: an array, kept as it is (inspect.lua, leader.lua's read).
+	Read
+)
+
+// Found is what a hand-off found in the key on a node that holds the lock
+// after it.
+type Found uint8
+
+const (
+	FoundOther Found = iota // neither token: the key was free, or held a token of the run left there
+	FoundFrom               // the releasing holder's token
+	FoundOurs               // our own: a resend, whose first run is the one that knew
+)
+
+// Reply is a node's answer to an Op, decoded from its script's reply by
+// the Op's Shape; the fields another Shape does not set are zero.
+type Reply struct {
+	// Held: the node holds our token after the op (for a Batch, at least
+	// one of them; for a Ticket, a ticket was drawn).
+	Held    bool
+	Status  int64   // Status: the script's integer
+	Counter uint64  // Grant, HandOff: the fencing counter (1 when not fenced); Ticket: the ticket
+	Holder  Holder  // Grant, refused: who holds the key; zero when not said
+	Waiting bool    // HandOff: another process listens for the key's release
+	Found   Found   // HandOff
+	Clock   bool    // Ticket: the ticket is the node's clock
+	Batch   []int64 // Batch: each key's Status
+	Raw     []any   // Read
+}
+
+// Holder is who holds a key that an acquire was refused: a token's holder,
+// by the name acquire.lua makes of the token's start, or a lock of another
+// kind. Two nodes that name one holder give equal Holders.
+type Holder struct {
+	Name      int64 // > 0 for a token's holder
+	OtherKind bool
+}
+
+// Result is what a node answered to an Op: its Reply, or why there is none
+// (with replica acks, a Reply and the replicas' error: the script ran).
 type Result struct {
-	Value  int64
-	Values []int64 // for an op that is Many: one per lock
-	Raw    []any   // for an op that is Read
-	Err    error
+	Reply
+	Err error
 }
 
 // Why a call ended, when not for anything its node did.
@@ -158,7 +218,7 @@ func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Durat
 		}
 		n.note(op.Script, replies[i].Err)
 		res[i] = op.result(replies[i])
-		if res[i].Err == nil && res[i].Value > 0 && ack && op.Holds {
+		if res[i].Err == nil && res[i].Held && ack && op.Holds {
 			wait := replies[len(ops)]
 			if slices.Contains(again, i) {
 				wait = waitAgain
@@ -240,30 +300,50 @@ func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool) []trans
 	return replies
 }
 
-// result reads op's reply.
+// result decodes op's reply by its Shape.
 func (op Op) result(r transport.Reply) Result {
-	switch {
-	case op.Read:
+	switch op.Shape {
+	case Read:
 		raw, err := reply.Slice(r)
-		return Result{Raw: raw, Err: err}
-	case !op.Many:
+		return Result{Reply: Reply{Raw: raw}, Err: err}
+	case Status:
 		v, err := reply.Int(r)
-		return Result{Value: v, Err: err}
+		return Result{Reply: Reply{Held: v > 0, Status: v}, Err: err}
 	}
-	values, err := reply.Ints(r)
-	if err == nil && len(values) != len(op.Keys) {
-		err = fmt.Errorf("redlock: %d results for %d keys", len(values), len(op.Keys))
-	}
+	v, err := reply.Ints(r)
 	if err != nil {
 		return Result{Err: err}
 	}
-	var held int64
-	for _, v := range values {
-		if v > 0 {
-			held++
+	rep, err := op.decode(v)
+	return Result{Reply: rep, Err: err}
+}
+
+// decode reads an array of integers of op's Shape (not Status or Read).
+func (op Op) decode(v []int64) (Reply, error) {
+	at := func(i int) int64 {
+		if i < len(v) {
+			return v[i]
 		}
+		return 0
 	}
-	return Result{Value: held, Values: values}
+	var rep Reply
+	switch op.Shape {
+	case Grant:
+		rep = Reply{Held: at(0) > 0, Counter: uint64(max(at(1), 0)), Holder: Holder{Name: max(at(2), 0), OtherKind: at(3) == 1}}
+	case HandOff:
+		rep = Reply{Held: at(0) > 0, Counter: uint64(max(at(1), 0)), Waiting: at(2) == 1, Found: Found(at(3))}
+	case Ticket:
+		rep = Reply{Held: true, Counter: uint64(max(at(0), 0)), Clock: at(1) == 1}
+	case Batch:
+		if len(v) != len(op.Keys) {
+			return Reply{}, fmt.Errorf("redlock: %d results for %d keys", len(v), len(op.Keys))
+		}
+		return Reply{Held: slices.ContainsFunc(v, func(s int64) bool { return s > 0 }), Batch: v}, nil
+	}
+	if len(v) == 0 || rep.Held && rep.Counter == 0 || rep.Found > FoundOurs || at(3) < 0 {
+		return Reply{}, fmt.Errorf("redlock: reply %v is not of its script", v)
+	}
+	return rep, nil
 }
 
 // Call is one op on its way to one node; Reply is called once with the

@@ -2,9 +2,12 @@ package nodeio
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/quorumlock/redlock/transport"
 )
 
 // TestNextBatch: a pipeline takes at most one call per key, in each key's
@@ -55,6 +58,54 @@ func TestNextBatch(t *testing.T) {
 		}
 		if got := names(rest); got != tt.rest {
 			t.Errorf("%s: rest %q, want %q", tt.name, got, tt.rest)
+		}
+	}
+}
+
+// TestResult: each Shape's reply is decoded into its fields; a reply not
+// of its Shape (a packed integer where an array is due, an empty array, a
+// held grant without its counter, a batch of another length) is an error,
+// never a hold.
+func TestResult(t *testing.T) {
+	arr := func(v ...any) transport.Reply { return transport.Reply{Val: v} }
+	for _, tt := range []struct {
+		name  string
+		op    Op
+		reply transport.Reply
+		want  Reply
+		fails bool
+	}{
+		{"status kept", Op{}, transport.Reply{Val: int64(1)}, Reply{Held: true, Status: 1}, false},
+		{"status taken", Op{}, transport.Reply{Val: int64(2)}, Reply{Held: true, Status: 2}, false},
+		{"status not held", Op{}, transport.Reply{Val: int64(0)}, Reply{}, false},
+		{"grant", Op{Shape: Grant}, arr(int64(1), int64(1764680000000000)), Reply{Held: true, Counter: 1764680000000000}, false},
+		{"grant refused, named", Op{Shape: Grant}, arr(int64(0), int64(0), int64(42)), Reply{Holder: Holder{Name: 42}}, false},
+		{"grant refused, another kind", Op{Shape: Grant}, arr(int64(0), int64(0), int64(0), int64(1)), Reply{Holder: Holder{OtherKind: true}}, false},
+		{"grant refused, unnamed", Op{Shape: Grant}, arr(int64(0)), Reply{}, false},
+		{"grant without its counter", Op{Shape: Grant}, arr(int64(1)), Reply{}, true},
+		{"grant packed in an integer", Op{Shape: Grant}, transport.Reply{Val: int64(1)}, Reply{}, true},
+		{"grant empty", Op{Shape: Grant}, arr(), Reply{}, true},
+		{"hand-off", Op{Shape: HandOff}, arr(int64(1), int64(7), int64(1), int64(1)), Reply{Held: true, Counter: 7, Waiting: true, Found: FoundFrom}, false},
+		{"hand-off resent", Op{Shape: HandOff}, arr(int64(1), int64(7), int64(0), int64(2)), Reply{Held: true, Counter: 7, Found: FoundOurs}, false},
+		{"hand-off refused", Op{Shape: HandOff}, arr(int64(0)), Reply{}, false},
+		{"hand-off found nothing known", Op{Shape: HandOff}, arr(int64(1), int64(7), int64(0), int64(3)), Reply{}, true},
+		{"ticket", Op{Shape: Ticket}, arr(int64(99), int64(1)), Reply{Held: true, Counter: 99, Clock: true}, false},
+		{"ticket ahead of the clock", Op{Shape: Ticket}, arr(int64(99), int64(0)), Reply{Held: true, Counter: 99}, false},
+		{"batch", Op{Shape: Batch, Keys: []string{"a", "b"}}, arr(int64(0), int64(2)), Reply{Held: true, Batch: []int64{0, 2}}, false},
+		{"batch held nowhere", Op{Shape: Batch, Keys: []string{"a"}}, arr(int64(0)), Reply{Batch: []int64{0}}, false},
+		{"batch short", Op{Shape: Batch, Keys: []string{"a", "b"}}, arr(int64(1)), Reply{}, true},
+		{"read", Op{Shape: Read}, arr("string", int64(5)), Reply{Raw: []any{"string", int64(5)}}, false},
+	} {
+		got := tt.op.result(tt.reply)
+		if (got.Err != nil) != tt.fails {
+			t.Errorf("%s: error %v, want one: %v", tt.name, got.Err, tt.fails)
+			continue
+		}
+		if !tt.fails && !reflect.DeepEqual(got.Reply, tt.want) {
+			t.Errorf("%s: %+v, want %+v", tt.name, got.Reply, tt.want)
+		}
+		if tt.fails && got.Held {
+			t.Errorf("%s: a reply not of its shape holds", tt.name)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/quorumlock/redlock/transport"
@@ -44,8 +43,7 @@ func NoScript(err error) bool {
 	return ok && strings.HasPrefix(strings.TrimPrefix(msg, "ERR "), "NOSCRIPT")
 }
 
-// Int is r as an integer; a string of digits is read as one (a script may
-// answer an integer beyond a Lua number's exact range so).
+// Int is r as an integer.
 func Int(r transport.Reply) (int64, error) {
 	if r.Err != nil {
 		return 0, r.Err
@@ -93,11 +91,8 @@ func Text(r transport.Reply) (string, error) {
 }
 
 func toInt(v any) (int64, error) {
-	switch v := v.(type) {
-	case int64:
+	if v, ok := v.(int64); ok {
 		return v, nil
-	case string:
-		return strconv.ParseInt(v, 10, 64)
 	}
 	return 0, fmt.Errorf("transport: reply %v (%T) is not an integer", v, v)
 }
