@@ -158,6 +158,9 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 	if c.anyUnknown() {
 		unknownCut = time.Now().Add(min(tm.base, timeout))
 	}
+	if len(c.nodes) > 1 {
+		op.Share() // one command for every node
+	}
 	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errNodeTimeout)
 	io, cancelIO := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	replies := make(chan nodeReply, len(c.nodes))

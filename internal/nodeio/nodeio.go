@@ -39,6 +39,24 @@ type Op struct {
 	// Takes: the op may take a key that was not ours (an acquire, a
 	// hand-off); see nextBatch
 	Takes bool
+	// evalsha is the op's EVALSHA, built once for every node (Share)
+	evalsha transport.Cmd
+}
+
+// Share builds op's EVALSHA once, for every node it is sent to: a
+// command is only read on its way to a node, so the nodes' calls share
+// it rather than each building (and boxing the keys of) its own.
+func (op *Op) Share() {
+	op.evalsha = op.Script.Eval(false, op.Keys, op.Args)
+}
+
+// cmd is op's command: EVAL, with the script's text, when text; else its
+// EVALSHA, the shared one when built (Share).
+func (op *Op) cmd(text bool) transport.Cmd {
+	if !text && op.evalsha != nil {
+		return op.evalsha
+	}
+	return op.Script.Eval(text, op.Keys, op.Args)
 }
 
 // Result is what a node answered to an Op.
@@ -220,12 +238,12 @@ func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool) []trans
 		cmds = make([]transport.Cmd, 0, len(ops)+1)
 	}
 	if only == nil {
-		for _, op := range ops {
-			cmds = append(cmds, op.Script.Eval(!n.has(op.Script), op.Keys, op.Args))
+		for i := range ops {
+			cmds = append(cmds, ops[i].cmd(!n.has(ops[i].Script)))
 		}
 	} else {
 		for _, i := range only {
-			cmds = append(cmds, ops[i].Script.Eval(true, ops[i].Keys, ops[i].Args))
+			cmds = append(cmds, ops[i].cmd(true))
 		}
 	}
 	if ack {
