@@ -161,12 +161,15 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 	if len(c.nodes) > 1 {
 		op.Share() // one command for every node
 	}
-	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errNodeTimeout)
-	io, cancelIO := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	io, cancelIO := context.WithDeadlineCause(context.WithoutCancel(ctx), deadline, errNodeTimeout)
+	opCtx, cancel := io, cancelIO // a caller that cannot end the operation sooner
+	if ctx.Done() != nil {
+		opCtx, cancel = context.WithDeadlineCause(ctx, deadline, errNodeTimeout)
+	}
 	replies := make(chan nodeReply, len(c.nodes))
-	f := &fan{c: c, ctx: ctx, io: io, cancel: func() { cancel(); cancelIO() }, timeout: timeout, deadline: deadline, op: op, replies: replies}
+	f := &fan{c: c, ctx: opCtx, io: io, cancel: cancel, cancelIO: cancelIO, timeout: timeout, deadline: deadline, op: op, replies: replies}
 	settled := f.send(skip, after)
-	return c.collect(ctx, timeout, stop, replies, unknownCut, tm.base), settled
+	return c.collect(opCtx, timeout, stop, replies, unknownCut, tm.base), settled
 }
 
 // anyUnknown reports whether some node has neither answered nor timed out
@@ -194,7 +197,8 @@ func (c *Client) anyUnknown() bool {
 type fan struct {
 	c        *Client
 	ctx, io  context.Context
-	cancel   context.CancelFunc // frees the timers once every call has returned
+	cancel   context.CancelFunc // ctx's: with cancelIO, frees the timers once every call has returned
+	cancelIO context.CancelFunc // io's (io is ctx too when the caller's context cannot end)
 	timeout  time.Duration
 	deadline time.Time
 	op       nodeOp
@@ -313,6 +317,7 @@ func (f *fan) deliver(r nodeReply) {
 	f.replies <- r
 	if f.running.Add(-1) == 0 {
 		f.cancel() // every call has returned: free the timers
+		f.cancelIO()
 	}
 }
 
