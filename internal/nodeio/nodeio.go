@@ -283,16 +283,27 @@ func (op Op) result(r transport.Reply) Result {
 	return Result{Value: held, Values: values}
 }
 
-// Call is one op on its way to one node; Reply is called once with the
-// result. Ctx is the operation's (see LateIO); IO is what the call runs
-// under once sent, for up to Timeout.
+// Call is one op on its way to one node; Reply's Reply is called once
+// with the result. Ctx is the operation's (see LateIO); IO is what the
+// call runs under once sent, for up to Timeout.
 type Call struct {
 	Ctx     context.Context
 	IO      context.Context
 	Timeout time.Duration
 	Op      Op
-	Reply   func(Result)
+	Reply   Replier
 }
+
+// Replier takes a call's result. An interface rather than a func, so that
+// a fan-out's calls reply to parts of its own allocation rather than each
+// to a closure of its own.
+type Replier interface{ Reply(Result) }
+
+// ReplyFunc is a func as a Replier.
+type ReplyFunc func(Result)
+
+// Reply calls f(r).
+func (f ReplyFunc) Reply(r Result) { f(r) }
 
 // LateIO is what a call whose operation ended (ctx) before it was sent
 // runs under, and whether it is sent at all. A write of a hold that can no

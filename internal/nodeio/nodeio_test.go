@@ -95,7 +95,7 @@ func TestPipe_senderLingers(t *testing.T) {
 		done := make(chan Result, 1)
 		n.Submit(Call{Ctx: context.Background(), IO: context.Background(), Timeout: time.Minute,
 			Op:    Op{Script: transport.NewScript("return 1"), Keys: []string{"k"}},
-			Reply: func(r Result) { done <- r }})
+			Reply: ReplyFunc(func(r Result) { done <- r })})
 		if r := <-done; r.Err != nil || r.Value != 1 {
 			t.Fatalf("reply %+v, want 1", r)
 		}

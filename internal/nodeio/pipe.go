@@ -167,7 +167,7 @@ func (p *pipe) answer(c Call, r Result) {
 		}
 		p.mu.Unlock()
 	}
-	c.Reply(r)
+	c.Reply.Reply(r)
 }
 
 // nextBatch splits queue into the calls sent next, as one pipeline, and
