@@ -139,21 +139,9 @@ func (n *Node) Batched() bool { return n.p != nil }
 // answered past ctx's deadline is followed as LateIO allows, for up to
 // timeout.
 func (n *Node) Run(ctx context.Context, op Op, timeout time.Duration) Result {
-	return n.run(ctx, op, timeout, nil)
-}
-
-// run is Run, a lone command's command and reply in sc when not nil (a
-// sender's, reused from call to call).
-func (n *Node) run(ctx context.Context, op Op, timeout time.Duration, sc *scratch) Result {
 	var res [1]Result
-	n.exec(ctx, []Op{op}, res[:], timeout, sc)
+	n.exec(ctx, []Op{op}, res[:], timeout)
 	return res[0]
-}
-
-// scratch holds a lone command and its reply, with a WAIT after.
-type scratch struct {
-	cmds    [2]transport.Cmd
-	replies [2]transport.Reply
 }
 
 func (n *Node) has(s *transport.Script) bool {
@@ -177,9 +165,9 @@ func (n *Node) note(s *transport.Script, err error) {
 // others (their calls on other keys: see nextBatch), and nothing runs
 // twice; past ctx's deadline, a write of a hold is not sent again, any
 // other op is, for up to late. It sets res[i] to ops[i]'s result.
-func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Duration, sc *scratch) {
+func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Duration) {
 	ack := n.ack.on() && slices.ContainsFunc(ops, func(op Op) bool { return op.Holds })
-	replies := n.send(ctx, ops, nil, ack, sc)
+	replies := n.send(ctx, ops, nil, ack)
 	again, waitAgain := n.resend(ctx, ops, res, replies, ack, late)
 	for i, op := range ops {
 		if res[i].Err != nil { // not sent again
@@ -223,7 +211,7 @@ func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []tra
 	if len(again) == 0 {
 		return nil, wait
 	}
-	resent := n.send(ctx, ops, again, ack, nil) // the first replies are still read
+	resent := n.send(ctx, ops, again, ack)
 	for j, i := range again {
 		replies[i] = resent[j]
 	}
@@ -236,17 +224,16 @@ func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []tra
 // send sends the ops of ops (only those of only, when not nil, with their
 // text) in one pipeline, and a WAIT after when ack; it returns their
 // replies in order, the WAIT's last.
-func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool, sc *scratch) []transport.Reply {
+func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool) []transport.Reply {
 	var cmds []transport.Cmd
 	var replies []transport.Reply
 	if len(ops) == 1 {
-		// Nearly every send: its command and reply in one allocation, or
-		// in the sender's.
-		if sc == nil {
-			sc = new(scratch)
-		}
-		*sc = scratch{}
-		cmds, replies = sc.cmds[:0], sc.replies[:]
+		// Nearly every send: its command and reply in one allocation.
+		one := new(struct {
+			cmds    [2]transport.Cmd
+			replies [2]transport.Reply
+		})
+		cmds, replies = one.cmds[:0], one.replies[:]
 	} else {
 		cmds = make([]transport.Cmd, 0, len(ops)+1)
 	}

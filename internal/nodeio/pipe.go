@@ -68,7 +68,6 @@ func (n *Node) Queued() (queued int, busy bool) {
 }
 
 func (p *pipe) drain(id uint64) {
-	var sc scratch // this sender's, for a lone call
 	for {
 		p.mu.Lock()
 		if p.sender != id { // left behind by Submit
@@ -94,7 +93,7 @@ func (p *pipe) drain(id uint64) {
 		p.deadline = sendDeadline(batch)
 		p.mu.Unlock()
 
-		p.send(batch, &sc) // gives their keys back as it answers the calls
+		p.send(batch) // gives their keys back as it answers the calls
 
 		clear(batch) // drop the references to finished calls
 		p.mu.Lock()
@@ -211,7 +210,7 @@ func nextBatch(queue, spare []Call, out map[string]int) (batch, rest []Call) {
 }
 
 // send sends batch, alone or as a pipeline, and replies to every call.
-func (p *pipe) send(batch []Call, sc *scratch) {
+func (p *pipe) send(batch []Call) {
 	live := batch[:0] // filtered in place: each call is read before its slot is reused
 	for _, c := range batch {
 		if err := c.Ctx.Err(); err != nil {
@@ -230,7 +229,7 @@ func (p *pipe) send(batch []Call, sc *scratch) {
 		return
 	case 1:
 		c := live[0]
-		p.answer(c, p.n.run(c.IO, c.Op, c.Timeout, sc))
+		p.answer(c, p.n.Run(c.IO, c.Op, c.Timeout))
 		return
 	}
 	ctx, cancel := batchContext(live)
@@ -240,7 +239,7 @@ func (p *pipe) send(batch []Call, sc *scratch) {
 		ops[i] = c.Op
 	}
 	res := make([]Result, len(live))
-	p.n.exec(ctx, ops, res, maxTimeout(live), nil)
+	p.n.exec(ctx, ops, res, maxTimeout(live))
 	for i, c := range live {
 		p.answer(c, res[i])
 	}
