@@ -156,12 +156,18 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 	if c.anyUnknown() {
 		unknownCut = time.Now().Add(min(tm.base, timeout))
 	}
-	ctx, cancel := context.WithDeadlineCause(ctx, deadline, errNodeTimeout)
-	io, cancelIO := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	if len(c.nodes) > 1 {
+		op.Share() // one command for every node
+	}
+	io, cancelIO := context.WithDeadlineCause(context.WithoutCancel(ctx), deadline, errNodeTimeout)
+	opCtx, cancel := io, cancelIO // a caller that cannot end the operation sooner
+	if ctx.Done() != nil {
+		opCtx, cancel = context.WithDeadlineCause(ctx, deadline, errNodeTimeout)
+	}
 	replies := make(chan nodeReply, len(c.nodes))
-	f := &fan{c: c, ctx: ctx, io: io, cancel: func() { cancel(); cancelIO() }, timeout: timeout, deadline: deadline, op: op, replies: replies}
+	f := &fan{c: c, ctx: opCtx, io: io, cancel: cancel, cancelIO: cancelIO, timeout: timeout, deadline: deadline, op: op, replies: replies}
 	settled := f.send(skip, after)
-	return c.collect(ctx, timeout, stop, replies, unknownCut, tm.base), settled
+	return c.collect(opCtx, timeout, stop, replies, unknownCut, tm.base), settled
 }
 
 // anyUnknown reports whether some node has neither answered nor timed out
@@ -189,12 +195,22 @@ func (c *Client) anyUnknown() bool {
 type fan struct {
 	c        *Client
 	ctx, io  context.Context
-	cancel   context.CancelFunc // frees the timers once every call has returned
+	cancel   context.CancelFunc // ctx's: with cancelIO, frees the timers once every call has returned
+	cancelIO context.CancelFunc // io's (io is ctx too when the caller's context cannot end)
 	timeout  time.Duration
 	deadline time.Time
 	op       nodeOp
 	replies  chan<- nodeReply
 	running  atomic.Int32 // calls not yet returned
+	// buf holds the settlement's slices (send) for up to 8 nodes, so that
+	// a fan-out's pieces come in one allocation
+	buf struct {
+		done      [8]chan struct{}
+		deadlines [8]time.Time
+		calls     [8]batchedCall
+	}
+	settled settlement    // its calls' (send)
+	calls   []batchedCall // by node, with batching
 }
 
 // send makes the calls of f to every node not skipped, each after the node's
@@ -202,7 +218,16 @@ type fan struct {
 func (f *fan) send(skip []bool, after settlement) settlement {
 	c := f.c
 	n := len(c.nodes)
-	settled := settlement{done: make([]chan struct{}, n), deadlines: make([]time.Time, n)}
+	settled := settlement{done: f.buf.done[:0], deadlines: f.buf.deadlines[:0]}
+	if n > len(f.buf.done) {
+		settled = settlement{done: make([]chan struct{}, 0, n), deadlines: make([]time.Time, 0, n)}
+	}
+	settled.done, settled.deadlines = settled.done[:n], settled.deadlines[:n]
+	f.settled = settled // its elements are set below, each before its call
+	f.calls = f.buf.calls[:]
+	if n > len(f.calls) {
+		f.calls = make([]batchedCall, n)
+	}
 	f.running.Store(int32(n))
 	for i, nd := range c.nodes {
 		settled.done[i] = make(chan struct{})
@@ -242,12 +267,23 @@ func (f *fan) call(i int, nd node, settled, after settlement) {
 		}
 		f.reply(settled, nodeReply{node: i, reply: r.Reply, err: r.Err, took: time.Since(begun)})
 	case nd.io.Batched():
-		nd.io.Submit(nodeio.Call{Ctx: f.ctx, IO: f.io, Timeout: f.timeout, Op: f.op, Reply: func(r nodeio.Result) {
-			f.reply(settled, nodeReply{node: i, reply: r.Reply, err: r.Err, took: time.Since(begun)})
-		}})
+		f.calls[i] = batchedCall{f: f, node: i}
+		nd.io.Submit(nodeio.Call{Ctx: f.ctx, IO: f.io, Timeout: f.timeout, Op: f.op, Reply: &f.calls[i]})
 	default:
 		go f.callAfter(i, nd, settled, after)
 	}
+}
+
+// batchedCall is node i's call of a fan-out through the node's pipe: it
+// takes the reply.
+type batchedCall struct {
+	f    *fan
+	node int
+}
+
+func (b *batchedCall) Reply(r nodeio.Result) {
+	f := b.f
+	f.reply(f.settled, nodeReply{node: b.node, reply: r.Reply, err: r.Err, took: time.Since(f.deadline.Add(-f.timeout))})
 }
 
 // callAfter makes node i's call once the node's call before has returned
@@ -286,14 +322,16 @@ func (f *fan) reply(settled settlement, r nodeReply) {
 	c.calls.done()
 	c.noteReply(r.node, r.err, r.took, f.timeout)
 	if r.err == nil && !c.idents.all.Load() {
-		// Waited for here, not in the pipe, which runs the node's next calls.
-		go func() {
+		// Waited for here, not in the pipe, which runs the node's next
+		// calls. (r is passed, not captured: a capture would move every
+		// reply to the heap.)
+		go func(r nodeReply) {
 			if r.err = c.awaitIdentity(r.node, f.deadline); r.err == nil {
 				r.err = c.refusedNode(r.node)
 			}
 			c.noteMisconfigured(f.ctx, r.node, r.reply.Held, r.err)
 			f.deliver(r)
-		}()
+		}(r)
 		return
 	}
 	if r.err == nil {
@@ -308,6 +346,7 @@ func (f *fan) deliver(r nodeReply) {
 	f.replies <- r
 	if f.running.Add(-1) == 0 {
 		f.cancel() // every call has returned: free the timers
+		f.cancelIO()
 	}
 }
 

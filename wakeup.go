@@ -143,7 +143,7 @@ func (c *Client) sendOne(i int, op nodeOp, timeout time.Duration) {
 		c.calls.done()
 	}
 	if n := c.nodes[i].io; n.Batched() {
-		n.Submit(nodeio.Call{Ctx: ctx, IO: ctx, Timeout: timeout, Op: op, Reply: reply})
+		n.Submit(nodeio.Call{Ctx: ctx, IO: ctx, Timeout: timeout, Op: op, Reply: nodeio.ReplyFunc(reply)})
 		return
 	}
 	go func() { reply(c.nodes[i].io.Run(ctx, op, timeout)) }()

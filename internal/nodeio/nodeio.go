@@ -37,6 +37,24 @@ type Op struct {
 	// Takes: the op may take a key that was not ours (an acquire, a
 	// hand-off); see nextBatch
 	Takes bool
+	// evalsha is the op's EVALSHA, built once for every node (Share)
+	evalsha transport.Cmd
+}
+
+// Share builds op's EVALSHA once, for every node it is sent to: a
+// command is only read on its way to a node, so the nodes' calls share
+// it rather than each building (and boxing the keys of) its own.
+func (op *Op) Share() {
+	op.evalsha = op.Script.eval(false, op.Keys, op.Args)
+}
+
+// cmd is op's command: EVAL, with the script's text, when text; else its
+// EVALSHA, the shared one when built (Share).
+func (op *Op) cmd(text bool) transport.Cmd {
+	if !text && op.evalsha != nil {
+		return op.evalsha
+	}
+	return op.Script.eval(text, op.Keys, op.Args)
 }
 
 // Shape is the form of a script's reply: each is decoded once, here, into
@@ -281,12 +299,12 @@ func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool) []trans
 		cmds = make([]transport.Cmd, 0, len(ops)+1)
 	}
 	if only == nil {
-		for _, op := range ops {
-			cmds = append(cmds, op.Script.eval(!n.has(op.Script), op.Keys, op.Args))
+		for i := range ops {
+			cmds = append(cmds, ops[i].cmd(!n.has(ops[i].Script)))
 		}
 	} else {
 		for _, i := range only {
-			cmds = append(cmds, ops[i].Script.eval(true, ops[i].Keys, ops[i].Args))
+			cmds = append(cmds, ops[i].cmd(true))
 		}
 	}
 	if ack {
@@ -346,16 +364,27 @@ func (op Op) decode(v []int64) (Reply, error) {
 	return rep, nil
 }
 
-// Call is one op on its way to one node; Reply is called once with the
-// result. Ctx is the operation's (see LateIO); IO is what the call runs
-// under once sent, for up to Timeout.
+// Call is one op on its way to one node; Reply's Reply is called once
+// with the result. Ctx is the operation's (see LateIO); IO is what the
+// call runs under once sent, for up to Timeout.
 type Call struct {
 	Ctx     context.Context
 	IO      context.Context
 	Timeout time.Duration
 	Op      Op
-	Reply   func(Result)
+	Reply   Replier
 }
+
+// Replier takes a call's result. An interface rather than a func, so that
+// a fan-out's calls reply to parts of its own allocation rather than each
+// to a closure of its own.
+type Replier interface{ Reply(Result) }
+
+// ReplyFunc is a func as a Replier.
+type ReplyFunc func(Result)
+
+// Reply calls f(r).
+func (f ReplyFunc) Reply(r Result) { f(r) }
 
 // LateIO is what a call whose operation ended (ctx) before it was sent
 // runs under, and whether it is sent at all. A write of a hold that can no

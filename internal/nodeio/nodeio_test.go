@@ -3,9 +3,11 @@ package nodeio
 import (
 	"context"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quorumlock/redlock/transport"
 )
@@ -108,4 +110,61 @@ func TestResult(t *testing.T) {
 			t.Errorf("%s: a reply not of its shape holds", tt.name)
 		}
 	}
+}
+// oneNode answers every command 1, at once, and notes the goroutine that
+// sent it.
+type oneNode struct{ senders chan string }
+
+func (n oneNode) Do(_ context.Context, cmds []transport.Cmd, replies []transport.Reply) {
+	n.senders <- goroutine()
+	for i := range cmds {
+		replies[i] = transport.Reply{Val: int64(1)}
+	}
+}
+
+func (oneNode) PubSub() transport.PubSub { return nil }
+func (oneNode) Info() transport.Info     { return transport.Info{} }
+
+// goroutine is the calling goroutine's number, from its stack's header.
+func goroutine() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	return strings.Fields(string(buf))[1]
+}
+
+// TestPipe_senderLingers: a call made soon after the node's last one
+// (within linger) is sent by the same sender goroutine, which ends once
+// nothing came for linger. Every call used to start a goroutine of its
+// own, whose start and stack growth cost about as much as the library's
+// own work per call.
+func TestPipe_senderLingers(t *testing.T) {
+	n := New(oneNode{senders: make(chan string, 2)}, Ack{}, true)
+	send := func() string {
+		done := make(chan Result, 1)
+		n.Submit(Call{Ctx: context.Background(), IO: context.Background(), Timeout: time.Minute,
+			Op:    Op{Script: NewScript("return 1"), Keys: []string{"k"}},
+			Reply: ReplyFunc(func(r Result) { done <- r })})
+		if r := <-done; r.Err != nil || !r.Reply.Held {
+			t.Fatalf("reply %+v, want 1", r)
+		}
+		return <-n.T.(oneNode).senders
+	}
+	if first, second := send(), send(); first != second {
+		t.Errorf("the second call was sent by goroutine %s, the first by %s: want one sender", second, first)
+	}
+	for deadline := time.Now().Add(10 * time.Second); senders() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sender still runs 10 s after the last call (linger %v)", linger)
+		}
+	}
+	if _, busy := n.Queued(); busy {
+		t.Error("the pipe is busy with no call")
+	}
+}
+
+// senders counts the goroutines in a pipe's sender.
+func senders() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "nodeio.(*pipe).drain")
 }

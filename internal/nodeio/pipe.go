@@ -16,13 +16,24 @@ type pipe struct {
 	out      map[string]int // the keys of the acquires and hand-offs being sent, by every sender: see nextBatch
 	sender   uint64         // which sender is the current one
 	deadline time.Time      // of the batch in flight; zero when it has none
+	idle     bool           // the sender waits for a call (see linger)
+	wake     chan struct{}  // Submit's word to the idle sender
+	timer    *time.Timer    // ends the idle sender's wait
 }
+
+// linger is how long a sender whose queue has emptied waits for the next
+// call before it ends: a call made meanwhile is handed to it rather than
+// to a new goroutine, whose start (and stack growth through the client's
+// code) costs about as much as the rest of the call's work in the
+// library. A Client has no Close: an idle sender ends by itself.
+var linger = 100 * time.Millisecond
 
 // Submit queues c for the node's pipe (the node must be batched). It never
 // blocks: the first call on an idle node starts a sender goroutine, which
-// sends what queues behind it and ends when the queue is empty. A send
-// past its deadline (a hung connection) does not hold up the calls behind
-// it: the next call starts a new sender.
+// sends what queues behind it and, once the queue is empty, waits for the
+// next call (linger) and then ends. A send past its deadline (a hung
+// connection) does not hold up the calls behind it: the next call starts
+// a new sender.
 func (n *Node) Submit(c Call) {
 	p := n.p
 	p.mu.Lock()
@@ -32,7 +43,13 @@ func (n *Node) Submit(c Call) {
 		return
 	}
 	p.busy = true
-	p.deadline = time.Time{} // until the new sender takes its batch
+	p.deadline = time.Time{} // until the sender takes its batch
+	if p.idle {
+		p.idle = false
+		p.mu.Unlock()
+		p.wake <- struct{}{} // never blocks: one word per wait
+		return
+	}
 	p.sender++
 	id := p.sender
 	p.mu.Unlock()
@@ -65,8 +82,12 @@ func (p *pipe) drain(id uint64) {
 			// an overdue send, whose end drains the queue again.
 			p.spare = batch
 			p.busy = false
+			if len(p.queue) > 0 || !p.await() {
+				p.mu.Unlock()
+				return
+			}
 			p.mu.Unlock()
-			return
+			continue
 		}
 		p.keysOut(batch)
 		p.deadline = sendDeadline(batch)
@@ -86,6 +107,36 @@ func (p *pipe) drain(id uint64) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// await waits, idle, up to linger for Submit to hand the sender a call,
+// and reports whether it did. Called with p.mu held, which it gives up
+// while it waits.
+func (p *pipe) await() bool {
+	p.idle = true
+	if p.wake == nil {
+		p.wake = make(chan struct{}, 1)
+		p.timer = time.NewTimer(linger)
+	} else {
+		p.timer.Reset(linger)
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.wake:
+		p.timer.Stop()
+		p.mu.Lock()
+		return true
+	case <-p.timer.C:
+	}
+	p.mu.Lock()
+	if p.idle { // nothing came
+		p.idle = false
+		return false
+	}
+	p.mu.Unlock()
+	<-p.wake // handed a call as the wait ended: its word is on its way
+	p.mu.Lock()
+	return true
 }
 
 // keysOut counts the keys of the calls of batch that take a key as out:
@@ -116,7 +167,7 @@ func (p *pipe) answer(c Call, r Result) {
 		}
 		p.mu.Unlock()
 	}
-	c.Reply(r)
+	c.Reply.Reply(r)
 }
 
 // nextBatch splits queue into the calls sent next, as one pipeline, and
