@@ -710,7 +710,9 @@ func TestClient_Acquire_majorityDownIsNotStormed(t *testing.T) {
 	waiter := mustNew(t, nodes, redlock.WithObserver(rec), redlock.WithNodeTimeout(100*time.Millisecond))
 	holder := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Minute)
 	redlock.WaitSettled(holder)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// The 2 s run from the cut: getting to listen may take longer on a
+	// loaded machine.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
@@ -721,6 +723,7 @@ func TestClient_Acquire_majorityDownIsNotStormed(t *testing.T) {
 	waitFor(t, "the waiter to listen", func() bool { return calls.n.Load() >= 2 })
 	links[1].setDelay(time.Minute)
 	links[2].setDelay(time.Minute)
+	defer time.AfterFunc(2*time.Second, cancel).Stop()
 	_ = holder.Release(context.Background()) // heard by the waiter: it tries again at once, and again
 	mustNotAcquire(t, <-done)
 	got := rec.seen(redlock.OpAcquire)
@@ -748,7 +751,8 @@ func TestClient_Acquire_majorityDownIsNotStormedByItsOwnCleanup(t *testing.T) {
 	reader := mustNew(t, nodes, redlock.WithObserver(rec), redlock.WithNodeTimeout(100*time.Millisecond))
 	writer := mustTryAcquire(t, c.client(t), context.Background(), "k", time.Minute, redlock.ForWrite())
 	redlock.WaitSettled(writer)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// The 2 s run from the cut, as above.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
@@ -767,6 +771,7 @@ func TestClient_Acquire_majorityDownIsNotStormedByItsOwnCleanup(t *testing.T) {
 			link.setDelay(time.Minute)
 		}
 	}
+	defer time.AfterFunc(2*time.Second, cancel).Stop()
 	c.servers[h].Del("k") // the writer's key is gone from the node left
 	mustNotAcquire(t, <-done)
 	got := rec.seen(redlock.OpAcquire)

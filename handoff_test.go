@@ -763,34 +763,12 @@ func TestClient_Acquire_remoteWaiterGetsItThroughHandOffs(t *testing.T) {
 // redis-cli SUBSCRIBE) does not keep a Client's goroutines waiting after
 // every run of hand-offs: once the wait for it would pass a second, it is
 // not waited for. With the wait doubling for it without end, four
-// goroutines took the key about 10 times a second instead of 700.
+// goroutines took the key about 10 times a second instead of 700: a run
+// of 13 takes (12 hand-offs and a contended acquire) then waits 2^k ms
+// after the k-th, and 260 takes wait 2^20 ms for the last run (17 min).
 func TestClient_Acquire_listenerThatNeverTries(t *testing.T) {
 	c := newCluster(t, 3)
 	local := c.client(t)
-	churn := func(d time.Duration) int64 {
-		ctx, stop := context.WithTimeout(context.Background(), d)
-		defer stop()
-		var wg sync.WaitGroup
-		var held atomic.Int64
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					lock, err := local.Acquire(ctx, "k", time.Second)
-					if err != nil {
-						continue
-					}
-					held.Add(1)
-					time.Sleep(time.Millisecond)
-					_ = lock.Release(context.Background())
-				}
-			}()
-		}
-		wg.Wait()
-		return held.Load()
-	}
-	alone := churn(2 * time.Second)
 	for _, s := range c.servers {
 		sub := redis.NewClient(&redis.Options{Addr: s.Addr()}).Subscribe(context.Background(), "{k}:released")
 		if _, err := sub.Receive(context.Background()); err != nil {
@@ -798,12 +776,34 @@ func TestClient_Acquire_listenerThatNeverTries(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = sub.Close() })
 	}
-	// The first second or so goes on the doubling waits; the rest at the
-	// pace of nobody waiting.
-	listened := churn(6 * time.Second)
-	t.Logf("alone %d, listened %d", alone, listened)
-	if listened < alone {
-		t.Fatalf("4 goroutines took the key %d times in 6 s beside a listener that never tries, %d times in 2 s alone", listened, alone)
+	// The first second or so of waits goes on the doubling; then the
+	// takes come at the pace of nobody waiting. The minute only ends a
+	// run that waits for the listener without end.
+	const takes = 260
+	ctx, stop := context.WithTimeout(context.Background(), time.Minute)
+	defer stop()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var held atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && held.Load() < takes {
+				lock, err := local.Acquire(ctx, "k", time.Second)
+				if err != nil {
+					continue
+				}
+				held.Add(1)
+				time.Sleep(time.Millisecond)
+				_ = lock.Release(context.Background())
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d takes in %v", held.Load(), time.Since(start).Round(time.Millisecond))
+	if held.Load() < takes {
+		t.Fatalf("4 goroutines took the key %d times in a minute beside a listener that never tries, want %d", held.Load(), takes)
 	}
 }
 

@@ -931,12 +931,12 @@ func TestOutcomeKnown_slowNodesNotWaited(t *testing.T) {
 	for _, batching := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			c := newCluster(t, 5)
-			// Each call lands, but its reply comes late: as from a node
+			// Each call lands, but its reply is held: as from a node
 			// frozen right after it read the call.
-			frozen := []*delayHook{{after: true}, {after: true}}
+			frozen := []*replyGate{{}, {}}
 			addHook(t, c.clients[3], frozen[0])
 			addHook(t, c.clients[4], frozen[1])
-			const nodeTimeout = 2 * time.Second
+			const nodeTimeout = 10 * time.Second
 			rc := c.client(t, redlock.WithBatching(batching), redlock.WithNodeTimeout(nodeTimeout))
 			ctx := context.Background()
 			lock := mustTryAcquire(t, rc, ctx, "mine", time.Minute)
@@ -944,28 +944,31 @@ func TestOutcomeKnown_slowNodesNotWaited(t *testing.T) {
 			for _, s := range c.servers[:3] {
 				s.Set("theirs", "another holder")
 			}
-			// Slow, not dead: each reply within the node timeout, so that
+			// Slow, not dead: their replies are held until the attempt and
+			// the Release have returned, within the node timeout, so that
 			// the calls finish in the background (a call past its timeout
-			// is dropped, and its key expires with the ttl).
+			// is dropped, and its key expires with the ttl). Waiting for
+			// them would take the whole node timeout.
 			for _, f := range frozen {
-				f.by.Store(int64(nodeTimeout / 2))
+				f.shut()
+				defer f.reopen()
 			}
 
 			start := time.Now()
 			_, err := rc.TryAcquire(ctx, "theirs", time.Minute)
 			mustNotAcquire(t, err)
-			if took := time.Since(start); took > nodeTimeout/4 {
+			if took := time.Since(start); took >= nodeTimeout {
 				t.Fatalf("the failed attempt took %v: it waited for the frozen nodes", took)
 			}
 			start = time.Now()
 			if err := lock.Release(ctx); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
-			if took := time.Since(start); took > nodeTimeout/4 {
+			if took := time.Since(start); took >= nodeTimeout {
 				t.Fatalf("Release took %v: it waited for the frozen nodes", took)
 			}
 			for _, f := range frozen {
-				f.by.Store(0)
+				f.reopen()
 			}
 			// In the background, each frozen node got the attempt's SET
 			// and then its delete, and the release's delete.
@@ -1062,31 +1065,68 @@ func TestLock_Release_waitsForARecoveredNode(t *testing.T) {
 
 // delayHook holds every command or pipeline of its client for by before
 // sending it, as a slow link would.
-type delayHook struct {
-	by    atomic.Int64
-	after bool // hold the reply rather than the command
-}
+type delayHook struct{ by atomic.Int64 }
 
 func (h *delayHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.after {
-			defer time.Sleep(time.Duration(h.by.Load()))
-		} else {
-			time.Sleep(time.Duration(h.by.Load()))
-		}
+		time.Sleep(time.Duration(h.by.Load()))
 		return next(ctx, cmd)
 	}
 }
 
 func (h *delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.after {
-			defer time.Sleep(time.Duration(h.by.Load()))
-		} else {
-			time.Sleep(time.Duration(h.by.Load()))
-		}
+		time.Sleep(time.Duration(h.by.Load()))
+		return next(ctx, cmds)
+	}
+}
+
+// replyGate holds its node's replies while shut: each call lands, and its
+// reply waits for reopen.
+type replyGate struct {
+	mu   sync.Mutex
+	open chan struct{} // closed by reopen; nil while not shut
+}
+
+func (g *replyGate) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.open = make(chan struct{})
+}
+
+// reopen lets the held replies go, and the next ones through.
+func (g *replyGate) reopen() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open != nil {
+		close(g.open)
+		g.open = nil
+	}
+}
+
+func (g *replyGate) hold() {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	if open != nil {
+		<-open
+	}
+}
+
+func (g *replyGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *replyGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		defer g.hold()
+		return next(ctx, cmd)
+	}
+}
+
+func (g *replyGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		defer g.hold()
 		return next(ctx, cmds)
 	}
 }

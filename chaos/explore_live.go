@@ -23,8 +23,9 @@ import (
 //     faultEffect);
 //   - the CPU is starved no more than the explorer starves it (one
 //     processor, at most two goroutines spinning: their cost is in the
-//     round trip), and the process's own stalls (see stallWatch) lengthen
-//     the bound by as long as they last;
+//     round trip), and what the machine took from the process, as
+//     measured during the run (see delayed), lengthens the bound: a bound
+//     is of the time the process ran;
 //   - the key is free: no other step holds it, waits for it, or may have
 //     left a key on the nodes (see occupancy).
 //
@@ -332,16 +333,18 @@ func quorumRTT(iv interval, good []interval, rtts []time.Duration) time.Duration
 	return m
 }
 
-// stalledOutsideStarving is how long the process stalled over iv, but
-// for the windows in which the explorer starved it on purpose (what those
-// cost is in the round trip).
-func (h *history) stalledOutsideStarving(iv interval) time.Duration {
+// delayed is how long the machine kept the process from running over iv,
+// as measured during the run: the stalls the stall watcher saw, but in the
+// windows in which the explorer starved the CPU on purpose (which stall
+// every wake-up: what the starvation itself costs is in the round trip),
+// and in those the time the process's processor did not run (lost).
+func (h *history) delayed(iv interval) time.Duration {
 	d := h.stalls.within(iv.from, iv.to)
 	for _, sp := range h.spans {
 		if h.schedule.Faults[sp.fault].Kind == "starve" {
 			from, to := later(iv.from, sp.from), earlier(iv.to, sp.to)
 			if to.After(from) {
-				d -= h.stalls.within(from, to)
+				d += lost(sp.ran, from, to) - h.stalls.within(from, to)
 			}
 		}
 	}
@@ -448,11 +451,10 @@ func (h *history) acquireLive(w *hold) (Violation, bool) {
 		for _, s := range complement(w.called, end, union(rule.bad)) {
 			rtt := quorumRTT(s, good, rtts)
 			busy := h.busy(w, s)
-			b := satAdd(liveBound(h.clientTimeout(w), rtt, busy, h.retryMax(w)), rule.grace)
-			bound := b
-			for range 3 { // the stalls within the bound lengthen it
-				bound = satAdd(b, h.stalledOutsideStarving(interval{s.from, addTime(s.from, bound)}))
-			}
+			// the bound is of the time the process ran: what the machine
+			// took from it over the stretch lengthens the bound
+			delay := h.delayed(s)
+			bound := satAdd(satAdd(liveBound(h.clientTimeout(w), rtt, busy, h.retryMax(w)), rule.grace), delay)
 			if s.to.Sub(s.from) <= bound {
 				continue
 			}
@@ -464,9 +466,9 @@ func (h *history) acquireLive(w *hold) (Violation, bool) {
 			if busy {
 				n *= 2
 			}
-			return Violation{checkLiveness, fmt.Sprintf("%s waited from %s; from %s a quorum of nodes answered it within %s with %s, for %v, more than the bound %v (1s + %d node timeouts of %v + %d round trips of %v + retry %v%s), and it %s",
+			return Violation{checkLiveness, fmt.Sprintf("%s waited from %s; from %s a quorum of nodes answered it within %s with %s, for %v, more than the bound %v (1s + %d node timeouts of %v + %d round trips of %v + retry %v%s + %v the machine delayed this process, as measured), and it %s",
 				h.name(w), h.at(w.called), h.at(s.from), quarterOf(ttl), rule.name, s.to.Sub(s.from).Round(time.Millisecond), bound.Round(time.Millisecond),
-				liveTimeouts, h.clientTimeout(w), n, rtt, h.retryMax(w), graceNote(rule.grace, bound-b), outcome)}, false
+				liveTimeouts, h.clientTimeout(w), n, rtt, h.retryMax(w), churnNote(rule.grace), delay.Round(time.Millisecond), outcome)}, false
 		}
 	}
 	return Violation{}, true
@@ -487,15 +489,11 @@ func quarterOf(ttl time.Duration) string {
 	return (ttl / 4).String()
 }
 
-func graceNote(grace, stalled time.Duration) string {
-	s := ""
+func churnNote(grace time.Duration) string {
 	if grace > 0 {
-		s += fmt.Sprintf(" + %v for a churn", grace)
+		return fmt.Sprintf(" + %v for a churn", grace)
 	}
-	if stalled > 0 {
-		s += fmt.Sprintf(" + %v this process stalled", stalled.Round(time.Millisecond))
-	}
-	return s
+	return ""
 }
 
 // tryLive applies the TryAcquire rule to w, a TryAcquire without a

@@ -101,15 +101,15 @@ func TestHistory_liveness_acquire(t *testing.T) {
 		{"held by another until 4 s", liveHistory(2, nil, nil, holder(1, "a", 0, 4000), waiter(0, "a", 10, 5000, true)), false},
 		{"held until 2 s, then free for 3 s", liveHistory(2, nil, nil, holder(1, "a", 0, 2000), waiter(0, "a", 10, 5000, false)), true},
 		{"held on another key", liveHistory(2, nil, nil, holder(1, "b", 0, 5000), waiter(0, "a", 10, 5000, false)), true},
-		{"a majority frozen throughout", liveHistory(1, freeze[:1], []faultSpan{{0, tms(-1), tms(6000)}}, waiter(0, "a", 0, 5000, false)), false},
-		{"a minority frozen throughout", liveHistory(1, freeze[1:], []faultSpan{{0, tms(-1), tms(6000)}}, waiter(0, "a", 0, 5000, false)), true},
-		{"a majority frozen until 3.5 s (back at 4 s)", liveHistory(1, freeze[:1], []faultSpan{{0, tms(-1), tms(3500)}}, waiter(0, "a", 0, 5000, false)), false},
-		{"a majority frozen until 1 s", liveHistory(1, freeze[:1], []faultSpan{{0, tms(-1), tms(1000)}}, waiter(0, "a", 0, 5000, false)), true},
+		{"a majority frozen throughout", liveHistory(1, freeze[:1], []faultSpan{{fault: 0, from: tms(-1), to: tms(6000)}}, waiter(0, "a", 0, 5000, false)), false},
+		{"a minority frozen throughout", liveHistory(1, freeze[1:], []faultSpan{{fault: 0, from: tms(-1), to: tms(6000)}}, waiter(0, "a", 0, 5000, false)), true},
+		{"a majority frozen until 3.5 s (back at 4 s)", liveHistory(1, freeze[:1], []faultSpan{{fault: 0, from: tms(-1), to: tms(3500)}}, waiter(0, "a", 0, 5000, false)), false},
+		{"a majority frozen until 1 s", liveHistory(1, freeze[:1], []faultSpan{{fault: 0, from: tms(-1), to: tms(1000)}}, waiter(0, "a", 0, 5000, false)), true},
 		// a round trip of 200 ms, within a quarter of the ttl: the bound is 2.84 s
-		{"a slow network, 4.5 s", liveHistory(1, slow(100), []faultSpan{{0, tms(-1), tms(6000)}}, waiter(0, "a", 0, 4500, false)), true},
-		{"a slow network, 2.5 s", liveHistory(1, slow(100), []faultSpan{{0, tms(-1), tms(6000)}}, waiter(0, "a", 0, 2500, false)), false},
-		{"a network too slow for the ttl", liveHistory(1, slow(200), []faultSpan{{0, tms(-1), tms(9000)}}, waiter(0, "a", 0, 9000, false)), false},
-		{"a network too slow until 6 s (what was sent lands until 6.4 s)", liveHistory(1, slow(200), []faultSpan{{0, tms(-1), tms(6000)}}, waiter(0, "a", 0, 9000, false)), true},
+		{"a slow network, 4.5 s", liveHistory(1, slow(100), []faultSpan{{fault: 0, from: tms(-1), to: tms(6000)}}, waiter(0, "a", 0, 4500, false)), true},
+		{"a slow network, 2.5 s", liveHistory(1, slow(100), []faultSpan{{fault: 0, from: tms(-1), to: tms(6000)}}, waiter(0, "a", 0, 2500, false)), false},
+		{"a network too slow for the ttl", liveHistory(1, slow(200), []faultSpan{{fault: 0, from: tms(-1), to: tms(9000)}}, waiter(0, "a", 0, 9000, false)), false},
+		{"a network too slow until 6 s (what was sent lands until 6.4 s)", liveHistory(1, slow(200), []faultSpan{{fault: 0, from: tms(-1), to: tms(6000)}}, waiter(0, "a", 0, 9000, false)), true},
 	} {
 		got := checksOf(tt.h.liveness())
 		if tt.failed != (len(got) > 0) {
@@ -192,8 +192,8 @@ func TestHistory_liveness_try(t *testing.T) {
 		{"a deadline", liveHistory(1, nil, nil, first, func() *hold { x := try("a", 100); x.st.Wait = ms(1); return x }()), false},
 		{"the key held", liveHistory(2, nil, nil, first, holder(1, "a", 50, 150), try("a", 100)), false},
 		{"a failed acquire's key may be left", liveHistory(2, nil, nil, first, waiter(1, "a", 20, 80, false), try("a", 100)), false},
-		{"a minority frozen", liveHistory(1, []planFault{{Kind: "freeze", Nodes: []int{2}}}, []faultSpan{{0, tms(50), tms(200)}}, first, try("a", 100)), true},
-		{"a majority slow", liveHistory(1, []planFault{{Kind: "slow", Nodes: []int{0, 2}, Latency: ms(30)}}, []faultSpan{{0, tms(50), tms(200)}}, first, try("a", 100)), false},
+		{"a minority frozen", liveHistory(1, []planFault{{Kind: "freeze", Nodes: []int{2}}}, []faultSpan{{fault: 0, from: tms(50), to: tms(200)}}, first, try("a", 100)), true},
+		{"a majority slow", liveHistory(1, []planFault{{Kind: "slow", Nodes: []int{0, 2}, Latency: ms(30)}}, []faultSpan{{fault: 0, from: tms(50), to: tms(200)}}, first, try("a", 100)), false},
 	} {
 		got := checksOf(tt.h.liveness())
 		if tt.failed != reflect.DeepEqual(got, []string{checkLiveness}) {
@@ -215,7 +215,7 @@ func TestHistory_liveness_starved(t *testing.T) {
 	faults := []planFault{{Kind: "starve", Busy: 1}}
 	w := waiter(0, "a", 0, 2000, false)
 	w.st.TTL = ms(500)
-	h := liveHistory(1, faults, []faultSpan{{0, tms(-1), tms(3000)}}, w)
+	h := liveHistory(1, faults, []faultSpan{{fault: 0, from: tms(-1), to: tms(3000)}}, w)
 	if got := h.liveness(); len(got) != 1 || !strings.Contains(got[0].Detail, "bound 1.94s") {
 		t.Fatalf("starved, no lock for 2 s: %v", got)
 	}
@@ -223,5 +223,44 @@ func TestHistory_liveness_starved(t *testing.T) {
 	h.schedule.Faults[0].Busy = 2
 	if got := h.liveness(); len(got) != 0 {
 		t.Fatalf("starved beyond the bound: %v", got)
+	}
+
+	// What the machine took from the starved process, as measured,
+	// lengthens the bound; the stall watcher's stalls in the starved window
+	// do not: a starved process stalls at every wake-up.
+	h.schedule.Faults[0].Busy = 1
+	ran := func(rate float64) []cpuMark {
+		var marks []cpuMark
+		for at := 0; at <= 3000; at += 20 {
+			marks = append(marks, cpuMark{tms(at), time.Duration(rate * float64(at) * float64(time.Millisecond))})
+		}
+		return marks
+	}
+	h.stalls = &stallWatch{spans: [][2]time.Time{{tms(-1), tms(3000)}}}
+	h.spans[0].ran = ran(1)
+	if got := h.liveness(); len(got) != 1 || !strings.Contains(got[0].Detail, "bound 1.94s") || !strings.Contains(got[0].Detail, "+ 0s the machine delayed this process") {
+		t.Fatalf("starved, running all along, no lock for 2 s: %v", got)
+	}
+	h.spans[0].ran = ran(0.5)
+	if got := h.liveness(); len(got) != 0 {
+		t.Fatalf("starved, running half the time (1 s of the 2 s lost), no lock for 2 s: %v", got)
+	}
+	w.returned, w.finished = tms(4500), tms(4500)
+	if got := h.liveness(); len(got) != 1 || !strings.Contains(got[0].Detail, "bound 3.44s") || !strings.Contains(got[0].Detail, "+ 1.5s the machine delayed this process") {
+		t.Fatalf("starved until 3 s, running half the time, no lock for 4.5 s: %v", got)
+	}
+}
+
+func TestLost(t *testing.T) {
+	d := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	// 50 ms lost in the first 100 ms, none in the next; more processor
+	// time than wall time (other threads) makes up for nothing
+	marks := []cpuMark{{tms(0), 0}, {tms(100), d(50)}, {tms(200), d(150)}, {tms(300), d(260)}}
+	for _, tt := range []struct {
+		from, to, want int
+	}{{0, 300, 50}, {50, 150, 25}, {100, 300, 0}, {-100, 50, 25}, {400, 500, 0}} {
+		if got := lost(marks, tms(tt.from), tms(tt.to)); got != d(tt.want) {
+			t.Errorf("lost over [%d, %d] = %v, want %v", tt.from, tt.to, got, tt.want)
+		}
 	}
 }

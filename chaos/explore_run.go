@@ -403,6 +403,7 @@ type runner struct {
 type faultSpan struct {
 	fault    int
 	from, to time.Time
+	ran      []cpuMark // a starved CPU's: the process's processor time through it
 }
 
 // clientOptions are the options of a Client of the plan: the explorer's
@@ -806,9 +807,10 @@ func (r *runner) inject(ctx context.Context, i int, f planFault, applied chan<- 
 	l := r.lane
 	ctx = context.WithoutCancel(ctx) // a fault is always undone
 	from := time.Now()
+	var ran []cpuMark
 	defer func() {
 		r.mu.Lock()
-		r.spans = append(r.spans, faultSpan{fault: i, from: from, to: time.Now()})
+		r.spans = append(r.spans, faultSpan{fault: i, from: from, to: time.Now(), ran: ran})
 		r.mu.Unlock()
 	}()
 	inPlace := func() {
@@ -918,7 +920,11 @@ func (r *runner) inject(ctx context.Context, i int, f planFault, applied chan<- 
 				spin(&stop)
 			}()
 		}
+		first, quit, marks := markCPU(), make(chan struct{}), make(chan []cpuMark)
+		go func() { marks <- markCPUs(first, quit) }()
 		span()
+		close(quit)
+		ran = <-marks
 		stop.Store(true)
 		wg.Wait()
 		runtime.GOMAXPROCS(prev)

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -129,6 +130,59 @@ const stallLead = 100 * time.Millisecond
 func (w *stallWatch) explains(until, t time.Time) bool {
 	d := w.within(until.Add(-stallLead), t)
 	return d > 0 && d >= t.Sub(until)
+}
+
+// A starved CPU (the starve fault: one processor, goroutines spinning on
+// it) stalls every wake-up, so the stall watcher cannot tell there what
+// the machine took from what the explorer did. The process's processor
+// always has work then, and every moment it does not run is the machine's:
+// the fault marks the processor time the process has used every cpuTick,
+// and the wall time between two marks that the process did not run is
+// what the machine took (see lost).
+type cpuMark struct {
+	at  time.Time
+	cpu time.Duration // the process's processor time (user and system) by at
+}
+
+const cpuTick = 20 * time.Millisecond
+
+func markCPU() cpuMark {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return cpuMark{time.Now(), time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+}
+
+// markCPUs marks the processor time every cpuTick, from first until quit
+// is closed, and once more then.
+func markCPUs(first cpuMark, quit <-chan struct{}) []cpuMark {
+	t := time.NewTicker(cpuTick)
+	defer t.Stop()
+	marks := []cpuMark{first}
+	for {
+		select {
+		case <-quit:
+			return append(marks, markCPU())
+		case <-t.C:
+			marks = append(marks, markCPU())
+		}
+	}
+}
+
+// lost is how long, over [from, to], a process that had one processor's
+// work all along did not run, by the marks: between two marks, the wall
+// time less the processor time used, spread evenly over them.
+func lost(marks []cpuMark, from, to time.Time) time.Duration {
+	var d time.Duration
+	for i := 1; i < len(marks); i++ {
+		a, b := marks[i-1], marks[i]
+		wall := b.at.Sub(a.at)
+		gap := wall - (b.cpu - a.cpu)
+		lo, hi := later(a.at, from), earlier(b.at, to)
+		if gap > 0 && hi.After(lo) {
+			d += time.Duration(float64(gap) * float64(hi.Sub(lo)) / float64(wall))
+		}
+	}
+	return d
 }
 
 func later(a, b time.Time) time.Time {
