@@ -111,6 +111,7 @@ func TestResult(t *testing.T) {
 		}
 	}
 }
+
 // oneNode answers every command 1, at once, and notes the goroutine that
 // sent it.
 type oneNode struct{ senders chan string }
