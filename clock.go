@@ -1,6 +1,10 @@
 package redlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/quorumlock/redlock/internal/realclock"
+)
 
 // Clock is the source of time for the library's own rules: validity,
 // retry and wake-up waits, split-vote waits, renewal due times, hand-off
@@ -43,15 +47,15 @@ type Timer interface {
 // also realTime, the node I/O's.
 type systemClock struct{}
 
-func (systemClock) Now() time.Time                         { return time.Now() }
-func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-func (systemClock) NewTimer(d time.Duration) Timer         { return sysTimer{time.NewTimer(d)} }
+func (systemClock) Now() time.Time                         { return realclock.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return realclock.After(d) }
+func (systemClock) NewTimer(d time.Duration) Timer         { return sysTimer{realclock.NewTimer(d)} }
 
 // Since is time.Since, on the system's clock.
-func (systemClock) Since(t time.Time) time.Duration { return time.Since(t) }
+func (systemClock) Since(t time.Time) time.Duration { return realclock.Since(t) }
 
 // Until is time.Until, on the system's clock.
-func (systemClock) Until(t time.Time) time.Duration { return time.Until(t) }
+func (systemClock) Until(t time.Time) time.Duration { return realclock.Until(t) }
 
 type sysTimer struct{ *time.Timer }
 

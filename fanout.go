@@ -77,13 +77,13 @@ func (s settlement) out(i int) bool {
 // pending reports whether node i's call has neither returned nor passed
 // its deadline.
 func (s settlement) pending(i int) bool {
-	return s.out(i) && time.Now().Before(s.deadlines[i])
+	return s.out(i) && realTime.Now().Before(s.deadlines[i])
 }
 
 // overdue reports whether node i's call is still out after its deadline:
 // the node is frozen, cut off or down.
 func (s settlement) overdue(i int) bool {
-	return s.out(i) && time.Now().After(s.deadlines[i])
+	return s.out(i) && realTime.Now().After(s.deadlines[i])
 }
 
 // waitNode blocks until node i's call has returned or its deadline passed.
@@ -91,11 +91,11 @@ func (s settlement) waitNode(i int) {
 	if !s.out(i) {
 		return
 	}
-	t := time.NewTimer(time.Until(s.deadlines[i]))
+	t := realTime.NewTimer(realTime.Until(s.deadlines[i]))
 	defer t.Stop()
 	select {
 	case <-s.done[i]:
-	case <-t.C:
+	case <-t.Chan():
 	}
 }
 
@@ -106,10 +106,10 @@ func (s settlement) wait(ctx context.Context) bool {
 		if !s.out(i) {
 			continue
 		}
-		t := time.NewTimer(time.Until(s.deadlines[i]))
+		t := realTime.NewTimer(realTime.Until(s.deadlines[i]))
 		select {
 		case <-s.done[i]:
-		case <-t.C:
+		case <-t.Chan():
 		case <-ctx.Done():
 			t.Stop()
 			return false
@@ -137,7 +137,7 @@ func (s settlement) wait(ctx context.Context) bool {
 // socket), and cancels no call: that would close its connection.
 func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, skip []bool, after settlement, op nodeOp) (tally, settlement) {
 	timeout := tm.timeout
-	deadline := time.Now().Add(timeout)
+	deadline := realTime.Now().Add(timeout)
 	if !c.idents.all.Load() {
 		// First contact: the nodes' servers are identified alongside the
 		// calls (see identity.go), and a call that grants or keeps a lock
@@ -154,7 +154,7 @@ func (c *Client) fanOut(ctx context.Context, tm terms, stop func(*tally) bool, s
 	// that hangs from the start costs no more than that.
 	var unknownCut time.Time
 	if c.anyUnknown() {
-		unknownCut = time.Now().Add(min(tm.base, timeout))
+		unknownCut = realTime.Now().Add(min(tm.base, timeout))
 	}
 	if len(c.nodes) > 1 {
 		op.Share() // one command for every node
@@ -235,7 +235,7 @@ func (f *fan) send(skip []bool, after settlement) settlement {
 		if !nd.io.Batched() && after.pending(i) {
 			// This call waits for the one before; the next operation's
 			// must not give up on it before it had its own timeout.
-			settled.deadlines[i] = after.deadlines[i].Add(time.Until(f.deadline))
+			settled.deadlines[i] = after.deadlines[i].Add(realTime.Until(f.deadline))
 		}
 		if skip != nil && skip[i] {
 			// Not contacted: the node's last call is still the one
@@ -265,7 +265,7 @@ func (f *fan) call(i int, nd node, settled, after settlement) {
 		if r.Err != nil && f.ctx.Err() != nil && context.Cause(f.ctx) != errNodeTimeout {
 			r.Err = fmt.Errorf("%w: %w", errCutByCaller, r.Err)
 		}
-		f.reply(settled, nodeReply{node: i, reply: r.Reply, err: r.Err, took: time.Since(begun)})
+		f.reply(settled, nodeReply{node: i, reply: r.Reply, err: r.Err, took: realTime.Since(begun)})
 	case nd.io.Batched():
 		f.calls[i] = batchedCall{f: f, node: i}
 		nd.io.Submit(nodeio.Call{Ctx: f.ctx, IO: f.io, Timeout: f.timeout, Op: f.op, Reply: &f.calls[i]})
@@ -283,7 +283,7 @@ type batchedCall struct {
 
 func (b *batchedCall) Reply(r nodeio.Result) {
 	f := b.f
-	f.reply(f.settled, nodeReply{node: b.node, reply: r.Reply, err: r.Err, took: time.Since(f.deadline.Add(-f.timeout))})
+	f.reply(f.settled, nodeReply{node: b.node, reply: r.Reply, err: r.Err, took: realTime.Since(f.deadline.Add(-f.timeout))})
 }
 
 // callAfter makes node i's call once the node's call before has returned
@@ -297,7 +297,7 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 		defer cancelCall()
 	}
 	after.waitNode(i)
-	if err := f.ctx.Err(); err != nil && time.Now().Before(f.deadline) {
+	if err := f.ctx.Err(); err != nil && realTime.Now().Before(f.deadline) {
 		// The caller gave up while this call waited: see lateIO. (Past
 		// the node timeout, the call before took it all; this has its own.)
 		late, cancelLate, send := nodeio.LateIO(f.op, callIO, f.timeout)
@@ -308,9 +308,9 @@ func (f *fan) callAfter(i int, nd node, settled, after settlement) {
 		defer cancelLate()
 		callIO = late
 	}
-	sent := time.Now()
+	sent := realTime.Now()
 	r := nd.io.Run(callIO, f.op, f.timeout)
-	f.reply(settled, nodeReply{node: i, reply: r.Reply, err: r.Err, took: time.Since(sent)})
+	f.reply(settled, nodeReply{node: i, reply: r.Reply, err: r.Err, took: realTime.Since(sent)})
 }
 
 // reply takes node i's reply (r): it settles the node's call, notes what
@@ -361,9 +361,9 @@ func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*
 	var grace <-chan time.Time // set once the outcome is known
 	var cut <-chan time.Time
 	if !unknownCut.IsZero() {
-		timer := time.NewTimer(time.Until(unknownCut))
+		timer := realTime.NewTimer(realTime.Until(unknownCut))
 		defer timer.Stop()
-		cut = timer.C
+		cut = timer.Chan()
 	}
 	for received := 0; received < n; {
 		if stop != nil && stop(&t) {
@@ -371,9 +371,9 @@ func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*
 			return t
 		}
 		if grace == nil && !t.graceEnd.IsZero() {
-			timer := time.NewTimer(time.Until(t.graceEnd))
+			timer := realTime.NewTimer(realTime.Until(t.graceEnd))
 			defer timer.Stop()
-			grace = timer.C
+			grace = timer.Chan()
 		}
 		select {
 		case r := <-replies:
@@ -440,7 +440,7 @@ func (c *Client) usualReply() time.Duration {
 }
 
 func newTally(n int, timed bool) tally {
-	t := tally{answers: make([]answer, n), replies: make([]nodeio.Reply, n), begun: time.Now()}
+	t := tally{answers: make([]answer, n), replies: make([]nodeio.Reply, n), begun: realTime.Now()}
 	if timed {
 		t.took = make([]time.Duration, n)
 	}
@@ -454,10 +454,10 @@ func (t *tally) record(c *Client, r nodeReply) {
 		return
 	}
 	if t.took != nil {
-		t.took[r.node] = time.Since(t.begun)
+		t.took[r.node] = realTime.Since(t.begun)
 	}
 	if r.err == nil && !r.skipped {
-		t.lastAt = time.Since(t.begun)
+		t.lastAt = realTime.Since(t.begun)
 	}
 	// With an error, the script's reply when it ran and its replicas did
 	// not confirm it (WithReplicaAck); zero otherwise.
@@ -510,7 +510,7 @@ func (t *tally) failFailing(c *Client) {
 		}
 		if last := c.failing[i].Load(); last != nil {
 			if t.took != nil {
-				t.took[i] = time.Since(t.begun)
+				t.took[i] = realTime.Since(t.begun)
 			}
 			t.fail(c, i, fmt.Errorf("not waited for, failing since its last call: %w", *last))
 		}

@@ -161,10 +161,10 @@ func withGrace(stop, decided func(*tally) bool) func(*tally) bool {
 			return true
 		}
 		if t.graceEnd.IsZero() && decided(t) {
-			d := time.Since(t.begun)
+			d := realTime.Since(t.begun)
 			t.graceEnd = t.begun.Add(max(d+max(d, graceFloor), t.usual))
 		}
-		return !t.graceEnd.IsZero() && !time.Now().Before(t.graceEnd)
+		return !t.graceEnd.IsZero() && !realTime.Now().Before(t.graceEnd)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/realclock"
 )
 
 // pipe sends a node's calls, one send at a time (see the package doc).
@@ -38,7 +40,7 @@ func (n *Node) Submit(c Call) {
 	p := n.p
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
-	if p.busy && (p.deadline.IsZero() || time.Now().Before(p.deadline)) {
+	if p.busy && (p.deadline.IsZero() || realclock.Now().Before(p.deadline)) {
 		p.mu.Unlock()
 		return
 	}
@@ -116,7 +118,7 @@ func (p *pipe) await() bool {
 	p.idle = true
 	if p.wake == nil {
 		p.wake = make(chan struct{}, 1)
-		p.timer = time.NewTimer(linger)
+		p.timer = realclock.NewTimer(linger)
 	} else {
 		p.timer.Reset(linger)
 	}
@@ -274,7 +276,7 @@ func sendDeadline(batch []Call) time.Time {
 	if latest.IsZero() {
 		return latest
 	}
-	now := time.Now()
+	now := realclock.Now()
 	for _, c := range batch {
 		if d, _ := c.IO.Deadline(); !c.Op.Holds && (c.Ctx.Err() != nil || !now.Before(d)) {
 			if l := now.Add(c.Timeout); l.After(latest) {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/realclock"
 	"github.com/quorumlock/redlock/transport"
 )
 
@@ -176,7 +177,7 @@ func (s *Subscriber) run() {
 	defer close(quit) // before the Close above: the receiver stops handing on
 	s.deaf.Store(false)
 	var msgs <-chan transport.Message
-	linger := time.NewTimer(Linger)
+	linger := realclock.NewTimer(Linger)
 	defer linger.Stop()
 	for {
 		select {
@@ -229,7 +230,7 @@ func (s *Subscriber) receive(ps transport.PubSub, quit <-chan struct{}) <-chan t
 				s.deaf.Store(true)
 				failures++
 				select {
-				case <-time.After(min(time.Duration(failures)*50*time.Millisecond, time.Second)):
+				case <-realclock.After(min(time.Duration(failures)*50*time.Millisecond, time.Second)):
 				case <-quit:
 					return
 				}

@@ -12,8 +12,9 @@
 // variable, whose type is time.Duration or whose value is written in a
 // unit of time (time.Millisecond, ...). A real-time call is a call of
 // time.Now, Since, Until, After, AfterFunc, NewTimer, NewTicker, Tick or
-// Sleep, or of a context constructor that starts a timer (WithTimeout,
-// WithDeadline and their Cause forms).
+// Sleep. The context constructors that start a timer (WithTimeout,
+// WithDeadline and their Cause forms: node deadlines, real by nature) are
+// counted and shown apart.
 package main
 
 import (
@@ -30,8 +31,8 @@ import (
 type limits struct{ lines, params, total, timing, realtime int }
 
 type counts struct {
-	lines, timing, realtime int
-	bad                     int
+	lines, timing, realtime, deadlines int
+	bad                                int
 }
 
 func main() {
@@ -55,7 +56,7 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("%d lines, %d timing constants, %d real-time calls outside clock.go\n", c.lines, c.timing, c.realtime)
+	fmt.Printf("%d lines, %d timing constants, %d real-time calls outside clock.go, %d context deadlines\n", c.lines, c.timing, c.realtime, c.deadlines)
 	over := func(what string, n, limit int) {
 		if limit > 0 && n > limit {
 			fmt.Printf("%s: %d, more than %d\n", what, n, limit)
@@ -93,8 +94,12 @@ func (c *counts) check(file string, lim limits) {
 		case *ast.GenDecl:
 			c.timing += timingConstants(n, f)
 		case *ast.CallExpr:
-			if !clockFile && realTime(n) {
+			switch {
+			case clockFile:
+			case realTime(n):
 				c.realtime++
+			case contextDeadline(n):
+				c.deadlines++
 			}
 		}
 		return true
@@ -146,6 +151,12 @@ func realTime(call *ast.CallExpr) bool {
 			return true
 		}
 	}
+	return false
+}
+
+// contextDeadline reports whether call makes a context with a deadline,
+// which starts a real timer whatever the Clock (a node's socket deadline).
+func contextDeadline(call *ast.CallExpr) bool {
 	for _, fn := range []string{"WithTimeout", "WithDeadline", "WithTimeoutCause", "WithDeadlineCause"} {
 		if isSelector(call.Fun, "context", fn) {
 			return true
