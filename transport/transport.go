@@ -50,7 +50,8 @@ type Node interface {
 	// is len(cmds)). It returns once every reply is in or the client gave
 	// up on them: at ctx's deadline when Info().CutsAtDeadline, at the
 	// client's own read timeout otherwise. A call that failed sets Err of
-	// every reply it did not get.
+	// every reply it did not get. The commands are the call's own: Do (or
+	// a hook of the client's) may change them.
 	Do(ctx context.Context, cmds []Cmd, replies []Reply)
 	// PubSub returns a new pub/sub connection, made at its first
 	// Subscribe.

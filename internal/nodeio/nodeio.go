@@ -41,18 +41,21 @@ type Op struct {
 	evalsha transport.Cmd
 }
 
-// Share builds op's EVALSHA once, for every node it is sent to: a
-// command is only read on its way to a node, so the nodes' calls share
-// it rather than each building (and boxing the keys of) its own.
+// Share builds op's EVALSHA once, for every node it is sent to: the
+// nodes' calls share its boxed arguments rather than each boxing the keys
+// again.
 func (op *Op) Share() {
 	op.evalsha = op.Script.eval(false, op.Keys, op.Args)
 }
 
 // cmd is op's command: EVAL, with the script's text, when text; else its
-// EVALSHA, the shared one when built (Share).
+// EVALSHA, a copy of the shared one when built (Share). Each node gets a
+// command of its own: a client may change the one it is given (a go-redis
+// hook that prefixes keys rewrites its arguments in place), and the nodes
+// must not see each other's changes.
 func (op *Op) cmd(text bool) transport.Cmd {
 	if !text && op.evalsha != nil {
-		return op.evalsha
+		return slices.Clone(op.evalsha)
 	}
 	return op.Script.eval(text, op.Keys, op.Args)
 }

@@ -169,3 +169,43 @@ func senders() int {
 	buf = buf[:runtime.Stack(buf, true)]
 	return strings.Count(string(buf), "nodeio.(*pipe).drain")
 }
+
+// rewriter is a node whose client rewrites the keys of the commands it is
+// given in place, as a go-redis hook that prefixes keys does, and records
+// the first key of each EVALSHA it was sent, as given.
+type rewriter struct{ keys chan string }
+
+func (n rewriter) Do(_ context.Context, cmds []transport.Cmd, replies []transport.Reply) {
+	for i, cmd := range cmds {
+		if cmd[0] == "evalsha" {
+			n.keys <- cmd[3].(string)
+		}
+		cmd[3] = "t:" + cmd[3].(string)
+		replies[i] = transport.Reply{Val: int64(1)}
+	}
+}
+
+func (rewriter) PubSub() transport.PubSub { return nil }
+func (rewriter) Info() transport.Info     { return transport.Info{} }
+
+// TestOp_Share_eachNodeItsOwnCommand: an op's EVALSHA built once for every
+// node (Share) reaches each node as built, whatever another node's client
+// did to its copy. One shared command used to be handed to every node: a
+// key-prefixing hook prefixed it once per node, and the nodes stopped
+// agreeing on the key.
+func TestOp_Share_eachNodeItsOwnCommand(t *testing.T) {
+	script := NewScript("return 1")
+	nodes := []rewriter{{make(chan string, 4)}, {make(chan string, 4)}, {make(chan string, 4)}}
+	op := Op{Script: script, Keys: []string{"k"}}
+	op.Share()
+	for _, rw := range nodes {
+		n := New(rw, Ack{}, false)
+		n.Run(context.Background(), Op{Script: script, Keys: []string{"first"}}, time.Second) // EVAL: the node now has the script
+		if r := n.Run(context.Background(), op, time.Second); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if got := <-rw.keys; got != "k" {
+			t.Errorf("a node was sent key %q, want %q", got, "k")
+		}
+	}
+}
