@@ -356,13 +356,13 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 		return nil, fmt.Errorf("redlock: resume %q: %w", key, err)
 	}
 	k := plain{key: key}
-	n, q := len(c.nodes), quorumOf(len(c.nodes))
+	q := quorumOf(len(c.nodes))
 	value, err := c.heldValue(ctx, k, token)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.refused(); err != nil {
-		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
+	if err := c.resumeRefused(k); err != nil {
+		return nil, err
 	}
 
 	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
@@ -372,8 +372,8 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	l.settled = settled
 	c.observeNodes(ctx, OpExtend, k, start, t)
 	elapsed := c.cfg.clock.Now().Sub(start)
-	if err := c.refused(); err != nil {
-		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
+	if err := c.resumeRefused(k); err != nil {
+		return nil, err
 	}
 	tm := ac.terms.now(c) // with the node timeout its replies teach
 	kept := t.kept()      // as for an Extend: see judgeExtend
@@ -385,14 +385,32 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 		return l, nil
 	}
 	l.dropTaken(ctx, tm, t) // not resumed: a key taken where it was free is not left
+	return nil, c.notResumed(ctx, k, t, elapsed, ttl)
+}
+
+// resumeRefused is Resume's error for k on a Client found to reach one
+// server through two nodes, nil when it is not.
+func (c *Client) resumeRefused(k plain) *quorumError {
+	if err := c.refused(); err != nil {
+		return &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
+	}
+	return nil
+}
+
+// notResumed is the error of a Resume of k whose extend got t from the
+// nodes in elapsed and was not confirmed: ErrLockLost when a majority
+// answered without the token, ErrNotConfirmed when too few answered to
+// tell or the validity was spent.
+func (c *Client) notResumed(ctx context.Context, k plain, t tally, elapsed, ttl time.Duration) *quorumError {
+	n, q, kept := len(c.nodes), quorumOf(len(c.nodes)), t.kept()
 	detail := fmt.Sprintf("resume of %s: extended on %d of %d nodes, quorum %d", k.describe(), kept, n, q)
 	if without := t.no + t.yes - kept; without > n-q {
-		return nil, &quorumError{sentinel: ErrLockLost, detail: detail + fmt.Sprintf(", and %d nodes do not hold its token", without), cause: ctx.Err(), nodes: t.errs}
+		return &quorumError{sentinel: ErrLockLost, detail: detail + fmt.Sprintf(", and %d nodes do not hold its token", without), cause: ctx.Err(), nodes: t.errs}
 	}
 	if kept >= q {
 		detail += fmt.Sprintf(", but its validity was spent (%v elapsed of ttl %v)", elapsed, ttl)
 	}
-	return nil, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	return &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
 }
 
 // resumeConfig checks Resume's arguments and returns its configuration.
