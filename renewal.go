@@ -115,11 +115,18 @@ func (s *scheduler) queueLocked(l *Lock) {
 	} else {
 		heap.Push(&s.queue, l)
 	}
+	s.startLocked(sc.at)
+}
+
+// startLocked has the scheduler's goroutine see a lock queued at at: it
+// starts it when not running, and wakes it when at is before its wait.
+// s.mu is held.
+func (s *scheduler) startLocked(at time.Time) {
 	switch {
 	case !s.running:
 		s.running = true
 		go s.run()
-	case s.waitAt.IsZero() || sc.at.Before(s.waitAt):
+	case s.waitAt.IsZero() || at.Before(s.waitAt):
 		select {
 		case s.wake <- struct{}{}:
 		default:
