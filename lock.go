@@ -200,6 +200,19 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 		l.setLease(tm.now(c), start.Add(ttl-drift)) // with the node timeout its replies teach
 		return false, nil
 	}
+	return l.notExtended(ctx, tm, t, elapsed, shown)
+}
+
+// notExtended is the outcome of an extend on the terms tm, answered as t
+// after elapsed, that the nodes did not confirm: the lock is lost when
+// they showed it (shown) or its validity ran out, and the keys the extend
+// took where they were free are dropped; else it is still valid, and the
+// error matches ErrNotConfirmed.
+func (l *Lock) notExtended(ctx context.Context, tm terms, t tally, elapsed time.Duration, shown bool) (lost bool, err error) {
+	c := l.client
+	ttl, drift := tm.ttl, tm.drift
+	n, kept := len(c.nodes), t.kept()
+	without := t.no + t.yes - kept
 	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), kept, n, l.quorum)
 	if kept >= l.quorum {
 		detail = fmt.Sprintf("%s: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.kind.describe(), elapsed, ttl, drift)
