@@ -215,32 +215,18 @@ func readHold(raw []any) NodeHold {
 	rest := raw[3:]
 	var h NodeHold
 	keyTTL := time.Duration(max(pttl, 0)) * time.Millisecond
-	holder := func(v string, ttl time.Duration) Holder {
-		token, meta := splitValue(v)
-		return Holder{Token: token, Metadata: meta, TTL: ttl, Nodes: 1}
-	}
 	switch kind {
 	case "none":
 		return h
 	case "string":
 		v, _ := rest[0].(string)
-		hd := holder(v, keyTTL)
+		hd := holderOf(v, keyTTL)
 		h.Kind, h.Holders = HeldByLock, []Holder{hd}
 		if k := kindOf(hd.Token); k != "plain" {
 			h.Kind = k // HeldByFair, HeldByWriter or HeldByMultiKey
 		}
 	case "hash":
-		h.Kind = HeldByReentrant
-		h.Owner, _ = rest[0].(string)
-		for _, m := range rest[1:] {
-			v, _ := m.(string)
-			hd := holder(v, keyTTL)
-			hd.Owner = h.Owner
-			h.Holders = append(h.Holders, hd)
-		}
-		if len(h.Holders) == 0 {
-			h.Holders = []Holder{{Owner: h.Owner, TTL: keyTTL, Nodes: 1}}
-		}
+		h = readHashHolds(rest, keyTTL)
 	case "zset":
 		if len(rest) == 0 {
 			return NodeHold{Err: fmt.Errorf("unexpected reply %v", raw)}
@@ -255,6 +241,29 @@ func readHold(raw []any) NodeHold {
 	if len(h.Holders) > 0 {
 		h.Held = true
 		h.Token, h.Metadata, h.TTL = h.Holders[0].Token, h.Holders[0].Metadata, h.Holders[0].TTL
+	}
+	return h
+}
+
+// holderOf is the holder of a node whose key stores v with keyTTL left.
+func holderOf(v string, keyTTL time.Duration) Holder {
+	token, meta := splitValue(v)
+	return Holder{Token: token, Metadata: meta, TTL: keyTTL, Nodes: 1}
+}
+
+// readHashHolds reads a hash's part of an inspect.lua reply (rest): a
+// reentrant lock's owner, then the value of each of its holds.
+func readHashHolds(rest []any, keyTTL time.Duration) NodeHold {
+	h := NodeHold{Kind: HeldByReentrant}
+	h.Owner, _ = rest[0].(string)
+	for _, m := range rest[1:] {
+		v, _ := m.(string)
+		hd := holderOf(v, keyTTL)
+		hd.Owner = h.Owner
+		h.Holders = append(h.Holders, hd)
+	}
+	if len(h.Holders) == 0 {
+		h.Holders = []Holder{{Owner: h.Owner, TTL: keyTTL, Nodes: 1}}
 	}
 	return h
 }
