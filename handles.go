@@ -386,15 +386,28 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	tm := ac.terms.now(c) // with the node timeout its replies teach
 	kept := t.kept()      // as for an Extend: see judgeExtend
-	if v := validity(ttl, elapsed, ac.drift); kept >= q && v > 0 && (!ac.autoRenew || v > tm.renewMargin()) {
-		l.until, l.terms, l.confirmed, l.had = start.Add(ttl-ac.drift), tm, t.yes, heldOn(t)
-		if ac.autoRenew {
-			c.sched.renew(l)
-		}
+	if v := validity(ttl, elapsed, ac.drift); kept >= q && ac.lasts(v, tm) {
+		c.resumed(l, ac, tm, t, start.Add(ttl-ac.drift))
 		return l, nil
 	}
 	l.dropTaken(ctx, tm, t) // not resumed: a key taken where it was free is not left
 	return nil, c.notResumed(ctx, k, t, elapsed, ttl)
+}
+
+// lasts reports whether a lock of ac on the terms tm may start with the
+// validity v: more than none, and for a renewed lock more than its renewal
+// margin (see renewMargin), as it is declared lost by then at the latest.
+func (ac acquireConfig) lasts(v time.Duration, tm terms) bool {
+	return v > 0 && (!ac.autoRenew || v > tm.renewMargin())
+}
+
+// resumed makes l the lock that Resume confirmed on the nodes t, on the
+// terms tm, valid until until, and starts its renewal when asked for (ac).
+func (c *Client) resumed(l *Lock, ac acquireConfig, tm terms, t tally, until time.Time) {
+	l.until, l.terms, l.confirmed, l.had = until, tm, t.yes, heldOn(t)
+	if ac.autoRenew {
+		c.sched.renew(l)
+	}
 }
 
 // resumeRefused is Resume's error for k on a Client found to reach one

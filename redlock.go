@@ -206,7 +206,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			return lock, nil
 		}
 		settled = a.settled
-		if qe.cause != nil || qe.misconfigured {
+		if qe.final() {
 			return nil, c.giveUp(ctx, &a, qe, qe.cause)
 		}
 		if failed == ac.maxAttempts {
@@ -228,11 +228,8 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			// behind them, so they are waited for first (to their deadlines).
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
-		if !ac.waitUntil.IsZero() {
-			delay = min(delay, max(ac.waitUntil.Sub(c.cfg.clock.Now()), 0))
-		}
 		var ok bool
-		if ok, w.first, w.woken = c.waitRetry(ctx, k, listen, delay); !ok {
+		if ok, w.first, w.woken = c.waitRetry(ctx, k, listen, c.toWaitedOut(ac, delay)); !ok {
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
 	}
@@ -259,6 +256,15 @@ func (c *Client) startWaiting(ctx context.Context, k kind, ac acquireConfig) (wa
 // passed on the Client's Clock.
 func (c *Client) waitedOut(ac acquireConfig) bool {
 	return !ac.waitUntil.IsZero() && !c.cfg.clock.Now().Before(ac.waitUntil)
+}
+
+// toWaitedOut is delay, cut to what is left of WithWaitTimeout's bound
+// (ac.waitUntil) on the Client's Clock.
+func (c *Client) toWaitedOut(ac acquireConfig, delay time.Duration) time.Duration {
+	if ac.waitUntil.IsZero() {
+		return delay
+	}
+	return min(delay, max(ac.waitUntil.Sub(c.cfg.clock.Now()), 0))
 }
 
 // giveUp ends an Acquire after its failed attempt a: it drops what the
