@@ -249,13 +249,7 @@ func (l *Lock) notExtended(ctx context.Context, tm terms, t tally, elapsed time.
 // the loss is told; elsewhere the delete follows the node's call in the
 // background, and a node that fails keeps the key until its ttl.
 func (l *Lock) dropTaken(ctx context.Context, tm terms, t tally) {
-	skip := make([]bool, len(t.answers))
-	some := false
-	for i, a := range t.answers {
-		mayTake := a == unanswered || a == failed && (t.unsent == nil || !t.unsent[i])
-		skip[i] = !t.takenAt(i) && !mayTake
-		some = some || !skip[i]
-	}
+	skip, some := t.notTaken()
 	if !some {
 		return
 	}
@@ -268,6 +262,20 @@ func (l *Lock) dropTaken(ctx context.Context, tm terms, t tally) {
 		return true
 	}
 	_, l.settled = l.client.fanOut(context.WithoutCancel(ctx), tm, answered, skip, l.settled, l.kind.drop(l.token))
+}
+
+// notTaken marks the nodes where the extend t cannot have taken the key
+// (skip): all but those that answered they took it, and those whose call
+// may still take it (not heard from, or failed after it was sent); some
+// reports whether one may have.
+func (t *tally) notTaken() (skip []bool, some bool) {
+	skip = make([]bool, len(t.answers))
+	for i, a := range t.answers {
+		mayTake := a == unanswered || a == failed && (t.unsent == nil || !t.unsent[i])
+		skip[i] = !t.takenAt(i) && !mayTake
+		some = some || !skip[i]
+	}
+	return skip, some
 }
 
 // refusedExtend returns the error of an extend on a Client found to reach
