@@ -131,6 +131,10 @@ type quorumError struct {
 	unreachable bool
 }
 
+// final reports whether an attempt that failed with e cannot be bettered
+// by another: the context ended, or the Client is misconfigured.
+func (e *quorumError) final() bool { return e.cause != nil || e.misconfigured }
+
 // Error says what the operation found, then each failed node in the
 // order of the nodes given to New, and each hint once, naming the nodes it
 // applies to.

@@ -156,15 +156,8 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Du
 	if t.yes < q {
 		return f.ticketRefused(ctx, "a ticket from", t, len(c.nodes), q)
 	}
-	lo, clocks := uint64(math.MaxUint64), true
-	for i, a := range t.answers {
-		if a == holds {
-			r := t.replies[i]
-			clocks = clocks && r.Clock
-			f.ticket = max(f.ticket, r.Counter)
-			lo = min(lo, r.Counter)
-		}
-	}
+	hi, lo, clocks := drawn(t)
+	f.ticket = max(f.ticket, hi)
 	if clocks && f.ticket-lo <= ticketSpread {
 		return nil
 	}
@@ -183,6 +176,21 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Du
 		return f.ticketRefused(ctx, "a ticket stored on", r, len(c.nodes), q-at)
 	}
 	return nil
+}
+
+// drawn is the highest and the lowest counter the nodes that gave a
+// ticket in t answered, and whether every one of them was its node's
+// clock.
+func drawn(t tally) (hi, lo uint64, clocks bool) {
+	lo, clocks = math.MaxUint64, true
+	for i, a := range t.answers {
+		if a == holds {
+			r := t.replies[i]
+			clocks = clocks && r.Clock
+			hi, lo = max(hi, r.Counter), min(lo, r.Counter)
+		}
+	}
+	return hi, lo, clocks
 }
 
 // ticketSpread is how far apart (in the counters' microseconds) the

@@ -359,21 +359,17 @@ func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*
 	t := newTally(n, c.cfg.observer != nil)
 	t.usual = c.usualReply()
 	var grace <-chan time.Time // set once the outcome is known
-	var cut <-chan time.Time
-	if !unknownCut.IsZero() {
-		timer := realTime.NewTimer(realTime.Until(unknownCut))
-		defer timer.Stop()
-		cut = timer.Chan()
-	}
+	cut, stopCut := firesAt(unknownCut)
+	defer stopCut()
 	for received := 0; received < n; {
 		if stop != nil && stop(&t) {
 			t.failFailing(c)
 			return t
 		}
 		if grace == nil && !t.graceEnd.IsZero() {
-			timer := realTime.NewTimer(realTime.Until(t.graceEnd))
-			defer timer.Stop()
-			grace = timer.Chan()
+			var stopGrace func() bool
+			grace, stopGrace = firesAt(t.graceEnd)
+			defer stopGrace()
 		}
 		select {
 		case r := <-replies:
@@ -393,20 +389,35 @@ func (c *Client) collect(ctx context.Context, timeout time.Duration, stop func(*
 			}
 		case <-ctx.Done():
 			// Replies that came in together with the deadline still count.
-			for ; received < n; received++ {
-				select {
-				case r := <-replies:
-					t.record(c, r)
-					continue
-				default:
-				}
-				break
-			}
+			t.recordWaiting(c, replies, n-received)
 			t.failUnanswered(c, timeout, ctx)
 			return t
 		}
 	}
 	return t
+}
+
+// firesAt is a channel that receives the time at at on the real clock,
+// and what stops its timer; a zero at never fires.
+func firesAt(at time.Time) (<-chan time.Time, func() bool) {
+	if at.IsZero() {
+		return nil, func() bool { return false }
+	}
+	timer := realTime.NewTimer(realTime.Until(at))
+	return timer.Chan(), timer.Stop
+}
+
+// recordWaiting records the replies already received on replies, of at
+// most left calls still out, without waiting for more.
+func (t *tally) recordWaiting(c *Client, replies <-chan nodeReply, left int) {
+	for ; left > 0; left-- {
+		select {
+		case r := <-replies:
+			t.record(c, r)
+		default:
+			return
+		}
+	}
 }
 
 // usualReply is how long the slowest node about as fast as a quorum

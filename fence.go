@@ -143,18 +143,25 @@ func highestFence(t tally) (fence uint64, at int) {
 	return fence, at
 }
 
+// unansweredRaised marks the nodes, of those raised (r), whose acquire
+// (t) went unanswered: others is true for every other node, ask whether
+// there is one.
+func unansweredRaised(t, r tally) (others []bool, ask bool) {
+	others = make([]bool, len(t.answers))
+	for i, ans := range t.answers {
+		others[i] = ans == holds || ans == holdsNot || r.answers[i] != holds
+		ask = ask || !others[i]
+	}
+	return others, ask
+}
+
 // confirmRaised counts the nodes, among those raised (r) but not answering
 // the fence already, that hold the lock: those that took the acquire (t),
 // and those whose acquire went unanswered but whose extend, sent after the
 // raise, shows the key was there when the raise landed. Such a node makes
 // up for a holder that failed before its raise (frozen between the calls).
 func (c *Client) confirmRaised(ctx context.Context, a *acquisition, t, r tally) int {
-	others := make([]bool, len(t.answers))
-	ask := false
-	for i, ans := range t.answers {
-		others[i] = ans == holds || ans == holdsNot || r.answers[i] != holds
-		ask = ask || !others[i]
-	}
+	others, ask := unansweredRaised(t, r)
 	var e tally
 	if ask {
 		e = a.fanOut(ctx, c, nil, others, a.kind.extend(a.token, a.cfg.ttl))

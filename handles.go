@@ -215,32 +215,18 @@ func readHold(raw []any) NodeHold {
 	rest := raw[3:]
 	var h NodeHold
 	keyTTL := time.Duration(max(pttl, 0)) * time.Millisecond
-	holder := func(v string, ttl time.Duration) Holder {
-		token, meta := splitValue(v)
-		return Holder{Token: token, Metadata: meta, TTL: ttl, Nodes: 1}
-	}
 	switch kind {
 	case "none":
 		return h
 	case "string":
 		v, _ := rest[0].(string)
-		hd := holder(v, keyTTL)
+		hd := holderOf(v, keyTTL)
 		h.Kind, h.Holders = HeldByLock, []Holder{hd}
 		if k := kindOf(hd.Token); k != "plain" {
 			h.Kind = k // HeldByFair, HeldByWriter or HeldByMultiKey
 		}
 	case "hash":
-		h.Kind = HeldByReentrant
-		h.Owner, _ = rest[0].(string)
-		for _, m := range rest[1:] {
-			v, _ := m.(string)
-			hd := holder(v, keyTTL)
-			hd.Owner = h.Owner
-			h.Holders = append(h.Holders, hd)
-		}
-		if len(h.Holders) == 0 {
-			h.Holders = []Holder{{Owner: h.Owner, TTL: keyTTL, Nodes: 1}}
-		}
+		h = readHashHolds(rest, keyTTL)
 	case "zset":
 		if len(rest) == 0 {
 			return NodeHold{Err: fmt.Errorf("unexpected reply %v", raw)}
@@ -255,6 +241,29 @@ func readHold(raw []any) NodeHold {
 	if len(h.Holders) > 0 {
 		h.Held = true
 		h.Token, h.Metadata, h.TTL = h.Holders[0].Token, h.Holders[0].Metadata, h.Holders[0].TTL
+	}
+	return h
+}
+
+// holderOf is the holder of a node whose key stores v with keyTTL left.
+func holderOf(v string, keyTTL time.Duration) Holder {
+	token, meta := splitValue(v)
+	return Holder{Token: token, Metadata: meta, TTL: keyTTL, Nodes: 1}
+}
+
+// readHashHolds reads a hash's part of an inspect.lua reply (rest): a
+// reentrant lock's owner, then the value of each of its holds.
+func readHashHolds(rest []any, keyTTL time.Duration) NodeHold {
+	h := NodeHold{Kind: HeldByReentrant}
+	h.Owner, _ = rest[0].(string)
+	for _, m := range rest[1:] {
+		v, _ := m.(string)
+		hd := holderOf(v, keyTTL)
+		hd.Owner = h.Owner
+		h.Holders = append(h.Holders, hd)
+	}
+	if len(h.Holders) == 0 {
+		h.Holders = []Holder{{Owner: h.Owner, TTL: keyTTL, Nodes: 1}}
 	}
 	return h
 }
@@ -356,13 +365,13 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 		return nil, fmt.Errorf("redlock: resume %q: %w", key, err)
 	}
 	k := plain{key: key}
-	n, q := len(c.nodes), quorumOf(len(c.nodes))
+	q := quorumOf(len(c.nodes))
 	value, err := c.heldValue(ctx, k, token)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.refused(); err != nil {
-		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
+	if err := c.resumeRefused(k); err != nil {
+		return nil, err
 	}
 
 	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
@@ -372,27 +381,58 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 	l.settled = settled
 	c.observeNodes(ctx, OpExtend, k, start, t)
 	elapsed := c.cfg.clock.Now().Sub(start)
-	if err := c.refused(); err != nil {
-		return nil, &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
+	if err := c.resumeRefused(k); err != nil {
+		return nil, err
 	}
 	tm := ac.terms.now(c) // with the node timeout its replies teach
 	kept := t.kept()      // as for an Extend: see judgeExtend
-	if v := validity(ttl, elapsed, ac.drift); kept >= q && v > 0 && (!ac.autoRenew || v > tm.renewMargin()) {
-		l.until, l.terms, l.confirmed, l.had = start.Add(ttl-ac.drift), tm, t.yes, heldOn(t)
-		if ac.autoRenew {
-			c.sched.renew(l)
-		}
+	if v := validity(ttl, elapsed, ac.drift); kept >= q && ac.lasts(v, tm) {
+		c.resumed(l, ac, tm, t, start.Add(ttl-ac.drift))
 		return l, nil
 	}
 	l.dropTaken(ctx, tm, t) // not resumed: a key taken where it was free is not left
+	return nil, c.notResumed(ctx, k, t, elapsed, ttl)
+}
+
+// lasts reports whether a lock of ac on the terms tm may start with the
+// validity v: more than none, and for a renewed lock more than its renewal
+// margin (see renewMargin), as it is declared lost by then at the latest.
+func (ac acquireConfig) lasts(v time.Duration, tm terms) bool {
+	return v > 0 && (!ac.autoRenew || v > tm.renewMargin())
+}
+
+// resumed makes l the lock that Resume confirmed on the nodes t, on the
+// terms tm, valid until until, and starts its renewal when asked for (ac).
+func (c *Client) resumed(l *Lock, ac acquireConfig, tm terms, t tally, until time.Time) {
+	l.until, l.terms, l.confirmed, l.had = until, tm, t.yes, heldOn(t)
+	if ac.autoRenew {
+		c.sched.renew(l)
+	}
+}
+
+// resumeRefused is Resume's error for k on a Client found to reach one
+// server through two nodes, nil when it is not.
+func (c *Client) resumeRefused(k plain) *quorumError {
+	if err := c.refused(); err != nil {
+		return &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
+	}
+	return nil
+}
+
+// notResumed is the error of a Resume of k whose extend got t from the
+// nodes in elapsed and was not confirmed: ErrLockLost when a majority
+// answered without the token, ErrNotConfirmed when too few answered to
+// tell or the validity was spent.
+func (c *Client) notResumed(ctx context.Context, k plain, t tally, elapsed, ttl time.Duration) *quorumError {
+	n, q, kept := len(c.nodes), quorumOf(len(c.nodes)), t.kept()
 	detail := fmt.Sprintf("resume of %s: extended on %d of %d nodes, quorum %d", k.describe(), kept, n, q)
 	if without := t.no + t.yes - kept; without > n-q {
-		return nil, &quorumError{sentinel: ErrLockLost, detail: detail + fmt.Sprintf(", and %d nodes do not hold its token", without), cause: ctx.Err(), nodes: t.errs}
+		return &quorumError{sentinel: ErrLockLost, detail: detail + fmt.Sprintf(", and %d nodes do not hold its token", without), cause: ctx.Err(), nodes: t.errs}
 	}
 	if kept >= q {
 		detail += fmt.Sprintf(", but its validity was spent (%v elapsed of ttl %v)", elapsed, ttl)
 	}
-	return nil, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	return &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
 }
 
 // resumeConfig checks Resume's arguments and returns its configuration.

@@ -200,6 +200,19 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 		l.setLease(tm.now(c), start.Add(ttl-drift)) // with the node timeout its replies teach
 		return false, nil
 	}
+	return l.notExtended(ctx, tm, t, elapsed, shown)
+}
+
+// notExtended is the outcome of an extend on the terms tm, answered as t
+// after elapsed, that the nodes did not confirm: the lock is lost when
+// they showed it (shown) or its validity ran out, and the keys the extend
+// took where they were free are dropped; else it is still valid, and the
+// error matches ErrNotConfirmed.
+func (l *Lock) notExtended(ctx context.Context, tm terms, t tally, elapsed time.Duration, shown bool) (lost bool, err error) {
+	c := l.client
+	ttl, drift := tm.ttl, tm.drift
+	n, kept := len(c.nodes), t.kept()
+	without := t.no + t.yes - kept
 	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), kept, n, l.quorum)
 	if kept >= l.quorum {
 		detail = fmt.Sprintf("%s: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.kind.describe(), elapsed, ttl, drift)
@@ -236,13 +249,7 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 // the loss is told; elsewhere the delete follows the node's call in the
 // background, and a node that fails keeps the key until its ttl.
 func (l *Lock) dropTaken(ctx context.Context, tm terms, t tally) {
-	skip := make([]bool, len(t.answers))
-	some := false
-	for i, a := range t.answers {
-		mayTake := a == unanswered || a == failed && (t.unsent == nil || !t.unsent[i])
-		skip[i] = !t.takenAt(i) && !mayTake
-		some = some || !skip[i]
-	}
+	skip, some := t.notTaken()
 	if !some {
 		return
 	}
@@ -255,6 +262,20 @@ func (l *Lock) dropTaken(ctx context.Context, tm terms, t tally) {
 		return true
 	}
 	_, l.settled = l.client.fanOut(context.WithoutCancel(ctx), tm, answered, skip, l.settled, l.kind.drop(l.token))
+}
+
+// notTaken marks the nodes where the extend t cannot have taken the key
+// (skip): all but those that answered they took it, and those whose call
+// may still take it (not heard from, or failed after it was sent); some
+// reports whether one may have.
+func (t *tally) notTaken() (skip []bool, some bool) {
+	skip = make([]bool, len(t.answers))
+	for i, a := range t.answers {
+		mayTake := a == unanswered || a == failed && (t.unsent == nil || !t.unsent[i])
+		skip[i] = !t.takenAt(i) && !mayTake
+		some = some || !skip[i]
+	}
+	return skip, some
 }
 
 // refusedExtend returns the error of an extend on a Client found to reach

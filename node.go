@@ -161,17 +161,7 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 	case errors.Is(err, nodeio.ErrNotSent) || errors.Is(err, errCutByCaller) || errors.Is(err, context.Canceled):
 		return
 	case err == nil || reply.IsReply(err):
-		if err == nil && c.told[i].Load() {
-			c.told[i].Store(false) // it answers again: its next failure is news
-		}
-		if took > timeout {
-			// Answered after the node timeout: the next wait is longer,
-			// but not this long (a node frozen for a while answers late
-			// once, and is not that far away).
-			c.rtts[i].TimedOut(timeout)
-		} else {
-			c.rtts[i].Sample(took)
-		}
+		c.noteAnswer(i, err, took, timeout)
 	case reply.TimedOut(err):
 		c.rtts[i].TimedOut(timeout)
 		last := err // allocated only here, not for every reply
@@ -180,6 +170,24 @@ func (c *Client) noteReply(i int, err error, took, timeout time.Duration) {
 	}
 	if h.Load() != nil {
 		h.Store(nil)
+	}
+}
+
+// noteAnswer records what node i's reply (err: nil, or an error reply)
+// after took tells of its round trips: a sample within the node timeout,
+// a longer next timeout after it; a node that answers again after it was
+// told of as failing is news again when it next fails.
+func (c *Client) noteAnswer(i int, err error, took, timeout time.Duration) {
+	if err == nil && c.told[i].Load() {
+		c.told[i].Store(false) // it answers again: its next failure is news
+	}
+	if took > timeout {
+		// Answered after the node timeout: the next wait is longer, but
+		// not this long (a node frozen for a while answers late once,
+		// and is not that far away).
+		c.rtts[i].TimedOut(timeout)
+	} else {
+		c.rtts[i].Sample(took)
 	}
 }
 

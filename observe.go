@@ -299,12 +299,8 @@ func (l *Lock) goneNews(c *Client, t tally) (lost, never, retaken []error) {
 	for i, ans := range t.answers {
 		switch {
 		case ans == holds:
-			if t.takenAt(i) && l.had[i] {
+			if l.holdsAt(&t, i) {
 				retaken = append(retaken, c.nodeError(i, errRetakenThere))
-			}
-			l.had[i] = true
-			if l.gone != nil {
-				l.gone[i] = false
 			}
 		case ans == holdsNot:
 			if l.gone == nil {
@@ -322,4 +318,15 @@ func (l *Lock) goneNews(c *Client, t tally) (lost, never, retaken []error) {
 		}
 	}
 	return lost, never, retaken
+}
+
+// holdsAt notes that node i, in t, holds l's token, and reports whether it
+// took it again after it had lost it. l.mu is held.
+func (l *Lock) holdsAt(t *tally, i int) (retaken bool) {
+	retaken = t.takenAt(i) && l.had[i]
+	l.had[i] = true
+	if l.gone != nil {
+		l.gone[i] = false
+	}
+	return retaken
 }

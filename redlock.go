@@ -181,15 +181,9 @@ func waitedOut(wctx context.Context, err error) error {
 
 // acquireLoop is Acquire's attempts, until one succeeds or ctx ends.
 func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, attempts *int) (*Lock, error) {
-	w := waiting{kind: k, clock: c.cfg.clock}
-	w.line, w.inLine = k.(waitsInLine)
-	if w.inLine {
-		if qe := w.line.join(ctx, c, ac); qe != nil {
-			return nil, qe
-		}
-	}
-	if p, ok := k.(plain); ok && ac.retry != nil {
-		w.ln = newLine(p.key, ac.ttl)
+	w, joinErr := c.startWaiting(ctx, k, ac)
+	if joinErr != nil {
+		return nil, joinErr
 	}
 	defer func() {
 		w.ln.leave(c, ac.timeout)
@@ -212,7 +206,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			return lock, nil
 		}
 		settled = a.settled
-		if qe.cause != nil || qe.misconfigured {
+		if qe.final() {
 			return nil, c.giveUp(ctx, &a, qe, qe.cause)
 		}
 		if failed == ac.maxAttempts {
@@ -234,20 +228,43 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			// behind them, so they are waited for first (to their deadlines).
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
-		if !ac.waitUntil.IsZero() {
-			delay = min(delay, max(ac.waitUntil.Sub(c.cfg.clock.Now()), 0))
-		}
 		var ok bool
-		if ok, w.first, w.woken = c.waitRetry(ctx, k, listen, delay); !ok {
+		if ok, w.first, w.woken = c.waitRetry(ctx, k, listen, c.toWaitedOut(ac, delay)); !ok {
 			return nil, c.giveUp(ctx, &a, qe, ctx.Err())
 		}
 	}
+}
+
+// startWaiting is what an Acquire of k keeps between its attempts, before
+// the first: a fair waiter's place in its queues, taken now (the error
+// when it cannot be), and a plain lock's line when it may wait.
+func (c *Client) startWaiting(ctx context.Context, k kind, ac acquireConfig) (waiting, *quorumError) {
+	w := waiting{kind: k, clock: c.cfg.clock}
+	w.line, w.inLine = k.(waitsInLine)
+	if w.inLine {
+		if qe := w.line.join(ctx, c, ac); qe != nil {
+			return w, qe
+		}
+	}
+	if p, ok := k.(plain); ok && ac.retry != nil {
+		w.ln = newLine(p.key, ac.ttl)
+	}
+	return w, nil
 }
 
 // waitedOut reports whether WithWaitTimeout's bound (ac.waitUntil) has
 // passed on the Client's Clock.
 func (c *Client) waitedOut(ac acquireConfig) bool {
 	return !ac.waitUntil.IsZero() && !c.cfg.clock.Now().Before(ac.waitUntil)
+}
+
+// toWaitedOut is delay, cut to what is left of WithWaitTimeout's bound
+// (ac.waitUntil) on the Client's Clock.
+func (c *Client) toWaitedOut(ac acquireConfig, delay time.Duration) time.Duration {
+	if ac.waitUntil.IsZero() {
+		return delay
+	}
+	return min(delay, max(ac.waitUntil.Sub(c.cfg.clock.Now()), 0))
 }
 
 // giveUp ends an Acquire after its failed attempt a: it drops what the
@@ -344,22 +361,26 @@ func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout t
 		delay = 0
 	}
 	if qe.unreachable {
-		// A majority is down, frozen or cut off: attempts fail at once
-		// and the next cannot do better soon. A release heard meanwhile
-		// (our own undo) does not cut the wait, nor does a wake-up
-		// before: a given policy's delay is waited as it is, and the
-		// default's is a few a second. A fair waiter keeps its own pace
-		// (nextWait): held back, one that a node's restart left out of
-		// some queues was overtaken.
-		switch {
-		case !paced:
-			delay = given
-		case !w.inLine:
-			delay = max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
-		}
-		return delay, nil
+		return w.unreachableDelay(delay, given, paced), nil
 	}
 	return delay, w.watch
+}
+
+// unreachableDelay is the wait, instead of delay, after an attempt that
+// found a majority down, frozen or cut off: attempts fail at once and the
+// next cannot do better soon. A release heard meanwhile (our own undo)
+// does not cut the wait, nor does a wake-up before: a given policy's
+// delay is waited as it is (given), and the default's (paced) is a few a
+// second. A fair waiter keeps its own pace (nextWait): held back, one that
+// a node's restart left out of some queues was overtaken.
+func (w *waiting) unreachableDelay(delay, given time.Duration, paced bool) time.Duration {
+	switch {
+	case !paced:
+		return given
+	case !w.inLine:
+		return max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
+	}
+	return delay
 }
 
 // leave drops what an Acquire that gives up left on the nodes between its
@@ -465,10 +486,7 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 	case t.outOfReach(q):
 		detail = fmt.Sprintf("%s: %d of %d nodes are misconfigured, so a quorum of %d is out of reach", k.describe(), t.broken, len(c.nodes), q)
 	case t.yes < q:
-		detail = k.describe() + ": " + shortOfQuorum(t, len(c.nodes), q)
-		if t.yes+t.no == 0 && ctx.Err() == nil && allTimedOut(t.errs) {
-			detail += c.timeoutHint(a.cfg.timeout)
-		}
+		detail = c.shortDetail(ctx, a, t, q)
 	case !fenceStored:
 		detail = fmt.Sprintf("%s: the fencing token could not be stored on a quorum", k.describe())
 	case v > 0:
@@ -477,6 +495,17 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 		detail = fmt.Sprintf("%s: quorum reached but its validity was spent (%v elapsed of ttl %v, drift %v)", k.describe(), elapsed, ttl, drift)
 	}
 	return nil, c.notAcquired(ctx, k, t, q, detail)
+}
+
+// shortDetail says how attempt a, which got t from the nodes, fell short
+// of the quorum q, and when no node answered in time, what lets nodes
+// that far away answer.
+func (c *Client) shortDetail(ctx context.Context, a *acquisition, t tally, q int) string {
+	detail := a.kind.describe() + ": " + shortOfQuorum(t, len(c.nodes), q)
+	if t.yes+t.no == 0 && ctx.Err() == nil && allTimedOut(t.errs) {
+		detail += c.timeoutHint(a.cfg.timeout)
+	}
+	return detail
 }
 
 // grant makes the Lock of attempt a, won on the nodes t with the fencing

@@ -115,11 +115,18 @@ func (s *scheduler) queueLocked(l *Lock) {
 	} else {
 		heap.Push(&s.queue, l)
 	}
+	s.startLocked(sc.at)
+}
+
+// startLocked has the scheduler's goroutine see a lock queued at at: it
+// starts it when not running, and wakes it when at is before its wait.
+// s.mu is held.
+func (s *scheduler) startLocked(at time.Time) {
 	switch {
 	case !s.running:
 		s.running = true
 		go s.run()
-	case s.waitAt.IsZero() || sc.at.Before(s.waitAt):
+	case s.waitAt.IsZero() || at.Before(s.waitAt):
 		select {
 		case s.wake <- struct{}{}:
 		default:
@@ -199,15 +206,7 @@ func (s *scheduler) run() {
 			s.mu.Unlock()
 			return
 		}
-		if len(s.queue) > 0 {
-			// Wake when the first lock is due (see dueLocked).
-			if next := s.queue[0].sched.at; timer == nil || next.Before(s.waitAt) {
-				// A new wait only when the earliest lock moved earlier.
-				s.waitAt, timer = next, clock.After(next.Sub(clock.Now()))
-			}
-		} else {
-			s.waitAt, timer = time.Time{}, nil
-		}
+		timer = s.waitLocked(timer)
 		s.mu.Unlock()
 
 		for _, l := range lose {
@@ -227,6 +226,22 @@ func (s *scheduler) run() {
 		case <-s.wake:
 		}
 	}
+}
+
+// waitLocked is what the scheduler waits on for the first queued lock to
+// be due (see dueLocked), given timer, the wait it has (nil: none): a new
+// wait only when the earliest lock moved earlier, none when no lock is
+// queued. s.mu is held.
+func (s *scheduler) waitLocked(timer <-chan time.Time) <-chan time.Time {
+	if len(s.queue) == 0 {
+		s.waitAt = time.Time{}
+		return nil
+	}
+	if next := s.queue[0].sched.at; timer == nil || next.Before(s.waitAt) {
+		clock := s.c.cfg.clock
+		s.waitAt, timer = next, clock.After(next.Sub(clock.Now()))
+	}
+	return timer
 }
 
 // deadlineNow is the lock's deadline as its lease is now.

@@ -100,19 +100,8 @@ func designated(t *tally, token string) bool {
 		return false
 	}
 	mine := holderName(token)
-	held := map[int64]int{}
-	for i, a := range t.answers {
-		if a != holdsNot {
-			continue
-		}
-		// A lock of another kind names no token.
-		name := t.replies[i].Holder.Name
-		if name == 0 || name == mine {
-			return false
-		}
-		held[name]++
-	}
-	if len(held) == 0 {
+	held, ok := refusedBy(t, mine)
+	if !ok || len(held) == 0 {
 		return false
 	}
 	for name, n := range held {
@@ -121,6 +110,24 @@ func designated(t *tally, token string) bool {
 		}
 	}
 	return true
+}
+
+// refusedBy counts the nodes that refused in t by the holder they named;
+// ok is false when one named none (a lock of another kind names no token)
+// or named mine.
+func refusedBy(t *tally, mine int64) (held map[int64]int, ok bool) {
+	held = map[int64]int{}
+	for i, a := range t.answers {
+		if a != holdsNot {
+			continue
+		}
+		name := t.replies[i].Holder.Name
+		if name == 0 || name == mine {
+			return nil, false
+		}
+		held[name]++
+	}
+	return held, true
 }
 
 // resolveSplit goes on with attempt a, whose first round got t, while a
@@ -165,16 +172,8 @@ func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q in
 // merged is t with the answers of round r for the nodes it retried.
 func merged(t, r tally, retried []bool) tally {
 	out := tally{answers: t.answers, replies: t.replies, took: t.took, begun: t.begun}
-	for _, err := range t.errs {
-		if ne, ok := err.(*NodeError); !ok || !retried[ne.Node] {
-			out.errs = append(out.errs, err)
-		}
-	}
-	for _, err := range r.errs {
-		if ne, ok := err.(*NodeError); !ok || retried[ne.Node] {
-			out.errs = append(out.errs, err)
-		}
-	}
+	out.errs = errsOf(out.errs, t.errs, retried, false)
+	out.errs = errsOf(out.errs, r.errs, retried, true)
 	for i, again := range retried {
 		if again {
 			out.answers[i], out.replies[i] = r.answers[i], r.replies[i]
@@ -185,6 +184,17 @@ func merged(t, r tally, retried []bool) tally {
 	}
 	out.recount()
 	return out
+}
+
+// errsOf appends to dst the errors of errs that are not a node's, and
+// those of the nodes whose retried is again.
+func errsOf(dst, errs []error, retried []bool, again bool) []error {
+	for _, err := range errs {
+		if ne, ok := err.(*NodeError); !ok || retried[ne.Node] == again {
+			dst = append(dst, err)
+		}
+	}
+	return dst
 }
 
 // recount works out t's counts from its answers and errors.

@@ -201,26 +201,36 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 		case <-late:
 			return true, false, false
 		case m := <-watch.released():
-			if watch.own != "" && m.Channel == watch.own {
-				// Among the first two in line, the only ones woken: try now.
-				return true, false, true
+			if wait, first, woken := watch.heard(m, line, inLine); !wait {
+				return true, first, woken
 			}
-			if inLine {
-				// A queue's release names the first in line: it alone tries.
-				switch line.named(m.Payload) {
-				case namedUs:
-					return true, true, false
-				case namedAnother:
-					continue
-				}
-			}
-			// Everyone subscribed heard it and tries at once; a split vote
-			// among them is resolved by the designated one (split.go).
-			return true, false, !inLine
 		case <-ctx.Done():
 			return false, false, false
 		}
 	}
+}
+
+// heard decides what the release announcement m tells a waiter that
+// listens on w (line: its kind, when it waits in a queue): wait on (it
+// named another first in line), or try now, as the one named first or as
+// one woken.
+func (w *releaseWatch) heard(m transport.Message, line waitsInLine, inLine bool) (wait, first, woken bool) {
+	if w.own != "" && m.Channel == w.own {
+		// Among the first two in line, the only ones woken: try now.
+		return false, false, true
+	}
+	if inLine {
+		// A queue's release names the first in line: it alone tries.
+		switch line.named(m.Payload) {
+		case namedUs:
+			return false, true, false
+		case namedAnother:
+			return true, false, false
+		}
+	}
+	// Everyone subscribed heard it and tries at once; a split vote among
+	// them is resolved by the designated one (split.go).
+	return false, false, !inLine
 }
 
 // listenNode picks the node an Acquire refused with answers listens on for

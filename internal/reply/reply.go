@@ -134,34 +134,39 @@ func Hint(err error) string {
 		return ""
 	}
 	prefix, _, _ := strings.Cut(msg, " ")
-	var hint string
-	switch prefix {
-	case "NOAUTH", "WRONGPASS":
-		hint = "a configuration error: set the node's password (and user) in its client's options"
-	case "NOPERM":
-		hint = "a configuration error: the node's ACL user lacks a permission redlock needs (EVALSHA, EVAL, SCRIPT, PUBLISH, SUBSCRIBE and the lock's keys)"
-	case "READONLY":
-		hint = "a configuration error: the node is a replica; give redlock masters only"
-	case "MOVED", "ASK":
-		hint = "a configuration error: the node is a Redis Cluster master; reach it with a redis.ClusterClient"
-	case "CROSSSLOT":
-		hint = "a configuration error: the keys hash to different Cluster slots; give them one hash tag, as in {order}:a and {order}:b"
-	case "WRONGTYPE":
-		hint = "a configuration error: the key holds a value that is not a lock; choose another key"
-	case "WRONGPERMITS":
-		hint = "a configuration error: every holder of a semaphore must give the same WithPermits for its key"
-	case "NOSCRIPT":
-		hint = "a configuration error: the node does not keep the lock's scripts; it must allow SCRIPT LOAD and EVAL"
-	case "ERR":
-		if strings.HasPrefix(msg, "ERR Protocol error: unauthenticated") {
-			// A client that has not logged in may not send long commands:
-			// the server answers this rather than NOAUTH.
-			hint = "a configuration error: the node requires a password; set it (and the user) in the node's client options"
-		} else if strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "ERR unknown subcommand") {
-			hint = "a configuration error: the node does not know a command redlock needs (EVALSHA, EVAL); it must be a Redis server that runs Lua scripts"
-		}
+	if prefix == "ERR" {
+		return errHint(msg)
 	}
-	return hint
+	return hints[prefix]
+}
+
+// hints is what to do about a server's error reply, by its prefix, when
+// retrying cannot cure it.
+var hints = map[string]string{
+	"NOAUTH":       "a configuration error: set the node's password (and user) in its client's options",
+	"WRONGPASS":    "a configuration error: set the node's password (and user) in its client's options",
+	"NOPERM":       "a configuration error: the node's ACL user lacks a permission redlock needs (EVALSHA, EVAL, SCRIPT, PUBLISH, SUBSCRIBE and the lock's keys)",
+	"READONLY":     "a configuration error: the node is a replica; give redlock masters only",
+	"MOVED":        "a configuration error: the node is a Redis Cluster master; reach it with a redis.ClusterClient",
+	"ASK":          "a configuration error: the node is a Redis Cluster master; reach it with a redis.ClusterClient",
+	"CROSSSLOT":    "a configuration error: the keys hash to different Cluster slots; give them one hash tag, as in {order}:a and {order}:b",
+	"WRONGTYPE":    "a configuration error: the key holds a value that is not a lock; choose another key",
+	"WRONGPERMITS": "a configuration error: every holder of a semaphore must give the same WithPermits for its key",
+	"NOSCRIPT":     "a configuration error: the node does not keep the lock's scripts; it must allow SCRIPT LOAD and EVAL",
+}
+
+// errHint is Hint for a generic ERR reply msg: the few that retrying
+// cannot cure are told by their text.
+func errHint(msg string) string {
+	switch {
+	case strings.HasPrefix(msg, "ERR Protocol error: unauthenticated"):
+		// A client that has not logged in may not send long commands:
+		// the server answers this rather than NOAUTH.
+		return "a configuration error: the node requires a password; set it (and the user) in the node's client options"
+	case strings.HasPrefix(msg, "ERR unknown command"), strings.HasPrefix(msg, "ERR unknown subcommand"):
+		return "a configuration error: the node does not know a command redlock needs (EVALSHA, EVAL); it must be a Redis server that runs Lua scripts"
+	}
+	return ""
 }
 
 // luaNoise is what Redis adds to an error raised inside a script: the
