@@ -45,7 +45,8 @@ var acquireSHA = func() string {
 
 // scriptOf returns the SHA1 of the script an EVALSHA or an EVAL runs, or
 // "" for another command. (The first call of each script on a node is an
-// EVAL, which loads it.)
+// EVAL, which loads it.) A plain lock's acquire sent as SET NX GET stands
+// for acquire.lua.
 func scriptOf(cmd redis.Cmder) string {
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -56,6 +57,8 @@ func scriptOf(cmd redis.Cmder) string {
 		return args[1].(string)
 	case "eval":
 		return redis.NewScript(args[1].(string)).Hash()
+	case "set":
+		return acquireSHA
 	}
 	return ""
 }

@@ -781,7 +781,7 @@ func (h *evalCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *evalCount) count(cmds []redis.Cmder) {
 	for _, cmd := range cmds {
 		name := cmd.Name()
-		if err := cmd.Err(); (name == "evalsha" || name == "eval") && (err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT")) {
+		if err := cmd.Err(); (name == "evalsha" || name == "eval" || name == "set") && (err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT")) {
 			h.n.Add(1)
 		}
 	}
