@@ -697,7 +697,7 @@ func (h *afterFirstScript) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 
 func (h *afterFirstScript) after(cmds []redis.Cmder) {
 	for _, cmd := range cmds {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" || name == "set" {
 			h.once.Do(h.fn)
 			return
 		}
