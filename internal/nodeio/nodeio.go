@@ -262,7 +262,7 @@ func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Durat
 	ack := n.ack.on() && slices.ContainsFunc(ops, func(op Op) bool { return op.Holds })
 	set := !n.noSet.Load()
 	replies := n.send(ctx, ops, nil, set, ack)
-	again, waitAgain := n.resend(ctx, ops, res, replies, set, ack, late)
+	again, waitAgain := n.resend(ctx, ops, res, replies, n.toResend(ops, replies, set), ack, late)
 	for i, op := range ops {
 		if res[i].Err != nil { // not sent again
 			continue
@@ -282,11 +282,9 @@ func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Durat
 	}
 }
 
-// resend sends again, with the scripts' text, the ops whose replies are
-// NOSCRIPT (see exec), setting their replies, and returns which it sent and
-// the WAIT that followed them; a write of a hold past ctx's deadline is
-// not sent again, its result's error set instead.
-func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []transport.Reply, set, ack bool, late time.Duration) (again []int, wait transport.Reply) {
+// toResend returns the ops of ops whose script must be sent (again) after
+// replies (see exec): NOSCRIPT, or a SET (when set) that needs its script.
+func (n *Node) toResend(ops []Op, replies []transport.Reply, set bool) (again []int) {
 	for i := range ops {
 		switch {
 		case set && ops[i].SetNX:
@@ -298,6 +296,15 @@ func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []tra
 			again = append(again, i)
 		}
 	}
+	return again
+}
+
+// resend sends again, with the scripts' text, the ops of again (see
+// exec), setting their replies, and returns which it sent and the WAIT
+// that followed them; a write of a hold past ctx's deadline is not sent
+// again, its result's error set instead.
+func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []transport.Reply, again []int, ack bool, late time.Duration) ([]int, transport.Reply) {
+	var wait transport.Reply
 	if len(again) > 0 && ctx.Err() != nil {
 		again = slices.DeleteFunc(again, func(i int) bool {
 			if ops[i].Holds {
