@@ -31,7 +31,8 @@ func BenchmarkLock(b *testing.B) {
 	}
 }
 
-// stubAnswers makes a go-redis client answer every script with 1 at once,
+// stubAnswers makes a go-redis client answer every script with 1 (and a
+// SET NX GET with nil) at once,
 // in process, alone or pipelined, without a connection, and INFO (which
 // identifies the node's server) with a run_id of its own: with it,
 // BenchmarkLockOverhead measures what the library itself costs per lock,
@@ -59,8 +60,12 @@ func (s stubAnswers) ProcessPipelineHook(redis.ProcessPipelineHook) redis.Proces
 func (s stubAnswers) answer(cmd redis.Cmder) {
 	switch cmd := cmd.(type) {
 	case *redis.Cmd:
-		if cmd.Name() == "info" {
+		switch cmd.Name() {
+		case "info":
 			cmd.SetVal("run_id:" + s.runID + "\r\n")
+			return
+		case "set": // a plain lock's acquire, SET NX GET: the key was free
+			cmd.SetErr(redis.Nil)
 			return
 		}
 		cmd.SetVal(int64(1))

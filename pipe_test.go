@@ -45,7 +45,8 @@ var acquireSHA = func() string {
 
 // scriptOf returns the SHA1 of the script an EVALSHA or an EVAL runs, or
 // "" for another command. (The first call of each script on a node is an
-// EVAL, which loads it.)
+// EVAL, which loads it.) A plain lock's acquire sent as SET NX GET stands
+// for acquire.lua.
 func scriptOf(cmd redis.Cmder) string {
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -56,6 +57,8 @@ func scriptOf(cmd redis.Cmder) string {
 		return args[1].(string)
 	case "eval":
 		return redis.NewScript(args[1].(string)).Hash()
+	case "set":
+		return acquireSHA
 	}
 	return ""
 }
@@ -78,12 +81,17 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 func (h *roundTrips) record(cmds []redis.Cmder, send func() error) error {
 	name := cmds[0].Name()
-	if name != "evalsha" && name != "eval" {
+	if name != "evalsha" && name != "eval" && name != "set" {
 		return send() // go-redis's handshake on a new connection
 	}
 	tr := trip{name: name, n: len(cmds)}
 	for _, cmd := range cmds {
 		args := cmd.Args()
+		if cmd.Name() == "set" { // a plain lock's acquire: SET key token NX PX ttl GET
+			tr.acquires = append(tr.acquires, args[1].(string))
+			tr.keys = append(tr.keys, args[1].(string))
+			continue
+		}
 		if len(args) > 3 && scriptOf(cmd) == acquireSHA {
 			tr.acquires = append(tr.acquires, args[3].(string))
 		}
@@ -98,7 +106,9 @@ func (h *roundTrips) record(cmds []redis.Cmder, send func() error) error {
 		if sha := scriptOf(cmd); sha != "" {
 			h.shas = append(h.shas, sha)
 		}
-		if len(args) > 2 {
+		if cmd.Name() == "set" {
+			h.ops = append(h.ops, fmt.Sprint(args[2]))
+		} else if len(args) > 2 {
 			if nkeys, ok := args[2].(int); ok && len(args) > 3+nkeys {
 				h.ops = append(h.ops, fmt.Sprint(args[3+nkeys]))
 			}
@@ -177,7 +187,7 @@ func waitIdle(t *testing.T, rc *redlock.Client) {
 
 // tryAcquireAll runs TryAcquire on keys at once, one goroutine each, and
 // returns the results by key index.
-func tryAcquireAll(ctx context.Context, rc *redlock.Client, keys []string, ttl time.Duration) ([]*redlock.Lock, []error) {
+func tryAcquireAll(ctx context.Context, rc *redlock.Client, keys []string, ttl time.Duration, opts ...redlock.AcquireOption) ([]*redlock.Lock, []error) {
 	locks := make([]*redlock.Lock, len(keys))
 	errs := make([]error, len(keys))
 	var wg sync.WaitGroup
@@ -185,7 +195,7 @@ func tryAcquireAll(ctx context.Context, rc *redlock.Client, keys []string, ttl t
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			locks[i], errs[i] = rc.TryAcquire(ctx, k, ttl)
+			locks[i], errs[i] = rc.TryAcquire(ctx, k, ttl, opts...)
 		}()
 	}
 	wg.Wait()
@@ -230,20 +240,20 @@ func TestBatching_aloneSendsPlainCommands(t *testing.T) {
 // acquireBehindGate runs TryAcquire on keys at once: the first alone,
 // held at the gate, and the rest once it is. It returns once they are all
 // queued behind it.
-func acquireBehindGate(ctx context.Context, t *testing.T, rc *redlock.Client, h *roundTrips, keys []string) (wait func() ([]*redlock.Lock, []error)) {
+func acquireBehindGate(ctx context.Context, t *testing.T, rc *redlock.Client, h *roundTrips, keys []string, opts ...redlock.AcquireOption) (wait func() ([]*redlock.Lock, []error)) {
 	t.Helper()
 	locks := make([]*redlock.Lock, len(keys))
 	errs := make([]error, len(keys))
 	first := make(chan struct{})
 	go func() {
 		defer close(first)
-		locks[0], errs[0] = rc.TryAcquire(context.Background(), keys[0], 10*time.Second)
+		locks[0], errs[0] = rc.TryAcquire(context.Background(), keys[0], 10*time.Second, opts...)
 	}()
 	waitFor(t, "the first call at the gate", h.queuedBehindGate(rc, 1))
 	rest := make(chan struct{})
 	go func() {
 		defer close(rest)
-		l, e := tryAcquireAll(ctx, rc, keys[1:], 10*time.Second)
+		l, e := tryAcquireAll(ctx, rc, keys[1:], 10*time.Second, opts...)
 		copy(locks[1:], l)
 		copy(errs[1:], e)
 	}()
@@ -300,7 +310,8 @@ func TestBatching_nodeForgotScripts(t *testing.T) {
 		}
 	}
 
-	wait := acquireBehindGate(context.Background(), t, rc, h, keys)
+	// Fenced: their acquire is a script (a plain one is a SET NX GET).
+	wait := acquireBehindGate(context.Background(), t, rc, h, keys, redlock.WithFencing())
 	close(h.gate)
 	locks, errs := wait()
 
@@ -643,7 +654,7 @@ func (h *slowReplies) DialHook(next redis.DialHook) redis.DialHook { return next
 func (h *slowReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval") {
+		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval" || n == "set") {
 			time.Sleep(h.d)
 			h.delayed.Add(1)
 		}

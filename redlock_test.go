@@ -1700,7 +1700,7 @@ func (h *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval") {
+		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval" || n == "set") {
 			<-ctx.Done()
 			cmd.SetErr(ctx.Err())
 			return ctx.Err()

@@ -112,10 +112,11 @@ func TestWithReplicaAck(t *testing.T) {
 			h.mu.Lock()
 			for _, trip := range h.trips {
 				for i, name := range trip {
-					if (name == "evalsha" || name == "eval") && i+1 < len(trip) && trip[i+1] == "wait" {
+					write := func(name string) bool { return name == "evalsha" || name == "eval" || name == "set" }
+					if write(name) && i+1 < len(trip) && trip[i+1] == "wait" {
 						continue
 					}
-					if name == "wait" && (i == 0 || trip[i-1] != "evalsha" && trip[i-1] != "eval") {
+					if name == "wait" && (i == 0 || !write(trip[i-1])) {
 						t.Errorf("a WAIT without a write before it in its pipeline: %v", trip)
 					}
 				}

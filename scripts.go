@@ -12,7 +12,8 @@ import (
 )
 
 // The per-node operations. Each runs one Lua script, so that comparing the
-// token and acting on it is atomic on the node.
+// token and acting on it is atomic on the node; a plain lock's acquire
+// that is not fenced is one SET NX GET where it suffices (nodeio's SetNX).
 
 var (
 	acquireScript    = loadScript("acquire.lua")
@@ -123,13 +124,14 @@ func hasHashTag(key string) bool {
 func fenceKey(key string) string { return companion(key, "fence") }
 
 // acquireOn takes key for token; keep is how long its fencing counter is
-// kept once the node's clock has passed it, 0 for a lock not fenced.
+// kept once the node's clock has passed it, 0 for a lock not fenced, whose
+// acquire is a SET NX where the node takes it (nodeio's SetNX).
 func acquireOn(key, token string, ttl, keep time.Duration) nodeOp {
 	px := pxMillis(ttl)
 	if keep > 0 {
 		return nodeOp{Script: acquireScript, Keys: []string{key, fenceKey(key)}, Args: []any{token, px, pxMillis(keep)}, Shape: nodeio.Grant, Holds: true, Takes: true}
 	}
-	return nodeOp{Script: acquireScript, Keys: []string{key}, Args: []any{token, px}, Shape: nodeio.Grant, Holds: true, Takes: true}
+	return nodeOp{Script: acquireScript, Keys: []string{key}, Args: []any{token, px}, Shape: nodeio.Grant, Holds: true, Takes: true, SetNX: true}
 }
 
 // handOffOn takes key for token where it holds from's token, one of

@@ -697,7 +697,7 @@ func (h *afterFirstScript) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 
 func (h *afterFirstScript) after(cmds []redis.Cmder) {
 	for _, cmd := range cmds {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" || name == "set" {
 			h.once.Do(h.fn)
 			return
 		}
@@ -781,7 +781,7 @@ func (h *evalCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *evalCount) count(cmds []redis.Cmder) {
 	for _, cmd := range cmds {
 		name := cmd.Name()
-		if err := cmd.Err(); (name == "evalsha" || name == "eval") && (err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT")) {
+		if err := cmd.Err(); (name == "evalsha" || name == "eval" || name == "set") && (err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT")) {
 			h.n.Add(1)
 		}
 	}

@@ -1,3 +1,8 @@
+-- Used for a fenced plain lock; a plain lock that is not fenced takes a
+-- free key with one SET key token NX PX ttl GET (internal/nodeio, SetNX),
+-- decoded as this script's reply, and runs this script only where that
+-- SET found our own token (this script lengthens its ttl) or where the
+-- node refuses the command (a Redis before 7.0).
 -- Takes the lock on this node if it is free, or keeps it if it already
 -- holds our token (a command that go-redis sent again after a network error
 -- must not report a lock we hold as taken by someone else; its time to live

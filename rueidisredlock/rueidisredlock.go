@@ -183,7 +183,7 @@ func broken(err error) bool {
 }
 
 // build is cmd as a rueidis command, its keys marked (EVAL and EVALSHA
-// name them after numkeys), so that a Cluster client routes it.
+// name them after numkeys, SET first), so that a Cluster client routes it.
 func (n *node) build(cmd transport.Cmd) rueidis.Completed {
 	words := make([]string, len(cmd))
 	for i, w := range cmd {
@@ -194,6 +194,9 @@ func (n *node) build(cmd transport.Cmd) rueidis.Completed {
 		if nk, err := strconv.Atoi(words[2]); err == nil && 3+nk <= len(words) {
 			return n.c.B().Arbitrary(words[:3]...).Keys(words[3 : 3+nk]...).Args(words[3+nk:]...).Build()
 		}
+	}
+	if name == "set" && len(words) >= 3 {
+		return n.c.B().Arbitrary(words[0]).Keys(words[1]).Args(words[2:]...).Build()
 	}
 	return n.c.B().Arbitrary(words...).Build()
 }

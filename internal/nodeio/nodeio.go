@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/redlock/internal/reply"
@@ -37,8 +39,14 @@ type Op struct {
 	// Takes: the op may take a key that was not ours (an acquire, a
 	// hand-off); see nextBatch
 	Takes bool
-	// evalsha is the op's EVALSHA, built once for every node (Share)
-	evalsha transport.Cmd
+	// SetNX: a Grant of a lock not fenced, Keys {key} and Args {token,
+	// ttl in ms}, sent as SET key token NX PX ms GET, which takes a free
+	// key in one command without the script; see exec for when the script
+	// answers instead.
+	SetNX bool
+	// evalsha and set are the op's EVALSHA and SET, built once for every
+	// node (Share)
+	evalsha, set transport.Cmd
 }
 
 // Share builds op's EVALSHA once, for every node it is sent to: the
@@ -46,14 +54,27 @@ type Op struct {
 // again.
 func (op *Op) Share() {
 	op.evalsha = op.Script.eval(false, op.Keys, op.Args)
+	if op.SetNX {
+		op.set = op.setCmd()
+	}
 }
 
-// cmd is op's command: EVAL, with the script's text, when text; else its
-// EVALSHA, a copy of the shared one when built (Share). Each node gets a
-// command of its own: a client may change the one it is given (a go-redis
-// hook that prefixes keys rewrites its arguments in place), and the nodes
-// must not see each other's changes.
-func (op *Op) cmd(text bool) transport.Cmd {
+func (op *Op) setCmd() transport.Cmd {
+	return transport.Cmd{"set", op.Keys[0], op.Args[0], "nx", "px", op.Args[1], "get"}
+}
+
+// cmd is op's command: its SET when set (see SetNX); else EVAL, with the
+// script's text, when text; else its EVALSHA. A shared one (Share) is
+// copied: each node gets a command of its own, as a client may change the
+// one it is given (a go-redis hook that prefixes keys rewrites its
+// arguments in place), and the nodes must not see each other's changes.
+func (op *Op) cmd(text, set bool) transport.Cmd {
+	if set {
+		if op.set != nil {
+			return slices.Clone(op.set)
+		}
+		return op.setCmd()
+	}
 	if !text && op.evalsha != nil {
 		return slices.Clone(op.evalsha)
 	}
@@ -144,10 +165,11 @@ var (
 func NotSent(cause error) error { return fmt.Errorf("%w: %w", ErrNotSent, cause) }
 
 // notResent is the error of a write of a hold whose EVALSHA was answered
-// NOSCRIPT after its deadline (cause): its EVAL is not sent, and the node is
-// not taken for one that keeps no scripts (a misconfiguration): it was slow.
+// NOSCRIPT, or whose SET needs its script, after its deadline (cause):
+// its EVAL is not sent, and the node is not taken for one that keeps no
+// scripts (a misconfiguration): it was slow.
 func notResent(cause error) error {
-	return fmt.Errorf("not sent again after NOSCRIPT: %w", cause)
+	return fmt.Errorf("not sent again as a script after its deadline: %w", cause)
 }
 
 // Ack is a replica ack (WithReplicaAck); the zero value is off.
@@ -184,7 +206,10 @@ type Node struct {
 	T     transport.Node
 	ack   Ack
 	known sync.Map // the scripts the node is known to hold: *Script → struct{}
-	p     *pipe    // nil without batching
+	// noSet: the node refused an Op's SET (a Redis before 7.0), so its
+	// SetNX ops run their script
+	noSet atomic.Bool
+	p     *pipe // nil without batching
 }
 
 // New returns the Node that sends calls to t, through a pipe when batched.
@@ -228,17 +253,27 @@ func (n *Node) note(s *Script, err error) {
 // ran nowhere, so they are sent again with the script's text, after the
 // others (their calls on other keys: see nextBatch), and nothing runs
 // twice; past ctx's deadline, a write of a hold is not sent again, any
-// other op is, for up to late. It sets res[i] to ops[i]'s result.
+// other op is, for up to late. A SetNX op is sent as its SET unless the
+// node refused one; the script answers instead, sent the same way after
+// the others, where the SET found our own token (a resend: the script
+// lengthens the key's ttl, which SET NX leaves as it is, else a validity
+// counted from this attempt's start could outlive the key) or where the
+// node refused the SET (a syntax error: it is remembered). It sets res[i]
+// to ops[i]'s result.
 func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Duration) {
 	ack := n.ack.on() && slices.ContainsFunc(ops, func(op Op) bool { return op.Holds })
-	replies := n.send(ctx, ops, nil, ack)
-	again, waitAgain := n.resend(ctx, ops, res, replies, ack, late)
+	set := !n.noSet.Load()
+	replies := n.send(ctx, ops, nil, set, ack)
+	again, waitAgain := n.resend(ctx, ops, res, replies, n.toResend(ops, replies, set), ack, late)
 	for i, op := range ops {
 		if res[i].Err != nil { // not sent again
 			continue
 		}
-		n.note(op.Script, replies[i].Err)
-		res[i] = op.result(replies[i])
+		sentSet := set && op.SetNX && !slices.Contains(again, i)
+		if !sentSet {
+			n.note(op.Script, replies[i].Err)
+		}
+		res[i] = op.result(replies[i], sentSet)
 		if res[i].Err == nil && res[i].Held && ack && op.Holds {
 			wait := replies[len(ops)]
 			if slices.Contains(again, i) {
@@ -249,17 +284,29 @@ func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Durat
 	}
 }
 
-// resend sends again, with the scripts' text, the ops whose replies are
-// NOSCRIPT (see exec), setting their replies, and returns which it sent and
-// the WAIT that followed them; a write of a hold past ctx's deadline is
-// not sent again, its result's error set instead.
-func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []transport.Reply, ack bool, late time.Duration) (again []int, wait transport.Reply) {
+// toResend returns the ops of ops whose script must be sent (again) after
+// replies (see exec): NOSCRIPT, or a SET (when set) that needs its script.
+func (n *Node) toResend(ops []Op, replies []transport.Reply, set bool) (again []int) {
 	for i := range ops {
-		if reply.NoScript(replies[i].Err) {
+		switch {
+		case set && ops[i].SetNX:
+			if n.scriptAfterSet(ops[i], replies[i]) {
+				again = append(again, i)
+			}
+		case reply.NoScript(replies[i].Err):
 			n.known.Delete(ops[i].Script)
 			again = append(again, i)
 		}
 	}
+	return again
+}
+
+// resend sends again, with the scripts' text, the ops of again (see
+// exec), setting their replies, and returns which it sent and the WAIT
+// that followed them; a write of a hold past ctx's deadline is not sent
+// again, its result's error set instead.
+func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []transport.Reply, again []int, ack bool, late time.Duration) ([]int, transport.Reply) {
+	var wait transport.Reply
 	if len(again) > 0 && ctx.Err() != nil {
 		again = slices.DeleteFunc(again, func(i int) bool {
 			if ops[i].Holds {
@@ -275,7 +322,7 @@ func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []tra
 	if len(again) == 0 {
 		return nil, wait
 	}
-	resent := n.send(ctx, ops, again, ack)
+	resent := n.send(ctx, ops, again, false, ack)
 	for j, i := range again {
 		replies[i] = resent[j]
 	}
@@ -285,10 +332,26 @@ func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []tra
 	return again, wait
 }
 
+// scriptAfterSet reports whether op's script must answer instead of its
+// SET, which got r: the key holds our own token, or the node refused the
+// command (then it is not sent SET again).
+func (n *Node) scriptAfterSet(op Op, r transport.Reply) bool {
+	if msg, ok := reply.Message(r.Err); ok {
+		// Redis 6.2 refuses NX with GET, older servers GET too
+		if strings.HasPrefix(msg, "ERR syntax error") || strings.HasPrefix(msg, "ERR wrong number of arguments") {
+			n.noSet.Store(true)
+			return true
+		}
+		return false
+	}
+	s, ok := r.Val.(string)
+	return r.Err == nil && ok && s == op.Args[0]
+}
+
 // send sends the ops of ops (only those of only, when not nil, with their
-// text) in one pipeline, and a WAIT after when ack; it returns their
-// replies in order, the WAIT's last.
-func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool) []transport.Reply {
+// text) in one pipeline, the SetNX ones as their SET when set, and a WAIT
+// after when ack; it returns their replies in order, the WAIT's last.
+func (n *Node) send(ctx context.Context, ops []Op, only []int, set, ack bool) []transport.Reply {
 	var cmds []transport.Cmd
 	var replies []transport.Reply
 	if len(ops) == 1 {
@@ -303,11 +366,11 @@ func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool) []trans
 	}
 	if only == nil {
 		for i := range ops {
-			cmds = append(cmds, ops[i].cmd(!n.has(ops[i].Script)))
+			cmds = append(cmds, ops[i].cmd(!n.has(ops[i].Script), set && ops[i].SetNX))
 		}
 	} else {
 		for _, i := range only {
-			cmds = append(cmds, ops[i].cmd(true))
+			cmds = append(cmds, ops[i].cmd(true, false))
 		}
 	}
 	if ack {
@@ -321,8 +384,12 @@ func (n *Node) send(ctx context.Context, ops []Op, only []int, ack bool) []trans
 	return replies
 }
 
-// result decodes op's reply by its Shape.
-func (op Op) result(r transport.Reply) Result {
+// result decodes op's reply by its Shape, a Grant from its SET's reply
+// when set.
+func (op Op) result(r transport.Reply, set bool) Result {
+	if set {
+		return setResult(r)
+	}
 	switch op.Shape {
 	case Read:
 		raw, err := reply.Slice(r)
@@ -365,6 +432,36 @@ func (op Op) decode(v []int64) (Reply, error) {
 		return Reply{}, fmt.Errorf("redlock: reply %v is not of its script", v)
 	}
 	return rep, nil
+}
+
+// setResult decodes the reply of a SetNX op's SET (not our own token,
+// which its script answers) as its script's Grant: nil, the key was free
+// and is now ours; another token names its holder as acquire.lua does;
+// WRONGTYPE, a lock of another kind holds the key.
+func setResult(r transport.Reply) Result {
+	if r.Err != nil {
+		if msg, ok := reply.Message(r.Err); ok && strings.HasPrefix(msg, "WRONGTYPE") {
+			return Result{Reply: Reply{Holder: Holder{OtherKind: true}}}
+		}
+		return Result{Err: r.Err}
+	}
+	switch v := r.Val.(type) {
+	case nil:
+		return Result{Reply: Reply{Held: true, Counter: 1}}
+	case string:
+		return Result{Reply: Reply{Holder: Holder{Name: HolderName(v)}}}
+	}
+	return Result{Err: fmt.Errorf("redlock: reply %v (%T) is not of SET", r.Val, r.Val)}
+}
+
+// HolderName is the name acquire.lua gives the holder of token: from its
+// first 8 bytes, 6 bits each, plus 1, so that it is never 0.
+func HolderName(token string) int64 {
+	var n int64
+	for i := range min(8, len(token)) {
+		n = n*64 + int64(token[i]%64)
+	}
+	return n + 1
 }
 
 // Call is one op on its way to one node; Reply's Reply is called once

@@ -98,7 +98,7 @@ func TestResult(t *testing.T) {
 		{"batch short", Op{Shape: Batch, Keys: []string{"a", "b"}}, arr(int64(1)), Reply{}, true},
 		{"read", Op{Shape: Read}, arr("string", int64(5)), Reply{Raw: []any{"string", int64(5)}}, false},
 	} {
-		got := tt.op.result(tt.reply)
+		got := tt.op.result(tt.reply, false)
 		if (got.Err != nil) != tt.fails {
 			t.Errorf("%s: error %v, want one: %v", tt.name, got.Err, tt.fails)
 			continue
@@ -177,11 +177,18 @@ type rewriter struct{ keys chan string }
 
 func (n rewriter) Do(_ context.Context, cmds []transport.Cmd, replies []transport.Reply) {
 	for i, cmd := range cmds {
-		if cmd[0] == "evalsha" {
-			n.keys <- cmd[3].(string)
+		at := 3 // an EVAL's or EVALSHA's first key
+		if cmd[0] == "set" {
+			at = 1
 		}
-		cmd[3] = "t:" + cmd[3].(string)
+		if cmd[0] != "eval" {
+			n.keys <- cmd[at].(string)
+		}
+		cmd[at] = "t:" + cmd[at].(string)
 		replies[i] = transport.Reply{Val: int64(1)}
+		if cmd[0] == "set" {
+			replies[i] = transport.Reply{} // nil: the key was free
+		}
 	}
 }
 
@@ -198,14 +205,135 @@ func TestOp_Share_eachNodeItsOwnCommand(t *testing.T) {
 	nodes := []rewriter{{make(chan string, 4)}, {make(chan string, 4)}, {make(chan string, 4)}}
 	op := Op{Script: script, Keys: []string{"k"}}
 	op.Share()
+	set := Op{Script: script, Shape: Grant, SetNX: true, Keys: []string{"k"}, Args: []any{"token", int64(1000)}}
+	set.Share()
 	for _, rw := range nodes {
 		n := New(rw, Ack{}, false)
 		n.Run(context.Background(), Op{Script: script, Keys: []string{"first"}}, time.Second) // EVAL: the node now has the script
-		if r := n.Run(context.Background(), op, time.Second); r.Err != nil {
-			t.Fatal(r.Err)
+		for _, op := range []Op{op, set} {
+			if r := n.Run(context.Background(), op, time.Second); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if got := <-rw.keys; got != "k" {
+				t.Errorf("a node was sent key %q, want %q", got, "k")
+			}
 		}
-		if got := <-rw.keys; got != "k" {
-			t.Errorf("a node was sent key %q, want %q", got, "k")
+	}
+}
+
+// scriptedNode answers each command by its name from answers (a command
+// with no answer left gets 1s), noting the commands of each Do.
+type scriptedNode struct {
+	answers map[string][]transport.Reply
+	dos     [][]string
+}
+
+func (n *scriptedNode) Do(_ context.Context, cmds []transport.Cmd, replies []transport.Reply) {
+	var names []string
+	for i, c := range cmds {
+		name := c[0].(string)
+		names = append(names, name)
+		if q := n.answers[name]; len(q) > 0 {
+			replies[i], n.answers[name] = q[0], q[1:]
+		} else {
+			replies[i] = transport.Reply{Val: []any{int64(1), int64(1)}}
+		}
+	}
+	n.dos = append(n.dos, names)
+}
+
+func (*scriptedNode) PubSub() transport.PubSub { return nil }
+func (*scriptedNode) Info() transport.Info     { return transport.Info{} }
+
+// TestSetNX: a SetNX op is sent as SET NX PX GET and its reply decoded as
+// acquire.lua's Grant: nil takes the key, another token names its holder
+// as the script does, WRONGTYPE is another kind; our own token is
+// answered by the script, sent after it in the same call (a SET NX
+// leaves the ttl as it is); a node that refuses the command is answered
+// by the script, then and from then on; with replica acks a WAIT follows
+// each write; past the deadline the script is not sent.
+func TestSetNX(t *testing.T) {
+	const token = "bcdefghij-ours"
+	other := "ABCDEFGHIJ-theirs"
+	script := []transport.Reply{{Val: []any{int64(1), int64(1)}}}
+	for _, tt := range []struct {
+		name    string
+		set     transport.Reply
+		ack     bool
+		ended   bool
+		want    Reply
+		fails   bool
+		dos     string // each Do's commands, "|" between Dos
+		thenDos string // a second call's
+	}{
+		{name: "free", set: transport.Reply{}, want: Reply{Held: true, Counter: 1}, dos: "set", thenDos: "set"},
+		{name: "another token", set: transport.Reply{Val: other}, want: Reply{Holder: Holder{Name: HolderName(other)}}, dos: "set"},
+		{name: "another kind", set: transport.Reply{Err: transport.ErrorReply("WRONGTYPE Operation against a key holding the wrong kind of value")}, want: Reply{Holder: Holder{OtherKind: true}}, dos: "set"},
+		{name: "our token", set: transport.Reply{Val: token}, want: Reply{Held: true, Counter: 1}, dos: "set|eval", thenDos: "set"},
+		{name: "our token, acked", set: transport.Reply{Val: token}, ack: true, want: Reply{Held: true, Counter: 1}, dos: "set wait|eval wait"},
+		{name: "our token, past the deadline", set: transport.Reply{Val: token}, ended: true, fails: true, dos: "set"},
+		{name: "refused", set: transport.Reply{Err: transport.ErrorReply("ERR syntax error")}, want: Reply{Held: true, Counter: 1}, dos: "set|eval", thenDos: "evalsha"},
+		{name: "another error", set: transport.Reply{Err: transport.ErrorReply("READONLY You can't write against a read only replica.")}, fails: true, dos: "set", thenDos: "set"},
+	} {
+		tn := &scriptedNode{answers: map[string][]transport.Reply{"set": {tt.set}, "eval": script, "wait": {{Val: int64(1)}, {Val: int64(1)}}}}
+		ack := Ack{}
+		if tt.ack {
+			ack = Ack{Replicas: 1, Timeout: time.Second}
+		}
+		n := New(tn, ack, false)
+		ctx, cancel := context.WithCancel(context.Background())
+		if tt.ended {
+			cancel()
+		}
+		op := Op{Script: NewScript("return {1, 1}"), Keys: []string{"k"}, Args: []any{token, int64(1000)}, Shape: Grant, Holds: true, Takes: true, SetNX: true}
+		op.Share()
+		got := n.Run(ctx, op, time.Second)
+		cancel()
+		if (got.Err != nil) != tt.fails {
+			t.Errorf("%s: error %v, want one: %v", tt.name, got.Err, tt.fails)
+		} else if !tt.fails && !reflect.DeepEqual(got.Reply, tt.want) {
+			t.Errorf("%s: %+v, want %+v", tt.name, got.Reply, tt.want)
+		}
+		if tt.fails && got.Held {
+			t.Errorf("%s: held on an error", tt.name)
+		}
+		dos := func() string {
+			var out []string
+			for _, d := range tn.dos {
+				out = append(out, strings.Join(d, " "))
+			}
+			tn.dos = nil
+			return strings.Join(out, "|")
+		}
+		if got := dos(); got != tt.dos {
+			t.Errorf("%s: sent %q, want %q", tt.name, got, tt.dos)
+		}
+		if tt.thenDos != "" {
+			tn.answers["set"] = []transport.Reply{{}}
+			if r := n.Run(context.Background(), op, time.Second); r.Err != nil || !r.Held {
+				t.Errorf("%s: the next call got %+v", tt.name, r)
+			}
+			if got := dos(); got != tt.thenDos {
+				t.Errorf("%s: the next call sent %q, want %q", tt.name, got, tt.thenDos)
+			}
+		}
+	}
+}
+
+// TestHolderName: a holder is named as acquire.lua names it: its token's
+// first 8 bytes, 6 bits each, plus 1.
+func TestHolderName(t *testing.T) {
+	for _, tt := range []struct {
+		token string
+		want  int64
+	}{
+		{"", 1},
+		{"A", 'A'%64 + 1},
+		{"AB", ('A'%64)*64 + 'B'%64 + 1},
+		{"\xff\xff\xff\xff\xff\xff\xff\xff\xff", 1<<48 - 1 + 1},
+	} {
+		if got := HolderName(tt.token); got != tt.want {
+			t.Errorf("HolderName(%q) = %d, want %d", tt.token, got, tt.want)
 		}
 	}
 }

@@ -19,10 +19,10 @@ import (
 // IsReply reports whether err is the server's own answer (an error reply).
 func IsReply(err error) bool { return transport.IsReply(err) }
 
-// message returns the message of err's error reply, and whether it has
+// Message returns the message of err's error reply, and whether it has
 // one. nil is checked first: nearly every reply is nil, and errors.As
 // allocates.
-func message(err error) (string, bool) {
+func Message(err error) (string, bool) {
 	if err == nil {
 		return "", false
 	}
@@ -39,7 +39,7 @@ func message(err error) (string, bool) {
 // NoScript reports whether err is a NOSCRIPT answer: the node does not
 // hold the script (yet).
 func NoScript(err error) bool {
-	msg, ok := message(err)
+	msg, ok := Message(err)
 	return ok && strings.HasPrefix(strings.TrimPrefix(msg, "ERR "), "NOSCRIPT")
 }
 
@@ -113,7 +113,7 @@ func TimedOut(err error) bool {
 // Transient reports whether err is a server's error reply that tells of a
 // passing state (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN).
 func Transient(err error) bool {
-	msg, ok := message(err)
+	msg, ok := Message(err)
 	if !ok {
 		return false
 	}
@@ -129,7 +129,7 @@ func Transient(err error) bool {
 // retrying cannot cure (a configuration error), and "" otherwise: no
 // reply, a timeout, a passing state, or an error a retry may cure.
 func Hint(err error) string {
-	msg, ok := message(err)
+	msg, ok := Message(err)
 	if !ok {
 		return ""
 	}
