@@ -261,10 +261,10 @@ func (n *Node) note(s *Script, err error) {
 // node refused the SET (a syntax error: it is remembered). It sets res[i]
 // to ops[i]'s result.
 func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Duration) {
-	ack := n.ack.on() && slices.ContainsFunc(ops, func(op Op) bool { return op.Holds })
+	ack := n.acked(ops)
 	set := !n.noSet.Load()
 	replies := n.send(ctx, ops, nil, set, ack)
-	again, waitAgain := n.resend(ctx, ops, res, replies, n.toResend(ops, replies, set), ack, late)
+	again, waitAgain := n.resend(ctx, ops, res, replies, n.toResend(ops, replies, set), late)
 	for i, op := range ops {
 		if res[i].Err != nil { // not sent again
 			continue
@@ -275,13 +275,25 @@ func (n *Node) exec(ctx context.Context, ops []Op, res []Result, late time.Durat
 		}
 		res[i] = op.result(replies[i], sentSet)
 		if res[i].Err == nil && res[i].Held && ack && op.Holds {
-			wait := replies[len(ops)]
-			if slices.Contains(again, i) {
-				wait = waitAgain
-			}
-			res[i].Err = n.ack.check(wait)
+			res[i].Err = n.ack.check(waitAfter(i, replies[len(ops)], again, waitAgain))
 		}
 	}
+}
+
+// waitAfter is the reply of the WAIT that followed op i's write: the one
+// after the first send (wait), or after the resend (waitAgain) when op i
+// was among those sent again.
+func waitAfter(i int, wait transport.Reply, again []int, waitAgain transport.Reply) transport.Reply {
+	if slices.Contains(again, i) {
+		return waitAgain
+	}
+	return wait
+}
+
+// acked reports whether a WAIT follows a send of ops (WithReplicaAck, and
+// a write of a hold among them).
+func (n *Node) acked(ops []Op) bool {
+	return n.ack.on() && slices.ContainsFunc(ops, func(op Op) bool { return op.Holds })
 }
 
 // toResend returns the ops of ops whose script must be sent (again) after
@@ -305,7 +317,7 @@ func (n *Node) toResend(ops []Op, replies []transport.Reply, set bool) (again []
 // exec), setting their replies, and returns which it sent and the WAIT
 // that followed them; a write of a hold past ctx's deadline is not sent
 // again, its result's error set instead.
-func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []transport.Reply, again []int, ack bool, late time.Duration) ([]int, transport.Reply) {
+func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []transport.Reply, again []int, late time.Duration) ([]int, transport.Reply) {
 	var wait transport.Reply
 	if len(again) > 0 && ctx.Err() != nil {
 		again = slices.DeleteFunc(again, func(i int) bool {
@@ -322,6 +334,7 @@ func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []tra
 	if len(again) == 0 {
 		return nil, wait
 	}
+	ack := n.acked(ops)
 	resent := n.send(ctx, ops, again, false, ack)
 	for j, i := range again {
 		replies[i] = resent[j]
