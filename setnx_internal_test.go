@@ -104,3 +104,37 @@ func TestAcquire_setNX(t *testing.T) {
 		}
 	}
 }
+
+// TestAcquire_setNX_writesRefused: a node that refuses writes (full
+// memory under noeviction) refuses the SET outright, but the script only
+// at its write: the acquire still says who holds the key, and keeps our
+// own token there (a resend). The SET's refusal used to be the node's
+// answer: a contender saw a failed node, not ErrTaken.
+func TestAcquire_setNX_writesRefused(t *testing.T) {
+	rdb := realRedis(t)
+	ctx := context.Background()
+	node := nodeio.New(transport.GoRedis(rdb), nodeio.Ack{}, false)
+	rdb.Set(ctx, "theirs", "Zq8-their-token", time.Minute)
+	rdb.Set(ctx, "ours", "tok-a", time.Second)
+	warm := acquireOn("warm", "tok-a", time.Second, 0) // the node learns the script
+	warm.SetNX = false
+	if r := node.Run(ctx, warm, time.Second); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.ConfigSet(ctx, "maxmemory", "0") })
+	if r := node.Run(ctx, acquireOn("theirs", "tok-a", 10*time.Second, 0), time.Second); r.Err != nil || r.Held || r.Holder.Name == 0 {
+		t.Errorf("another holder, writes refused: %+v, want refused with its holder named", r)
+	}
+	if r := node.Run(ctx, acquireOn("ours", "tok-a", 10*time.Second, 0), time.Second); r.Err != nil || !r.Held {
+		t.Errorf("our own token, writes refused: %+v, want held", r)
+	}
+	if d := rdb.PTTL(ctx, "ours").Val(); d <= 9*time.Second {
+		t.Errorf("our own token's ttl %v, want lengthened to 10 s", d)
+	}
+}

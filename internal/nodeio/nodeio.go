@@ -346,8 +346,11 @@ func (n *Node) resend(ctx context.Context, ops []Op, res []Result, replies []tra
 }
 
 // scriptAfterSet reports whether op's script must answer instead of its
-// SET, which got r: the key holds our own token, or the node refused the
-// command (then it is not sent SET again).
+// SET, which got r: the key holds our own token; the node refused the
+// command's form (then it is not sent SET again); or it refuses writes for
+// now (full memory, too few replicas, a failed save), which a SET meets at
+// once and the script only at its write: the script still says who holds
+// the key, or keeps (lengthens) our own token.
 func (n *Node) scriptAfterSet(op Op, r transport.Reply) bool {
 	if msg, ok := reply.Message(r.Err); ok {
 		// Redis 6.2 refuses NX with GET, older servers GET too
@@ -355,10 +358,21 @@ func (n *Node) scriptAfterSet(op Op, r transport.Reply) bool {
 			n.noSet.Store(true)
 			return true
 		}
-		return false
+		return writesRefused(msg)
 	}
 	s, ok := r.Val.(string)
 	return r.Err == nil && ok && s == op.Args[0]
+}
+
+// writesRefused reports whether msg is a node's refusal of every write for
+// now, whatever the key.
+func writesRefused(msg string) bool {
+	for _, prefix := range []string{"OOM ", "NOREPLICAS ", "MISCONF "} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // send sends the ops of ops (only those of only, when not nil, with their

@@ -273,6 +273,8 @@ func TestSetNX(t *testing.T) {
 		{name: "our token, acked", set: transport.Reply{Val: token}, ack: true, want: Reply{Held: true, Counter: 1}, dos: "set wait|eval wait"},
 		{name: "our token, past the deadline", set: transport.Reply{Val: token}, ended: true, fails: true, dos: "set"},
 		{name: "refused", set: transport.Reply{Err: transport.ErrorReply("ERR syntax error")}, want: Reply{Held: true, Counter: 1}, dos: "set|eval", thenDos: "evalsha"},
+		{name: "writes refused", set: transport.Reply{Err: transport.ErrorReply("OOM command not allowed when used memory > 'maxmemory'.")}, want: Reply{Held: true, Counter: 1}, dos: "set|eval", thenDos: "set"},
+		{name: "too few replicas", set: transport.Reply{Err: transport.ErrorReply("NOREPLICAS Not enough good replicas to write.")}, want: Reply{Held: true, Counter: 1}, dos: "set|eval", thenDos: "set"},
 		{name: "another error", set: transport.Reply{Err: transport.ErrorReply("READONLY You can't write against a read only replica.")}, fails: true, dos: "set", thenDos: "set"},
 	} {
 		tn := &scriptedNode{answers: map[string][]transport.Reply{"set": {tt.set}, "eval": script, "wait": {{Val: int64(1)}, {Val: int64(1)}}}}
