@@ -262,6 +262,9 @@ func FuzzOptions(f *testing.F) {
 			opts = append(opts, redlock.WithRetry(policy))
 		}
 		rc, err := redlock.New(c.clients, opts...)
+		if err == nil {
+			noneLeftRenewed(t, rc)
+		}
 		if c.commands() != 0 {
 			t.Fatalf("New contacted the nodes")
 		}

@@ -161,6 +161,12 @@ func mustNew(t *testing.T, nodes []redis.UniversalClient, opts ...redlock.Option
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	noneLeftRenewed(t, rc)
+	return rc
+}
+
+// noneLeftRenewed fails t, after it, when it left a lock of rc renewed.
+func noneLeftRenewed(t *testing.T, rc *redlock.Client) {
 	// A lock renewed after its test keeps the Client's scheduler running
 	// (a goroutine leak TestMain reports without naming the test). A
 	// release the test set going (a Campaign whose ctx ended resigns in
@@ -174,7 +180,6 @@ func mustNew(t *testing.T, nodes []redis.UniversalClient, opts ...redlock.Option
 			t.Errorf("the test left auto-renewed locks held: %q", left)
 		}
 	})
-	return rc
 }
 
 // holders returns the indexes of the running nodes whose key holds value.
