@@ -53,10 +53,12 @@ type Op struct {
 // nodes' calls share its boxed arguments rather than each boxing the keys
 // again.
 func (op *Op) Share() {
-	op.evalsha = op.Script.eval(false, op.Keys, op.Args)
 	if op.SetNX {
+		// Its script goes only where the SET needs it: built there.
 		op.set = op.setCmd()
+		return
 	}
+	op.evalsha = op.Script.eval(false, op.Keys, op.Args)
 }
 
 func (op *Op) setCmd() transport.Cmd {
