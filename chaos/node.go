@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -97,13 +98,46 @@ func startNode(dir string, spec nodeSpec) (*Node, error) {
 	return nil, lastErr
 }
 
+// freePort returns a loopback port free to listen on, below the kernel's
+// ephemeral range where it can: a node's port must stay free while the
+// node is down, and a port in that range can be taken by any outgoing
+// connection meanwhile (a client redialling the node itself can be given
+// it), so that the node could not start again.
 func freePort() (int, error) {
+	if lo := ephemeralLow(); lo > 2*fixedPortsFrom {
+		for range 50 {
+			port := fixedPortsFrom + rand.IntN(lo-fixedPortsFrom)
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				ln.Close()
+				return port, nil
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// fixedPortsFrom is the lowest port freePort picks outside the ephemeral
+// range, above the ports services are commonly configured on.
+const fixedPortsFrom = 10000
+
+// ephemeralLow returns the first port of the kernel's ephemeral range, or
+// 0 where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	lo, _ := strconv.Atoi(f[0])
+	return lo
 }
 
 // Addr returns the node's host:port.

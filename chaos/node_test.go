@@ -171,3 +171,22 @@ func TestLink_faults(t *testing.T) {
 		t.Fatalf("after Retarget the link reaches %q, want the other node", v)
 	}
 }
+
+// A node's port lies below the ephemeral range, so that no outgoing
+// connection (a client redialling the node while it is down) can take it
+// and keep the node from starting again.
+func TestFreePort_outsideTheEphemeralRange(t *testing.T) {
+	lo := ephemeralLow()
+	if lo <= 2*fixedPortsFrom {
+		t.Skipf("ephemeral range starts at %d: nothing below it to pick", lo)
+	}
+	for range 20 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port < fixedPortsFrom || port >= lo {
+			t.Fatalf("port %d is not in [%d, %d)", port, fixedPortsFrom, lo)
+		}
+	}
+}
