@@ -77,7 +77,7 @@ func main() {
 	workloads := flag.String("workloads", "UKC", "which workloads to run")
 	only := flag.String("cases", "", "run only the cases (with an edge probe, the rows \"scenario library\"; with wakeups, the rows) whose name matches this regular expression")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers, renewal or handover (see probes.go); slownet, starved, deadlines or handoff (see edges.go); wakeups (see wakeups.go); election (see elect.go)")
+	probe := flag.String("probe", "", "run a probe instead of the workloads: wait, leftovers, renewal or handover (see probes.go); slownet, starved, deadlines or handoff (see edges.go); wakeups (see wakeups.go); election (see elect.go); paired (see paired.go)")
 	size := flag.Int("size", 1000, "the probe's size: waiters (wait), distinct keys (leftovers), held locks (renewal) or clients (handover)")
 	runs := flag.Int("runs", 0, "the edge probes' runs per scenario and library, deadline-free calls for deadlines, trials per row for wakeups (0: slownet 5, starved 10, deadlines 200, handoff 10, wakeups 1000)")
 	hold := flag.Duration("hold", time.Minute, "how long the renewal probe holds its locks")

@@ -45,7 +45,8 @@ import (
 //	                  per critical section.
 //
 // The edge probes (slownet, starved, deadlines, handoff) are in edges.go,
-// the wake-ups probe (wakeups) in wakeups.go.
+// the wake-ups probe (wakeups) in wakeups.go, the paired timing of
+// workload U (paired) in paired.go.
 
 func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, cfg probeConfig) error {
 	switch probe {
@@ -61,11 +62,13 @@ func runProbe(ctx context.Context, w io.Writer, e *benchEnv, probe string, cfg p
 		return probeWakeups(ctx, w, e, cfg)
 	case "election":
 		return probeElection(ctx, w, e, cfg)
+	case "paired":
+		return probePaired(ctx, w, e, cfg)
 	}
 	if _, ok := edgeProbes[probe]; ok {
 		return runEdgeProbe(ctx, w, e, probe, cfg)
 	}
-	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover; slownet, starved, deadlines, handoff; wakeups; election)", probe)
+	return fmt.Errorf("unknown probe %q (wait, leftovers, renewal, handover; slownet, starved, deadlines, handoff; wakeups; election; paired)", probe)
 }
 
 // nodeStats reads INFO from every node: connected clients, and the script
