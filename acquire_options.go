@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/engine"
 )
 
 // WithOwner makes the lock reentrant, held by owner: while owner holds it,
@@ -17,7 +19,7 @@ import (
 func WithOwner(owner string) AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		if owner == "" {
-			return invalid("empty owner")
+			return engine.Invalid("empty owner")
 		}
 		c.owner = owner
 		c.kinds = append(c.kinds, "WithOwner")
@@ -60,7 +62,7 @@ func ForWrite() AcquireOption {
 func WithPermits(permits int) AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		if permits < 1 {
-			return invalid("%d permits: a semaphore needs at least 1", permits)
+			return engine.Invalid("%d permits: a semaphore needs at least 1", permits)
 		}
 		c.permits = permits
 		c.kinds = append(c.kinds, "WithPermits")
@@ -103,7 +105,7 @@ func Fair() AcquireOption {
 func WithWaitTimeout(d time.Duration) AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		if d <= 0 {
-			return invalid("wait timeout %v must be positive", d)
+			return engine.Invalid("wait timeout %v must be positive", d)
 		}
 		c.waitTimeout = d
 		return nil
@@ -146,15 +148,15 @@ func (c *Client) TryAcquireAll(ctx context.Context, keys []string, ttl time.Dura
 
 func (c *Client) multiConfig(keys []string, ttl time.Duration, opts []AcquireOption) (kind, acquireConfig, error) {
 	if len(keys) == 0 {
-		return nil, acquireConfig{}, invalid("no keys")
+		return nil, acquireConfig{}, engine.Invalid("no keys")
 	}
 	seen := make(map[string]bool, len(keys))
 	for i, k := range keys {
 		if k == "" {
-			return nil, acquireConfig{}, invalid("key %d is empty", i)
+			return nil, acquireConfig{}, engine.Invalid("key %d is empty", i)
 		}
 		if seen[k] {
-			return nil, acquireConfig{}, invalid("key %q appears twice", k)
+			return nil, acquireConfig{}, engine.Invalid("key %q appears twice", k)
 		}
 		seen[k] = true
 	}
@@ -163,7 +165,7 @@ func (c *Client) multiConfig(keys []string, ttl time.Duration, opts []AcquireOpt
 		return nil, ac, err
 	}
 	if len(ac.kinds) > 0 {
-		return nil, ac, invalid("%s: a lock on several keys is a plain lock", ac.kinds[0])
+		return nil, ac, engine.Invalid("%s: a lock on several keys is a plain lock", ac.kinds[0])
 	}
 	return newMulti(slices.Clone(keys)), ac, nil
 }
@@ -206,12 +208,12 @@ func (ac acquireConfig) kindFor(key string) kind {
 }
 
 type acquireConfig struct {
-	terms       // of the Acquire's ttl, the same for every attempt
-	retry       RetryPolicy
-	maxAttempts int           // 0: no limit
-	waitTimeout time.Duration // 0: no bound beyond ctx
-	waitUntil   time.Time     // on the Client's Clock, when waitTimeout ends the waits (Acquire sets it)
-	fenced      bool
+	engine.Terms // of the Acquire's ttl, the same for every attempt
+	retry        RetryPolicy
+	maxAttempts  int           // 0: no limit
+	waitTimeout  time.Duration // 0: no bound beyond ctx
+	waitUntil    time.Time     // on the Client's Clock, when waitTimeout ends the waits (Acquire sets it)
+	fenced       bool
 	// counterHorizon: the Client's WithFenceHorizon (see counterKeep)
 	counterHorizon time.Duration
 	autoRenew      bool
@@ -226,29 +228,29 @@ type acquireConfig struct {
 }
 
 // checkLease checks a lease of ttl on key and returns its terms.
-func (c *Client) checkLease(key string, ttl time.Duration) (terms, error) {
+func (c *Client) checkLease(key string, ttl time.Duration) (engine.Terms, error) {
 	if key == "" {
-		return terms{}, invalid("empty key")
+		return engine.Terms{}, engine.Invalid("empty key")
 	}
-	return c.termsFor(ttl)
+	return c.e.TermsFor(ttl)
 }
 
 func (c *Client) acquireConfig(key string, ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
 	ac := acquireConfig{retry: c.cfg.retry, maxAttempts: c.cfg.maxAttempts, counterHorizon: c.cfg.counterHorizon}
 	var err error
-	if ac.terms, err = c.checkLease(key, ttl); err != nil {
+	if ac.Terms, err = c.checkLease(key, ttl); err != nil {
 		return ac, err
 	}
 	for _, o := range opts {
 		if isNil(o) {
-			return ac, invalid("acquire option is nil")
+			return ac, engine.Invalid("acquire option is nil")
 		}
 		if err := o.applyAcquire(&ac); err != nil {
 			return ac, err
 		}
 	}
 	if len(ac.kinds) > 1 {
-		return ac, invalid("%s cannot be combined: a lock is of one kind", strings.Join(ac.kinds, " and "))
+		return ac, engine.Invalid("%s cannot be combined: a lock is of one kind", strings.Join(ac.kinds, " and "))
 	}
 	return ac, nil
 }

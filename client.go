@@ -1,53 +1,31 @@
 package redlock
 
 import (
+	"context"
 	"log/slog"
-	"sync/atomic"
+	"reflect"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/pubsub"
-	"github.com/quorumlock/redlock/internal/rtt"
+	"github.com/quorumlock/redlock/internal/wait"
 	"github.com/quorumlock/redlock/transport"
 )
 
-// Defaults, in one place. A derived node timeout is a tenth of the ttl,
-// within what a healthy node on a loaded machine needs and a hung one costs.
-const (
-	defaultDriftFactor    = 0.01
-	nodeTimeoutFraction   = 10
-	maxDerivedNodeTimeout = time.Second
-)
-
-// minDerivedNodeTimeout is the least a derived node timeout is; the tests
-// raise it (export_test.go), as a loaded machine delays healthy replies.
-var minDerivedNodeTimeout = 50 * time.Millisecond
+// defaultDriftFactor is the clock drift allowed for, by default.
+const defaultDriftFactor = 0.01
 
 // Client acquires locks over a fixed set of nodes; safe for concurrent use.
 type Client struct {
-	nodes  []node
-	quorum int
-	cfg    config
-	queues localQueues // see localqueue.go
-	// failing[i] holds node i's error while its last call went unanswered
-	// (timed out; see noteReply). A failed attempt, and a Release past its
-	// quorum, do not wait for a failing node.
-	failing []atomic.Pointer[error]
-	// misconfigured: by node, whether its last failure was one that
-	// retrying cannot cure (warned once until it answers properly)
-	misconfigured []atomic.Bool
-	// told: by node, a failure of it has been logged (and a lock held
-	// without it reported: OpDegraded) since it last answered; see news
-	told []atomic.Bool
-	// rtts: by node, its round trips, for the node timeout (nodeTimeout);
-	// allKnown once every node has told something (see anyUnknown)
-	rtts        []rtt.Estimate
-	allKnown    atomic.Bool
-	idents      identities           // see identity.go
+	nodes       []engine.Node
+	quorum      int
+	cfg         config
+	queues      localQueues          // see localqueue.go
+	e           *engine.Engine       // the quorum engine: the nodes' state and the fan-out
 	subscribers []*pubsub.Subscriber // by node: the waiters' release subscriptions (see wakeup.go)
-	calls       inflight             // node calls sent and not yet returned (see Drain)
 	sched       *scheduler           // renewals and ends of its locks (see renewal.go)
 	// batchRenewals: plain locks due together are renewed in one script
 	// call per node (batching on, and no Cluster node: keys would span slots)
@@ -73,7 +51,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 	ts := make([]transport.Node, len(nodes))
 	for i, rdb := range nodes {
 		if isNil(rdb) {
-			return nil, invalid("node %d is nil", i)
+			return nil, engine.Invalid("node %d is nil", i)
 		}
 		ts[i] = transport.GoRedis(rdb)
 	}
@@ -89,7 +67,7 @@ func New[C redis.UniversalClient](nodes []C, opts ...Option) (*Client, error) {
 func NewOver(nodes []transport.Node, opts ...Option) (*Client, error) {
 	for i, t := range nodes {
 		if isNil(t) {
-			return nil, invalid("node %d is nil", i)
+			return nil, engine.Invalid("node %d is nil", i)
 		}
 	}
 	return newClient(nodes, opts)
@@ -98,36 +76,31 @@ func NewOver(nodes []transport.Node, opts ...Option) (*Client, error) {
 // newClient is New over nodes, checked not to be nil.
 func newClient(nodes []transport.Node, opts []Option) (*Client, error) {
 	if len(nodes) == 0 {
-		return nil, invalid("no nodes")
+		return nil, engine.Invalid("no nodes")
 	}
 	c := &Client{
-		nodes:         make([]node, len(nodes)),
-		failing:       make([]atomic.Pointer[error], len(nodes)),
-		misconfigured: make([]atomic.Bool, len(nodes)),
-		told:          make([]atomic.Bool, len(nodes)),
-		rtts:          make([]rtt.Estimate, len(nodes)),
-		quorum:        quorumOf(len(nodes)),
+		nodes:  make([]engine.Node, len(nodes)),
+		quorum: engine.QuorumOf(len(nodes)),
 		cfg: config{
 			driftFactor: defaultDriftFactor,
 			retry:       defaultRetry,
 			clock:       systemClock{},
 			logger:      slog.Default(),
-			handOffs:    defaultHandOffs,
+			handOffs:    wait.HandOffs,
 		},
 	}
-	c.idents.init(len(nodes))
 	for i, t := range nodes {
 		info := t.Info()
-		c.nodes[i] = node{info: info, addr: info.Addr}
+		c.nodes[i] = engine.Node{Info: info, Addr: info.Addr}
 		for j := range i {
 			if sameNode(c.nodes[j], c.nodes[i]) {
-				return nil, invalid("node %d is the same as node %d (%s): the nodes must be independent", i, j, c.nodes[i].describe())
+				return nil, engine.Invalid("node %d is the same as node %d (%s): the nodes must be independent", i, j, describe(c.nodes[i]))
 			}
 		}
 	}
 	for _, o := range opts {
 		if isNil(o) {
-			return nil, invalid("option is nil")
+			return nil, engine.Invalid("option is nil")
 		}
 		if err := o.applyClient(&c.cfg); err != nil {
 			return nil, err
@@ -137,17 +110,31 @@ func newClient(nodes []transport.Node, opts []Option) (*Client, error) {
 	c.batchRenewals = !c.cfg.unbatched
 	for i, t := range nodes {
 		c.subscribers[i] = pubsub.New(t)
-		c.nodes[i].io = nodeio.New(t, c.cfg.replicaAck, !c.cfg.unbatched)
-		if c.nodes[i].info.Cluster {
+		c.nodes[i].IO = nodeio.New(t, c.cfg.replicaAck, !c.cfg.unbatched)
+		if c.nodes[i].Info.Cluster {
 			c.batchRenewals = false // the keys of a batch span slots
 		}
-		if c.cfg.replicaAck.Replicas > 0 && !c.nodes[i].info.OneConnection {
-			return nil, invalid("node %d's client does not send a pipeline on one connection: WithReplicaAck needs WAIT on the write's own connection (a go-redis *redis.Client; a Cluster or Ring client routes a keyless WAIT to a server of its choosing)", i)
+		if c.cfg.replicaAck.Replicas > 0 && !c.nodes[i].Info.OneConnection {
+			return nil, engine.Invalid("node %d's client does not send a pipeline on one connection: WithReplicaAck needs WAIT on the write's own connection (a go-redis *redis.Client; a Cluster or Ring client routes a keyless WAIT to a server of its choosing)", i)
 		}
 	}
+	c.e = engine.New(c.nodes, c.engineConfig())
 	c.queues.clock = c.cfg.clock
 	c.sched = newScheduler(c)
 	return c, nil
+}
+
+// engineConfig is what the engine takes of the Client's options, with the
+// hooks through which it tells the API what it finds.
+func (c *Client) engineConfig() engine.Config {
+	return engine.Config{
+		NodeTimeout: c.cfg.nodeTimeout, DriftFactor: c.cfg.driftFactor, ReplicaAck: c.cfg.replicaAck,
+		Logger: c.cfg.logger, Timed: c.cfg.observer != nil,
+		NodeError: func(i int, err error) error { return &NodeError{Node: i, Addr: c.nodes[i].Addr, Err: err} },
+		Misconfigured: func(ctx context.Context, i int, err error) {
+			c.observe(ctx, Event{Op: OpMisconfigured, Start: c.cfg.clock.Now(), Err: err, Node: i, Addr: c.nodes[i].Addr})
+		},
+	}
 }
 
 // Quorum returns how many nodes must agree for a lock: N/2+1.
@@ -195,7 +182,7 @@ func (f clientOption) applyClient(c *config) error { return f(c) }
 func WithDriftFactor(factor float64) Option {
 	return clientOption(func(c *config) error {
 		if !(factor >= 0 && factor < 1) {
-			return invalid("drift factor %v is not in [0, 1)", factor)
+			return engine.Invalid("drift factor %v is not in [0, 1)", factor)
 		}
 		c.driftFactor = factor
 		return nil
@@ -218,7 +205,7 @@ func WithDriftFactor(factor float64) Option {
 func WithNodeTimeout(d time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if d <= 0 {
-			return invalid("node timeout %v must be positive", d)
+			return engine.Invalid("node timeout %v must be positive", d)
 		}
 		c.nodeTimeout = d
 		return nil
@@ -233,7 +220,7 @@ func WithNodeTimeout(d time.Duration) Option {
 func WithLogger(logger *slog.Logger) Option {
 	return clientOption(func(c *config) error {
 		if logger == nil {
-			return invalid("logger is nil")
+			return engine.Invalid("logger is nil")
 		}
 		c.logger = logger
 		return nil
@@ -258,3 +245,33 @@ func WithBatching(on bool) Option {
 		return nil
 	})
 }
+
+// isNil reports whether v is nil or an interface holding a nil pointer,
+// map, slice, func or channel.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
+
+func sameNode(a, b engine.Node) bool {
+	if a.Addr != "" && a.Addr == b.Addr {
+		return true
+	}
+	return a.Info.ID != nil && a.Info.ID == b.Info.ID
+}
+
+func describe(n engine.Node) string {
+	if n.Addr == "" {
+		return "same client"
+	}
+	return n.Addr
+}
+
+// nodeOp is one node's share of an operation (see nodeio.Op).
+type nodeOp = nodeio.Op

@@ -3,6 +3,7 @@ package redlock
 import (
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/realclock"
 )
 
@@ -49,17 +50,13 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time                         { return realclock.Now() }
 func (systemClock) After(d time.Duration) <-chan time.Time { return realclock.After(d) }
-func (systemClock) NewTimer(d time.Duration) Timer         { return sysTimer{realclock.NewTimer(d)} }
+func (systemClock) NewTimer(d time.Duration) Timer         { return realclock.Clock{}.NewTimer(d) }
 
 // Since is time.Since, on the system's clock.
 func (systemClock) Since(t time.Time) time.Duration { return realclock.Since(t) }
 
 // Until is time.Until, on the system's clock.
 func (systemClock) Until(t time.Time) time.Duration { return realclock.Until(t) }
-
-type sysTimer struct{ *time.Timer }
-
-func (t sysTimer) Chan() <-chan time.Time { return t.C }
 
 // realTime is the node I/O's time: its deadlines and round trips, and the
 // identification of servers. Whatever the Client's Clock, the network runs
@@ -121,7 +118,7 @@ func (t *ticker) Stop() { close(t.stop) }
 func WithClock(clock Clock) Option {
 	return clientOption(func(c *config) error {
 		if isNil(clock) {
-			return invalid("clock is nil")
+			return engine.Invalid("clock is nil")
 		}
 		c.clock = clock
 		return nil

@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlock/redlock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock"
 )
 
 // syncBuffer is a log destination safe for concurrent writes.

@@ -2,53 +2,16 @@ package redlock
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 )
-
-// inflight counts the node calls a Client has sent and not yet seen
-// return, those left to finish in the background included. The channel
-// Drain waits on is made only when one waits.
-type inflight struct {
-	n    atomic.Int64
-	mu   sync.Mutex
-	idle chan struct{} // closed when n drops to zero; nil when none waits
-}
-
-func (f *inflight) add() { f.n.Add(1) }
-
-func (f *inflight) done() {
-	if f.n.Add(-1) != 0 {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.idle != nil && f.n.Load() == 0 {
-		close(f.idle)
-		f.idle = nil
-	}
-}
-
-// wait returns a channel closed once no call is in flight.
-func (f *inflight) wait() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n.Load() == 0 {
-		return closedChan
-	}
-	if f.idle == nil {
-		f.idle = make(chan struct{})
-	}
-	return f.idle
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Drain waits until every call this Client has sent to its nodes to take,
 // keep or give up a lock has returned, including those that operations
 // which already returned left running in the background (a failed
 // attempt's deletes on nodes that had not answered, a Release's on nodes
-// slower than its quorum).
+// slower than its quorum), and the hearing of the nodes slower than the
+// quorum that decided an Acquire, an Extend or a renewal (what they
+// answered is recorded, and told to the Observer and the logger, by
+// then).
 //
 // A program that exits right after an operation (a cron job, a command, a
 // serverless function) calls Drain before it exits, so that no key it
@@ -69,7 +32,7 @@ func (c *Client) Drain(ctx context.Context) error {
 	if err := nilContext(ctx, "Client.Drain"); err != nil {
 		return err
 	}
-	idle := c.calls.wait()
+	idle := c.e.Calls.Wait()
 	select {
 	case <-idle:
 		return nil

@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"errors"
+
+	"github.com/quorumlock/redlock/internal/engine"
 )
 
 // Election.Run: the loop every leader writes (campaign, lead, notice the
@@ -28,7 +30,7 @@ type runConfig struct {
 func OnStartedLeading(f func(lead *Leadership)) RunOption {
 	return runOption(func(c *runConfig) error {
 		if f == nil {
-			return invalid("OnStartedLeading: nil function")
+			return engine.Invalid("OnStartedLeading: nil function")
 		}
 		c.started = f
 		return nil
@@ -44,7 +46,7 @@ func OnStartedLeading(f func(lead *Leadership)) RunOption {
 func OnStoppedLeading(f func(lead *Leadership, err error)) RunOption {
 	return runOption(func(c *runConfig) error {
 		if f == nil {
-			return invalid("OnStoppedLeading: nil function")
+			return engine.Invalid("OnStoppedLeading: nil function")
 		}
 		c.stopped = f
 		return nil
@@ -60,7 +62,7 @@ func OnStoppedLeading(f func(lead *Leadership, err error)) RunOption {
 func OnNewLeader(f func(leader Leader)) RunOption {
 	return runOption(func(c *runConfig) error {
 		if f == nil {
-			return invalid("OnNewLeader: nil function")
+			return engine.Invalid("OnNewLeader: nil function")
 		}
 		c.newLeader = f
 		return nil
@@ -179,14 +181,14 @@ func (e *Election) watchLeaders(ctx context.Context, f func(Leader)) (_ context.
 func runConfigOf(value string, fn func(context.Context, *Leadership) error, opts []RunOption) (runConfig, error) {
 	var cfg runConfig
 	if fn == nil {
-		return cfg, invalid("Election.Run: nil function")
+		return cfg, engine.Invalid("Election.Run: nil function")
 	}
 	if err := checkValue(value); err != nil {
 		return cfg, err
 	}
 	for _, o := range opts {
 		if o == nil {
-			return cfg, invalid("Election.Run: nil option")
+			return cfg, engine.Invalid("Election.Run: nil option")
 		}
 		if err := o.applyRun(&cfg); err != nil {
 			return cfg, err

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/pubsub"
 )
@@ -103,7 +104,7 @@ func (e *Election) op(args ...any) nodeOp {
 // checkValue refuses a value longer than MaxMetadata.
 func checkValue(value string) error {
 	if len(value) > MaxMetadata {
-		return invalid("value of %d bytes is longer than MaxMetadata (%d)", len(value), MaxMetadata)
+		return engine.Invalid("value of %d bytes is longer than MaxMetadata (%d)", len(value), MaxMetadata)
 	}
 	return nil
 }
@@ -167,7 +168,7 @@ func (e *Election) keepEvery() time.Duration { return min(e.ttl/3, time.Minute) 
 // recordLife is how long a leader record lives after it was written or
 // kept: the ttl, as the lock key, but no more than three keeps, so that the
 // record of a leadership lost with a long ttl goes within minutes.
-func (e *Election) recordLife() int64 { return pxMillis(min(e.ttl, 3*e.keepEvery())) }
+func (e *Election) recordLife() int64 { return engine.PXMillis(min(e.ttl, 3*e.keepEvery())) }
 
 // keep keeps the leader record alive as long as the leadership: every
 // keepEvery it lengthens it where the election's key holds the leader's
@@ -184,7 +185,7 @@ func (l *Leadership) keep() {
 			return
 		case <-t.c:
 			tm, _ := lk.lease()
-			c.fanOut(context.Background(), tm, nil, nil, settlement{}, op)
+			c.e.FanOut(context.Background(), tm, nil, nil, engine.Settlement{}, op)
 		}
 	}
 }
@@ -282,18 +283,18 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	}
 	tm, _ := lk.lease()
 	op := l.e.op("write", lk.token, l.e.recordLife(), next.record(lk.token), l.e.channel())
-	t, settled := c.fanOut(ctx, tm, decidedAt(len(c.nodes), lk.quorum), nil, lk.settled, op)
+	t, settled := c.e.FanOut(ctx, tm, engine.DecidedAt(len(c.nodes), lk.quorum), nil, lk.settled, op)
 	lk.settled = settled
-	if t.yes >= lk.quorum {
+	if t.Yes >= lk.quorum {
 		l.leader = next
 		return nil
 	}
 	sentinel := ErrNotConfirmed
-	if t.no > len(c.nodes)-lk.quorum {
+	if t.No > len(c.nodes)-lk.quorum {
 		sentinel = ErrLockLost
 	}
-	return &quorumError{sentinel: sentinel, cause: ctx.Err(), nodes: t.errs, heldOn: -1,
-		detail: fmt.Sprintf("proclaim %q: written on %d of %d nodes, quorum %d", l.e.name, t.yes, len(c.nodes), lk.quorum)}
+	return &quorumError{sentinel: sentinel, cause: ctx.Err(), nodes: t.Errs, heldOn: -1,
+		detail: fmt.Sprintf("proclaim %q: written on %d of %d nodes, quorum %d", l.e.name, t.Yes, len(c.nodes), lk.quorum)}
 }
 
 // Resign ends the leadership: the lock is released, the candidates
@@ -307,7 +308,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	err := l.lock.Release(ctx)
 	c, lk := l.e.c, l.lock
 	tm, _ := lk.lease()
-	c.fanOut(context.WithoutCancel(ctx), tm, func(*tally) bool { return true }, nil, settlement{}, l.e.op("drop", lk.token))
+	c.e.FanOut(context.WithoutCancel(ctx), tm, func(*engine.Tally) bool { return true }, nil, engine.Settlement{}, l.e.op("drop", lk.token))
 	return err
 }
 
@@ -332,7 +333,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	t := e.c.readAll(ctx, leaderDecided(q), read)
 	best, found, answered := leaderOf(&t, q)
 	_, most := holders(&t)
-	n := len(t.answers)
+	n := len(t.Answers)
 	switch {
 	case found:
 		return best, nil
@@ -342,20 +343,20 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, ErrNoLeader
 	}
 	return Leader{}, fmt.Errorf("redlock: leader of %q: %d of %d nodes answered, quorum %d: %w",
-		e.name, answered, n, q, errors.Join(append(t.errs, ctx.Err())...))
+		e.name, answered, n, q, errors.Join(append(t.Errs, ctx.Err())...))
 }
 
 // leaderOf is the leader the answers of a read (t) show: the newest record
 // of the token that holds the election on q nodes, if any; answered counts
 // the nodes that answered.
-func leaderOf(t *tally, q int) (best Leader, found bool, answered int) {
+func leaderOf(t *engine.Tally, q int) (best Leader, found bool, answered int) {
 	held, _ := holders(t)
-	for i, a := range t.answers {
-		if a != holdsNot {
+	for i, a := range t.Answers {
+		if a != engine.HoldsNot {
 			continue
 		}
 		answered++
-		rec, ok := t.readAt(i, 1)
+		rec, ok := t.ReadAt(i, 1)
 		if !ok {
 			continue
 		}
@@ -369,10 +370,10 @@ func leaderOf(t *tally, q int) (best Leader, found bool, answered int) {
 
 // holders counts, by token, the nodes of a read (t) whose election key
 // holds it, and returns the largest count.
-func holders(t *tally) (held map[string]int, most int) {
+func holders(t *engine.Tally) (held map[string]int, most int) {
 	held = map[string]int{}
-	for i := range t.answers {
-		if v, ok := t.readAt(i, 0); ok {
+	for i := range t.Answers {
+		if v, ok := t.ReadAt(i, 0); ok {
 			held[v]++
 			most = max(most, held[v])
 		}
@@ -385,12 +386,12 @@ func holders(t *tally) (held map[string]int, most int) {
 // then include the newest one confirmed: a Proclaim is confirmed on a
 // quorum, which meets any q holders), or no token can reach q with the
 // nodes yet to answer.
-func leaderDecided(q int) func(*tally) bool {
-	return func(t *tally) bool {
+func leaderDecided(q int) func(*engine.Tally) bool {
+	return func(t *engine.Tally) bool {
 		_, most := holders(t) // a node yet to answer holds nothing yet
 		waiting := 0
-		for _, a := range t.answers {
-			if a == unanswered {
+		for _, a := range t.Answers {
+			if a == engine.Unanswered {
 				waiting++
 			}
 		}

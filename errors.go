@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/reply"
 )
@@ -52,7 +53,7 @@ var (
 	// a context returns it for a nil one, before doing anything (Release,
 	// Resign, Leader, Drain and Election.Run too); Election.Observe, which
 	// returns no error, panics on the caller's goroutine instead.
-	ErrInvalidArgument = errors.New("redlock: invalid argument")
+	ErrInvalidArgument = engine.ErrInvalidArgument
 
 	// ErrMisconfigured matches an error in which a node failed for a reason
 	// that retrying cannot cure, so that the setup must be fixed: a node
@@ -70,7 +71,7 @@ var (
 	// the others still make a quorum, the lock is taken, and each
 	// misconfigured node is logged as a warning and reported as an
 	// OpMisconfigured event, once until it takes a lock again.
-	ErrMisconfigured = errors.New("redlock: misconfigured")
+	ErrMisconfigured = engine.ErrMisconfigured
 
 	// ErrNotConfirmed is returned by Extend and Release when too few nodes
 	// answered to confirm the operation on a quorum, and too few to show
@@ -154,16 +155,16 @@ func (e *quorumError) Error() string {
 	for _, n := range nodes {
 		b.WriteString("; ")
 		var ne *NodeError
-		var mc *misconfiguration
+		var mc *engine.Misconfiguration
 		if !errors.As(n, &ne) || !errors.As(ne.Err, &mc) {
 			b.WriteString(n.Error())
 			continue
 		}
-		b.WriteString(ne.describe(reply.Tidy(mc.err.Error())))
-		if _, seen := whose[mc.hint]; !seen {
-			hints = append(hints, mc.hint)
+		b.WriteString(ne.describe(reply.Tidy(mc.Err.Error())))
+		if _, seen := whose[mc.Hint]; !seen {
+			hints = append(hints, mc.Hint)
 		}
-		whose[mc.hint] = append(whose[mc.hint], strconv.Itoa(ne.Node))
+		whose[mc.Hint] = append(whose[mc.Hint], strconv.Itoa(ne.Node))
 	}
 	for _, h := range hints {
 		fmt.Fprintf(&b, " (%s, node%s %s)", h, plural(len(whose[h])), strings.Join(whose[h], ", "))
@@ -198,28 +199,4 @@ func (e *quorumError) Unwrap() []error {
 		errs = append(errs, e.cause)
 	}
 	return append(errs, e.nodes...)
-}
-
-// misconfiguration is a node's error that retrying cannot cure, with what
-// to do about it; it matches ErrMisconfigured.
-type misconfiguration struct {
-	err  error
-	hint string
-}
-
-func (e *misconfiguration) Error() string        { return reply.Tidy(e.err.Error()) + " (" + e.hint + ")" }
-func (e *misconfiguration) Unwrap() error        { return e.err }
-func (e *misconfiguration) Is(target error) bool { return target == ErrMisconfigured }
-
-// misconfigured returns err as a *misconfiguration when it is an error that
-// retrying cannot cure (see reply.Hint), and err otherwise.
-func misconfigured(err error) error {
-	if hint := reply.Hint(err); hint != "" {
-		return &misconfiguration{err: err, hint: hint}
-	}
-	return err
-}
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }

@@ -1,12 +1,17 @@
 package redlock
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	"github.com/quorumlock/redlock/internal/engine"
+)
 
 // SetNodeTimeoutFloor sets the least a derived node timeout is, for the
 // tests of a package (see minDerivedNodeTimeout), and returns the former.
 func SetNodeTimeoutFloor(d time.Duration) time.Duration {
-	old := minDerivedNodeTimeout
-	minDerivedNodeTimeout = d
+	old := engine.MinDerivedNodeTimeout
+	engine.MinDerivedNodeTimeout = d
 	return old
 }
 
@@ -17,8 +22,8 @@ func WaitSettled(l *Lock) {
 	l.op.Lock()
 	settled := l.settled
 	l.op.Unlock()
-	for i := range settled.done {
-		settled.waitNode(i)
+	for i := range settled.Done {
+		settled.WaitNode(i)
 	}
 }
 
@@ -33,7 +38,7 @@ func QueuedKeys(c *Client) int {
 // QueuedCalls returns how many calls wait in node i's pipe behind the send
 // in flight.
 func QueuedCalls(c *Client, i int) int {
-	n, _ := c.nodes[i].io.Queued()
+	n, _ := c.nodes[i].IO.Queued()
 	return n
 }
 
@@ -41,7 +46,7 @@ func QueuedCalls(c *Client, i int) int {
 // queued.
 func PipesIdle(c *Client) bool {
 	for _, n := range c.nodes {
-		if _, busy := n.io.Queued(); busy {
+		if _, busy := n.IO.Queued(); busy {
 			return false
 		}
 	}
@@ -90,13 +95,13 @@ func Subscriber(c *Client, i int) (running, deaf bool) {
 
 // Failing reports whether c takes node i for failing (it did not answer
 // an operation that waited for it within the node timeout).
-func Failing(c *Client, i int) bool { return c.failing[i].Load() != nil }
+func Failing(c *Client, i int) bool { return c.e.Failing(i) }
 
 // RenewMargin returns how long before the end of its validity the lock is
 // declared lost when its renewals fail, as its lease is now.
 func RenewMargin(l *Lock) time.Duration {
 	tm, _ := l.lease()
-	return tm.renewMargin()
+	return tm.RenewMargin()
 }
 
 // RenewedLeft returns the keys of the locks of c still renewed by its
@@ -114,6 +119,18 @@ func RenewedLeft(c *Client) []string {
 		}
 	}
 	return keys
+}
+
+// Scheduled describes c's scheduler: whether its goroutine runs, and each
+// lock it has queued (key, renewed or watched, time left to its deadline
+// on the Client's Clock).
+func Scheduled(c *Client) (running bool, locks []string) {
+	c.sched.mu.Lock()
+	defer c.sched.mu.Unlock()
+	for _, l := range c.sched.queue {
+		locks = append(locks, fmt.Sprintf("%q renewed=%v watched=%v left=%v", l.key, l.renewed, l.sched.watched, l.deadlineNow().Sub(c.cfg.clock.Now())))
+	}
+	return c.sched.running, locks
 }
 
 // Tick starts a ticker of every d on clock (see ticker): its channel and

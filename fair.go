@@ -10,34 +10,23 @@ import (
 	"math"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
+	"github.com/quorumlock/redlock/internal/wait"
 )
-
-// fairPatience is how long a fair waiter keeps its place in a node's queue
-// without trying again there, unless its node timeout asks for longer
-// (terms.patience); with the default retry policy it tries at least every
-// quarter of its patience.
-const fairPatience = 4 * time.Second
-
-// fairPatienceTimeouts is the patience in node timeouts, when that is
-// longer: between two of a waiter's calls to a node there can be an
-// attempt, its fencing raise and its cleanup (a node timeout each), the
-// wait before the next attempt (a quarter of the patience) and that
-// attempt's way to the node (a node timeout).
-const fairPatienceTimeouts = 8
 
 // patience is how long a fair waiter of a lock on these terms keeps its
 // place: at most maxPatience. It counts the base node timeout, not the one
 // the round trips lengthen, with which a queue would outlive its waiters
 // by seconds. A waiter on a slower network may lose its place between two
 // attempts; it takes it back, by its ticket, at the next.
-func (t terms) patience() time.Duration {
-	return min(max(fairPatience, mulSat(fairPatienceTimeouts, t.base)), maxPatience)
+func patience(t engine.Terms) time.Duration {
+	return min(max(wait.FairPatience, engine.MulSat(wait.FairPatienceTimeouts, t.Base)), maxPatience)
 }
 
 // maxPatience is the longest patience: the queue's keys live twice that
 // (kind_fair.lua), within the longest time to live (maxPX).
-const maxPatience = time.Duration(maxPX/2) * time.Millisecond
+const maxPatience = time.Duration(engine.MaxPX/2) * time.Millisecond
 
 // fair is a lock granted in the order of its waiters' tickets.
 type fair struct {
@@ -60,14 +49,14 @@ func newFair(key string) *fair {
 }
 
 func (k *fair) withArgs(op nodeOp) nodeOp {
-	op.Args = append(op.Args, k.ticket, cmp.Or(k.patience, fairPatience).Milliseconds(), k.waiter)
+	op.Args = append(op.Args, k.ticket, cmp.Or(k.patience, wait.FairPatience).Milliseconds(), k.waiter)
 	return op
 }
 
 func (k *fair) keys() []string   { return []string{k.key} }
 func (k *fair) describe() string { return fmt.Sprintf("fair lock %q", k.key) }
 func (k *fair) name() string     { return "fair" }
-func (k *fair) quorum(n int) int { return quorumOf(n) }
+func (k *fair) quorum(n int) int { return engine.QuorumOf(n) }
 
 // ticketKeys is the ticket counter, for raiseFenceOn.
 func (k *fair) ticketKeys() []string { return []string{companion(k.key, "tickets")} }
@@ -101,9 +90,9 @@ func (k *fair) leave(token string) *nodeOp {
 // its quorum is made again after the retry delay while ctx lasts; with no
 // retry policy, once.
 func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
-	k.patience = ac.patience()
+	k.patience = patience(ac.Terms)
 	for failed := 1; ; failed++ {
-		qe := c.drawTicket(ctx, k, ac.terms.now(c), max(ac.ttl, ac.counterHorizon))
+		qe := c.drawTicket(ctx, k, ac.Terms.Now(c.e), max(ac.TTL, ac.counterHorizon))
 		if qe == nil || qe.cause != nil || qe.misconfigured || ac.retry == nil || failed == ac.maxAttempts {
 			return qe
 		}
@@ -116,19 +105,8 @@ func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumErr
 	}
 }
 
-// nextWait is delay, but after wakeSpread (0.5 ms) when the last release
-// named the waiter first in line and it was still refused (the release had
-// not reached every node yet); under the default policy (paced), at most a
-// quarter of its patience, which keeps its place.
-func (k *fair) nextWait(delay time.Duration, first, paced bool) time.Duration {
-	switch {
-	case first:
-		return wakeSpread
-	case paced:
-		return min(delay, k.patience/4)
-	}
-	return delay
-}
+// linePatience is how long the waiter keeps its place (see wait.Next).
+func (k *fair) linePatience() time.Duration { return k.patience }
 
 func (k *fair) named(payload string) naming {
 	switch payload {
@@ -150,10 +128,10 @@ func (k *fair) named(payload string) naming {
 // of a quorum are raised to the ticket before the waiter queues, so that a
 // later waiter, drawing from any quorum, cannot get an equal or lower
 // ticket that could be granted first.
-func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Duration) *quorumError {
+func (c *Client) drawTicket(ctx context.Context, f *fair, tm engine.Terms, keep time.Duration) *quorumError {
 	q := f.quorum(len(c.nodes))
-	t, _ := c.fanOut(ctx, tm, wonAt(q), nil, settlement{}, f.ticketOp(keep))
-	if t.yes < q {
+	t, _ := c.e.FanOut(ctx, tm, engine.WonAt(q), nil, engine.Settlement{}, f.ticketOp(keep))
+	if t.Yes < q {
 		return f.ticketRefused(ctx, "a ticket from", t, len(c.nodes), q)
 	}
 	hi, lo, clocks := drawn(t)
@@ -162,15 +140,15 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Du
 		return nil
 	}
 	at := 0
-	skip := make([]bool, len(t.answers))
-	for i, a := range t.answers {
-		if a == holds && t.replies[i].Counter == f.ticket {
+	skip := make([]bool, len(t.Answers))
+	for i, a := range t.Answers {
+		if a == engine.Holds && t.Replies[i].Counter == f.ticket {
 			at++
 			skip[i] = true
 		}
 	}
-	raised := func(r *tally) bool { return at+r.yes >= q }
-	r, _ := c.fanOut(ctx, tm, raised, skip, settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket, keep))
+	raised := func(r *engine.Tally) bool { return at+r.Yes >= q }
+	r, _ := c.e.FanOut(ctx, tm, raised, skip, engine.Settlement{}, raiseFenceOn(f.ticketKeys(), f.ticket, keep))
 	if !raised(&r) {
 		f.ticket = 0
 		return f.ticketRefused(ctx, "a ticket stored on", r, len(c.nodes), q-at)
@@ -181,11 +159,11 @@ func (c *Client) drawTicket(ctx context.Context, f *fair, tm terms, keep time.Du
 // drawn is the highest and the lowest counter the nodes that gave a
 // ticket in t answered, and whether every one of them was its node's
 // clock.
-func drawn(t tally) (hi, lo uint64, clocks bool) {
+func drawn(t engine.Tally) (hi, lo uint64, clocks bool) {
 	lo, clocks = math.MaxUint64, true
-	for i, a := range t.answers {
-		if a == holds {
-			r := t.replies[i]
+	for i, a := range t.Answers {
+		if a == engine.Holds {
+			r := t.Replies[i]
 			clocks = clocks && r.Clock
 			hi, lo = max(hi, r.Counter), min(lo, r.Counter)
 		}
@@ -200,7 +178,7 @@ const ticketSpread = 1000
 
 // ticketRefused is the error of a ticket draw, or of its raise, that missed
 // its quorum: yes of the n nodes answered, q were needed.
-func (k *fair) ticketRefused(ctx context.Context, what string, t tally, n, q int) *quorumError {
-	return &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: %s %d of %d nodes, quorum %d", k.describe(), what, t.yes, n, q),
-		cause: ctx.Err(), nodes: t.errs, heldOn: -1, misconfigured: t.outOfReach(q)}
+func (k *fair) ticketRefused(ctx context.Context, what string, t engine.Tally, n, q int) *quorumError {
+	return &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: %s %d of %d nodes, quorum %d", k.describe(), what, t.Yes, n, q),
+		cause: ctx.Err(), nodes: t.Errs, heldOn: -1, misconfigured: t.OutOfReach(q)}
 }

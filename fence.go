@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/redlock/internal/engine"
 )
 
 // ErrStaleToken is returned by FencedSet and FencedGet when a higher
@@ -34,10 +36,10 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, key, value string, token
 		return err
 	}
 	if key == "" {
-		return invalid("empty key")
+		return engine.Invalid("empty key")
 	}
 	if token == 0 {
-		return invalid("fencing token 0: acquire the lock WithFencing")
+		return engine.Invalid("fencing token 0: acquire the lock WithFencing")
 	}
 	res, err := fencedSetScript.Run(ctx, rdb, []string{key, companion(key, "fenced-by")}, value, strconv.FormatUint(token, 10)).Slice()
 	if err != nil {
@@ -71,10 +73,10 @@ func FencedGet(ctx context.Context, rdb redis.Scripter, key string, token uint64
 		return "", err
 	}
 	if key == "" {
-		return "", invalid("empty key")
+		return "", engine.Invalid("empty key")
 	}
 	if token == 0 {
-		return "", invalid("fencing token 0: acquire the lock WithFencing")
+		return "", engine.Invalid("fencing token 0: acquire the lock WithFencing")
 	}
 	res, err := fencedGetScript.Run(ctx, rdb, []string{key, companion(key, "fenced-by")}, strconv.FormatUint(token, 10)).Slice()
 	if err != nil {
@@ -101,20 +103,20 @@ func FencedGet(ctx context.Context, rdb redis.Scripter, key string, token uint64
 // lower token, and win once our lock has ended. The raises are answered
 // before the validity is reckoned, so each landed while the node held our
 // key. Usually every node answered the same value and nothing is sent.
-func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (uint64, bool) {
+func (c *Client) settleFence(ctx context.Context, a *acquisition, t engine.Tally) (uint64, bool) {
 	q := a.kind.quorum(len(c.nodes))
 	fence, atFence := highestFence(t)
-	if atFence == len(t.answers) {
+	if atFence == len(t.Answers) {
 		return fence, true
 	}
-	skip := make([]bool, len(t.answers))
-	for i, ans := range t.answers {
-		skip[i] = ans == holds && t.replies[i].Counter == fence
+	skip := make([]bool, len(t.Answers))
+	for i, ans := range t.Answers {
+		skip[i] = ans == engine.Holds && t.Replies[i].Counter == fence
 	}
-	stored := func(r *tally) bool {
+	stored := func(r *engine.Tally) bool {
 		n := atFence
-		for i, ans := range r.answers {
-			if ans == holds && t.answers[i] == holds {
+		for i, ans := range r.Answers {
+			if ans == engine.Holds && t.Answers[i] == engine.Holds {
 				n++
 			}
 		}
@@ -129,14 +131,14 @@ func (c *Client) settleFence(ctx context.Context, a *acquisition, t tally) (uint
 
 // highestFence is the fencing token of a won acquire (t): the highest
 // counter the nodes that took it answered, and how many answered it.
-func highestFence(t tally) (fence uint64, at int) {
-	for i, ans := range t.answers {
-		if ans == holds {
-			fence = max(fence, t.replies[i].Counter)
+func highestFence(t engine.Tally) (fence uint64, at int) {
+	for i, ans := range t.Answers {
+		if ans == engine.Holds {
+			fence = max(fence, t.Replies[i].Counter)
 		}
 	}
-	for i, ans := range t.answers {
-		if ans == holds && t.replies[i].Counter == fence {
+	for i, ans := range t.Answers {
+		if ans == engine.Holds && t.Replies[i].Counter == fence {
 			at++
 		}
 	}
@@ -146,10 +148,10 @@ func highestFence(t tally) (fence uint64, at int) {
 // unansweredRaised marks the nodes, of those raised (r), whose acquire
 // (t) went unanswered: others is true for every other node, ask whether
 // there is one.
-func unansweredRaised(t, r tally) (others []bool, ask bool) {
-	others = make([]bool, len(t.answers))
-	for i, ans := range t.answers {
-		others[i] = ans == holds || ans == holdsNot || r.answers[i] != holds
+func unansweredRaised(t, r engine.Tally) (others []bool, ask bool) {
+	others = make([]bool, len(t.Answers))
+	for i, ans := range t.Answers {
+		others[i] = ans == engine.Holds || ans == engine.HoldsNot || r.Answers[i] != engine.Holds
 		ask = ask || !others[i]
 	}
 	return others, ask
@@ -160,15 +162,15 @@ func unansweredRaised(t, r tally) (others []bool, ask bool) {
 // and those whose acquire went unanswered but whose extend, sent after the
 // raise, shows the key was there when the raise landed. Such a node makes
 // up for a holder that failed before its raise (frozen between the calls).
-func (c *Client) confirmRaised(ctx context.Context, a *acquisition, t, r tally) int {
+func (c *Client) confirmRaised(ctx context.Context, a *acquisition, t, r engine.Tally) int {
 	others, ask := unansweredRaised(t, r)
-	var e tally
+	var e engine.Tally
 	if ask {
-		e = a.fanOut(ctx, c, nil, others, a.kind.extend(a.token, a.cfg.ttl))
+		e = a.fanOut(ctx, c, nil, others, a.kind.extend(a.token, a.cfg.TTL))
 	}
 	n := 0
-	for i, ans := range t.answers {
-		if r.answers[i] == holds && (ans == holds || ask && e.answers[i] == holds) {
+	for i, ans := range t.Answers {
+		if r.Answers[i] == engine.Holds && (ans == engine.Holds || ask && e.Answers[i] == engine.Holds) {
 			n++
 		}
 	}

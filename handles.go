@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
-	"github.com/quorumlock/redlock/internal/rtt"
 )
 
 // MaxMetadata is the longest metadata WithMetadata accepts, in bytes.
@@ -28,7 +28,7 @@ const MaxMetadata = 1024
 func WithMetadata(metadata string) AcquireOption {
 	return acquireOption(func(c *acquireConfig) error {
 		if len(metadata) > MaxMetadata {
-			return invalid("metadata of %d bytes is longer than MaxMetadata (%d)", len(metadata), MaxMetadata)
+			return engine.Invalid("metadata of %d bytes is longer than MaxMetadata (%d)", len(metadata), MaxMetadata)
 		}
 		c.metadata = metadata
 		return nil
@@ -162,23 +162,23 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 		return nil, err
 	}
 	if key == "" {
-		return nil, invalid("empty key")
+		return nil, engine.Invalid("empty key")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	n := len(c.nodes)
-	in := &Inspection{Key: key, Quorum: quorumOf(n), Nodes: make([]NodeHold, n)}
+	in := &Inspection{Key: key, Quorum: engine.QuorumOf(n), Nodes: make([]NodeHold, n)}
 	keys := []string{key, companion(key, "grants"), companion(key, "permits")}
 	t := c.readAll(ctx, nil, nodeOp{Script: inspectScript, Keys: keys, Shape: nodeio.Read})
 	for i := range n {
-		h := NodeHold{Err: t.errAt(i)}
+		h := NodeHold{Err: errAt(&t, i)}
 		if h.Err == nil {
-			if h = readHold(t.replies[i].Raw); h.Err != nil {
-				h.Err = c.nodeError(i, h.Err)
+			if h = readHold(t.Replies[i].Raw); h.Err != nil {
+				h.Err = c.e.NodeError(i, h.Err)
 			}
 		}
-		h.Node, h.Addr = i, c.nodes[i].addr
+		h.Node, h.Addr = i, c.nodes[i].Addr
 		in.Nodes[i] = h
 	}
 	if k := agreedPermits(in.Nodes); k > 0 {
@@ -365,7 +365,7 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 		return nil, fmt.Errorf("redlock: resume %q: %w", key, err)
 	}
 	k := plain{key: key}
-	q := quorumOf(len(c.nodes))
+	q := engine.QuorumOf(len(c.nodes))
 	value, err := c.heldValue(ctx, k, token)
 	if err != nil {
 		return nil, err
@@ -374,20 +374,20 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 		return nil, err
 	}
 
-	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.terms,
+	l := &Lock{client: c, kind: k, key: key, quorum: q, token: value, terms: ac.Terms,
 		done: make(chan struct{}), renewed: ac.autoRenew, acquired: c.cfg.clock.Now()}
 	start := c.cfg.clock.Now()
-	t, settled := c.fanOut(ctx, ac.terms, c.extendDone(q, settlement{}), nil, settlement{}, k.extend(value, ttl))
+	t, settled := c.e.FanOut(ctx, ac.Terms, c.e.ExtendDone(q, engine.Settlement{}), nil, engine.Settlement{}, k.extend(value, ttl))
 	l.settled = settled
 	c.observeNodes(ctx, OpExtend, k, start, t)
 	elapsed := c.cfg.clock.Now().Sub(start)
 	if err := c.resumeRefused(k); err != nil {
 		return nil, err
 	}
-	tm := ac.terms.now(c) // with the node timeout its replies teach
-	kept := t.kept()      // as for an Extend: see judgeExtend
-	if v := validity(ttl, elapsed, ac.drift); kept >= q && ac.lasts(v, tm) {
-		c.resumed(l, ac, tm, t, start.Add(ttl-ac.drift))
+	tm := ac.Terms.Now(c.e) // with the node timeout its replies teach
+	kept := t.Kept()        // as for an Extend: see judgeExtend
+	if v := engine.Validity(ttl, elapsed, ac.Drift); kept >= q && ac.lasts(v, tm) {
+		c.resumed(l, ac, tm, t, start.Add(ttl-ac.Drift))
 		return l, nil
 	}
 	l.dropTaken(ctx, tm, t) // not resumed: a key taken where it was free is not left
@@ -397,14 +397,14 @@ func (c *Client) Resume(ctx context.Context, key, token string, ttl time.Duratio
 // lasts reports whether a lock of ac on the terms tm may start with the
 // validity v: more than none, and for a renewed lock more than its renewal
 // margin (see renewMargin), as it is declared lost by then at the latest.
-func (ac acquireConfig) lasts(v time.Duration, tm terms) bool {
-	return v > 0 && (!ac.autoRenew || v > tm.renewMargin())
+func (ac acquireConfig) lasts(v time.Duration, tm engine.Terms) bool {
+	return v > 0 && (!ac.autoRenew || v > tm.RenewMargin())
 }
 
 // resumed makes l the lock that Resume confirmed on the nodes t, on the
 // terms tm, valid until until, and starts its renewal when asked for (ac).
-func (c *Client) resumed(l *Lock, ac acquireConfig, tm terms, t tally, until time.Time) {
-	l.until, l.terms, l.confirmed, l.had = until, tm, t.yes, heldOn(t)
+func (c *Client) resumed(l *Lock, ac acquireConfig, tm engine.Terms, t engine.Tally, until time.Time) {
+	l.until, l.terms, l.confirmed, l.had = until, tm, t.Yes, heldOn(t)
 	if ac.autoRenew {
 		c.sched.renew(l)
 	}
@@ -413,7 +413,7 @@ func (c *Client) resumed(l *Lock, ac acquireConfig, tm terms, t tally, until tim
 // resumeRefused is Resume's error for k on a Client found to reach one
 // server through two nodes, nil when it is not.
 func (c *Client) resumeRefused(k plain) *quorumError {
-	if err := c.refused(); err != nil {
+	if err := c.e.Refused(); err != nil {
 		return &quorumError{sentinel: ErrNotConfirmed, detail: fmt.Sprintf("resume of %s refused, two nodes reach one server", k.describe()), nodes: []error{err}}
 	}
 	return nil
@@ -423,16 +423,16 @@ func (c *Client) resumeRefused(k plain) *quorumError {
 // nodes in elapsed and was not confirmed: ErrLockLost when a majority
 // answered without the token, ErrNotConfirmed when too few answered to
 // tell or the validity was spent.
-func (c *Client) notResumed(ctx context.Context, k plain, t tally, elapsed, ttl time.Duration) *quorumError {
-	n, q, kept := len(c.nodes), quorumOf(len(c.nodes)), t.kept()
+func (c *Client) notResumed(ctx context.Context, k plain, t engine.Tally, elapsed, ttl time.Duration) *quorumError {
+	n, q, kept := len(c.nodes), engine.QuorumOf(len(c.nodes)), t.Kept()
 	detail := fmt.Sprintf("resume of %s: extended on %d of %d nodes, quorum %d", k.describe(), kept, n, q)
-	if without := t.no + t.yes - kept; without > n-q {
-		return &quorumError{sentinel: ErrLockLost, detail: detail + fmt.Sprintf(", and %d nodes do not hold its token", without), cause: ctx.Err(), nodes: t.errs}
+	if without := t.No + t.Yes - kept; without > n-q {
+		return &quorumError{sentinel: ErrLockLost, detail: detail + fmt.Sprintf(", and %d nodes do not hold its token", without), cause: ctx.Err(), nodes: t.Errs}
 	}
 	if kept >= q {
 		detail += fmt.Sprintf(", but its validity was spent (%v elapsed of ttl %v)", elapsed, ttl)
 	}
-	return &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	return &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.Errs}
 }
 
 // resumeConfig checks Resume's arguments and returns its configuration.
@@ -442,11 +442,11 @@ func (c *Client) resumeConfig(key, token string, ttl time.Duration, opts []Acqui
 	case err != nil:
 		return ac, err
 	case token == "" || strings.ContainsRune(token, ' '):
-		return ac, invalid("token %q: give the Token of the lock to resume", token)
+		return ac, engine.Invalid("token %q: give the Token of the lock to resume", token)
 	case kindOf(token) != "plain":
-		return ac, invalid("token %q is a %s lock's: Resume rebuilds plain locks", token, kindOf(token))
+		return ac, engine.Invalid("token %q is a %s lock's: Resume rebuilds plain locks", token, kindOf(token))
 	case ac.fenced || ac.metadata != "" || len(ac.kinds) > 0:
-		return ac, invalid("Resume takes WithAutoRenew only: the lock's kind, fencing and metadata are those it was acquired with")
+		return ac, engine.Invalid("Resume takes WithAutoRenew only: the lock's kind, fencing and metadata are those it was acquired with")
 	}
 	return ac, nil
 }
@@ -465,7 +465,7 @@ func (c *Client) heldValue(ctx context.Context, k plain, token string) (string, 
 		case nd.Err != nil:
 			errs = append(errs, nd.Err)
 		case i >= 0 && nd.Kind != HeldByLock:
-			return "", invalid("key %q holds the token in a %s lock: Resume rebuilds plain locks", k.key, nd.Kind)
+			return "", engine.Invalid("key %q holds the token in a %s lock: Resume rebuilds plain locks", k.key, nd.Kind)
 		case i >= 0:
 			return storedValue(token, nd.Holders[i].Metadata), nil
 		default:
@@ -480,43 +480,22 @@ func (c *Client) heldValue(ctx context.Context, k plain, token string) (string, 
 }
 
 // readAll runs op, a read (Shape Read: it writes nothing), on every node at
-// once through fanOut, each within readTimeout, and returns its tally once
+// once through FanOut, each within readTimeout, and returns its tally once
 // every node answered or, when stop is not nil, as soon as it says the
 // answers so far decide (Inspect, Election.Leader). A read holds nothing:
 // a node that answered it counts as holdsNot, its reply in t.replies.
-func (c *Client) readAll(ctx context.Context, stop func(*tally) bool, op nodeOp) tally {
-	timeout := c.readTimeout()
-	t, _ := c.fanOut(ctx, terms{timeout: timeout, base: timeout}, stop, nil, settlement{}, op)
+func (c *Client) readAll(ctx context.Context, stop func(*engine.Tally) bool, op nodeOp) engine.Tally {
+	timeout := c.e.ReadTimeout()
+	t, _ := c.e.FanOut(ctx, engine.Terms{Timeout: timeout, Base: timeout}, stop, nil, engine.Settlement{}, op)
 	return t
 }
 
-// readAt returns the j-th string of node i's answer to a read; ok is false
-// when the node did not answer or that is not a string (a nil for a key
-// that is not there).
-func (t *tally) readAt(i, j int) (v string, ok bool) {
-	if raw := t.replies[i].Raw; t.answers[i] == holdsNot && j < len(raw) {
-		v, ok = raw[j].(string)
-	}
-	return v, ok
-}
-
 // errAt is node i's error in t (a *NodeError), or nil.
-func (t *tally) errAt(i int) error {
-	for _, err := range t.errs {
+func errAt(t *engine.Tally, i int) error {
+	for _, err := range t.Errs {
 		if ne, ok := err.(*NodeError); ok && ne.Node == i {
 			return err
 		}
 	}
 	return nil
-}
-
-// readTimeout is how long a read of every node (Inspect, Election.Leader)
-// waits for each: WithNodeTimeout, or, with no ttl to derive it from, the
-// longest derived timeout or what the nodes' round trips ask for (see
-// nodeTimeout), up to a minute.
-func (c *Client) readTimeout() time.Duration {
-	if c.cfg.nodeTimeout > 0 {
-		return c.cfg.nodeTimeout
-	}
-	return rtt.Timeout(c.rtts, c.quorum, maxDerivedNodeTimeout, maxAdaptedTimeout, maxDerivedNodeTimeout)
 }

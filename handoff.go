@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
@@ -27,27 +28,27 @@ type handsOver interface {
 // the new token already: a resend whose first run's answer was lost). A
 // node whose only failure is its replicas' (WithReplicaAck) ran the
 // script: r is held.
-func handOffHad(ans answer, r nodeio.Reply) answer {
+func handOffHad(ans engine.Answer, r nodeio.Reply) engine.Answer {
 	switch {
-	case ans == holdsNot:
-		return holdsNot // another token is there
-	case ans == failed && !r.Held || ans == unanswered:
+	case ans == engine.HoldsNot:
+		return engine.HoldsNot // another token is there
+	case ans == engine.Failed && !r.Held || ans == engine.Unanswered:
 		return ans
 	}
 	switch r.Found {
 	case nodeio.FoundFrom:
-		return holds
+		return engine.Holds
 	case nodeio.FoundOurs:
-		return failed
+		return engine.Failed
 	}
-	return holdsNot
+	return engine.HoldsNot
 }
 
 // handOffResult is what a hand-off did and learned.
 type handOffResult struct {
-	next      *Lock    // the waiter's lock, or nil when the hand-off failed
-	had       []answer // by node: whether the releasing lock's token was there (holds, holdsNot), or unknown (failed, unanswered)
-	contended bool     // a node that answered has another process waiting for the key
+	next      *Lock           // the waiter's lock, or nil when the hand-off failed
+	had       []engine.Answer // by node: whether the releasing lock's token was there (holds, holdsNot), or unknown (failed, unanswered)
+	contended bool            // a node that answered has another process waiting for the key
 	errs      []error
 }
 
@@ -58,9 +59,9 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 	unknown = make([]bool, len(h.had))
 	for i, a := range h.had {
 		switch a {
-		case holds:
+		case engine.Holds:
 			yes++
-		case holdsNot:
+		case engine.HoldsNot:
 			no++
 		default:
 			unknown[i] = true
@@ -83,11 +84,11 @@ func (c *Client) handOff(ctx context.Context, l *Lock, next handsOver, w *waiter
 	a := c.newAcquisition(w.kind, w.ac, l.settled)
 	a.token = l.run + a.token // one run: see runOf
 	a.start = c.cfg.clock.Now()
-	t := a.fanOut(ctx, c, c.handedOver(l), nil, next.handOff(a.token, l.token, l.run, a.cfg.ttl, a.cfg.counterKeep()))
-	h := handOffResult{had: make([]answer, len(t.answers)), errs: t.errs}
-	for i, ans := range t.answers {
-		h.had[i] = handOffHad(ans, t.replies[i])
-		h.contended = h.contended || ans == holds && t.replies[i].Waiting
+	t := a.fanOut(ctx, c, c.handedOver(l), nil, next.handOff(a.token, l.token, l.run, a.cfg.TTL, a.cfg.counterKeep()))
+	h := handOffResult{had: make([]engine.Answer, len(t.Answers)), errs: t.Errs}
+	for i, ans := range t.Answers {
+		h.had[i] = handOffHad(ans, t.Replies[i])
+		h.contended = h.contended || ans == engine.Holds && t.Replies[i].Waiting
 	}
 	h.next, _ = c.conclude(ctx, &a, t)
 	l.settled = a.settled
@@ -99,32 +100,32 @@ func (c *Client) handOff(ctx context.Context, l *Lock, next handsOver, w *waiter
 // a minority did not; won on two of three nodes, one with l's token and one
 // without, the third tells); or, after a grace (withGrace), every node yet
 // to answer is failing and counts as holding l, as in any Release.
-func (c *Client) handedOver(l *Lock) func(*tally) bool {
+func (c *Client) handedOver(l *Lock) func(*engine.Tally) bool {
 	n, q := len(c.nodes), l.quorum
-	return withGrace(func(t *tally) bool {
-		if t.yes < q {
+	return engine.WithGrace(func(t *engine.Tally) bool {
+		if t.Yes < q {
 			return false
 		}
 		had, not := 0, 0
-		for i, ans := range t.answers {
-			switch handOffHad(ans, t.replies[i]) {
-			case holds:
+		for i, ans := range t.Answers {
+			switch handOffHad(ans, t.Replies[i]) {
+			case engine.Holds:
 				had++
-			case holdsNot:
+			case engine.HoldsNot:
 				not++
 			}
 		}
 		return had >= q || not > n-q
-	}, c.onlyFailingLeft(l.settled))
+	}, c.e.OnlyFailingLeft(l.settled))
 }
 
 // release is a Release that hands l to the next goroutine of its Client
 // waiting for the key, when there is one and the run of hand-offs allows
 // (done is then true, and err Release's result). When the hand-off fails,
 // it releases l on the nodes it did not hear from; the waiter contends.
-func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err error) {
+func (t turn) release(ctx context.Context, l *Lock, tm engine.Terms) (done bool, err error) {
 	c := l.client
-	if c.refused() != nil {
+	if c.e.Refused() != nil {
 		return false, nil // no lock is granted on a Client that reaches one server twice
 	}
 	if _, ok := l.kind.(handsOver); !ok {
@@ -141,24 +142,24 @@ func (t turn) release(ctx context.Context, l *Lock, tm terms) (done bool, err er
 	if h.next != nil {
 		t.qs.handOver(t.q, w, h.next, h.contended)
 		l.finish()
-		return true, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, tm.ttl, h.errs)
+		return true, l.releaseResult(ctx, engine.JudgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, tm.TTL, h.errs)
 	}
 	defer t.qs.giveTurn(t.q, w)
 	skipped := yes + no // the nodes the hand-off heard from
-	r, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, yes, no, skipped, false, l.settled), invert(unknown), l.settled, l.kind.release(l.token, l.run))
+	r, settled := c.e.FanOut(ctx, tm, c.e.ReleasedAt(l.quorum, yes, no, skipped, false, l.settled), engine.Invert(unknown), l.settled, l.kind.release(l.token, l.run))
 	l.settled = settled
 	l.finish()
 	// A node the hand-off did not hear from may have run it all the same
 	// (its answer late or lost), and the failed hand-off's cleanup then
 	// deleted the waiter's token there: such a node is free, but shows
 	// nothing of whether l held until then.
-	gone := r.no - skipped
-	yes += r.yes
+	gone := r.No - skipped
+	yes += r.Yes
 	n := len(c.nodes)
-	if outcome := judgeRelease(n, l.quorum, yes, no, false); outcome != incomplete || yes+no+gone < l.quorum {
-		return true, l.releaseResult(ctx, outcome, yes, no, tm.ttl, r.errs)
+	if outcome := engine.JudgeRelease(n, l.quorum, yes, no, false); outcome != engine.Incomplete || yes+no+gone < l.quorum {
+		return true, l.releaseResult(ctx, outcome, yes, no, tm.TTL, r.Errs)
 	}
-	return true, &quorumError{sentinel: ErrNotConfirmed, nodes: r.errs,
+	return true, &quorumError{sentinel: ErrNotConfirmed, nodes: r.Errs,
 		detail: fmt.Sprintf("release of %s after a hand-off that did not win: deleted on %d of %d nodes, gone from %d more, which a late hand-off may have taken and its cleanup deleted: whether it held until the release is not known",
 			l.kind.describe(), yes, n, gone)}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
@@ -61,10 +62,9 @@ type waitsInLine interface {
 	// ac.retry is nil, else after its delays while ctx lasts (at most
 	// ac.maxAttempts draws when set).
 	join(ctx context.Context, c *Client, ac acquireConfig) *quorumError
-	// nextWait is the wait before the next attempt, given the retry
-	// policy's delay, whether the last release named this waiter first,
-	// and whether the policy is the default (paced by the library).
-	nextWait(delay time.Duration, first, paced bool) time.Duration
+	// linePatience is how long the waiter keeps its place in the queue
+	// without trying again (see wait.Next).
+	linePatience() time.Duration
 	// named tells whom a release message names first in line.
 	named(payload string) naming
 }
@@ -85,7 +85,7 @@ func (k plain) keys() []string      { return []string{k.key} }
 func (k plain) describe() string    { return strconv.Quote(k.key) }
 func (k plain) name() string        { return "plain" }
 func (k plain) turns() string       { return "plain\x00" + k.key }
-func (k plain) quorum(n int) int    { return quorumOf(n) }
+func (k plain) quorum(n int) int    { return engine.QuorumOf(n) }
 func (k plain) fenceKeys() []string { return []string{fenceKey(k.key)} }
 func (k plain) channels() []string  { return []string{releaseChannel(k.key)} }
 func (k plain) acquire(token string, ttl, keep time.Duration) nodeOp {
@@ -121,7 +121,7 @@ func (s scripted) op(name, token string, ttl, keep time.Duration, announce bool)
 	if announce && len(s.chans) > 0 {
 		channel = s.chans[0]
 	}
-	args := append([]any{name, token, pxMillis(ttl), channel, pxMillis(keep)}, s.extra...)
+	args := append([]any{name, token, engine.PXMillis(ttl), channel, engine.PXMillis(keep)}, s.extra...)
 	op := nodeOp{Script: s.script, Keys: keys, Args: args, Holds: name == "extend"}
 	switch name {
 	case "acquire":
@@ -170,7 +170,7 @@ func newReentrant(key, owner string) reentrant {
 func (k reentrant) keys() []string   { return []string{k.key} }
 func (k reentrant) describe() string { return fmt.Sprintf("%q (owner %q)", k.key, k.owner) }
 func (k reentrant) name() string     { return "reentrant" }
-func (k reentrant) quorum(n int) int { return quorumOf(n) }
+func (k reentrant) quorum(n int) int { return engine.QuorumOf(n) }
 
 // multi is a lock on several keys at once.
 type multi struct {
@@ -193,7 +193,7 @@ func newMulti(keys []string) multi {
 func (k multi) keys() []string   { return k.ks }
 func (k multi) describe() string { return fmt.Sprintf("%q", k.ks) }
 func (k multi) name() string     { return "multi-key" }
-func (k multi) quorum(n int) int { return quorumOf(n) }
+func (k multi) quorum(n int) int { return engine.QuorumOf(n) }
 func (k multi) turns() string {
 	return "multi\x00" + strings.Join(slices.Sorted(slices.Values(k.ks)), "\x00")
 }
@@ -283,7 +283,7 @@ func (k readWrite) describe() string {
 	}
 	return fmt.Sprintf("read lock %q", k.key)
 }
-func (k readWrite) quorum(n int) int { return quorumOf(n) }
+func (k readWrite) quorum(n int) int { return engine.QuorumOf(n) }
 func (k readWrite) turns() string {
 	if !k.writer {
 		return "" // readers hold together
@@ -352,19 +352,19 @@ type marker interface {
 // calls, from the nodes where the key was not taken, so that it does not
 // outlive the wait there (a fair waiter first in line; a writer's mark,
 // which after a hand-off nothing else removes). Other kinds: nothing.
-func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t tally) {
+func (c *Client) leaveTheLine(ctx context.Context, a *acquisition, t engine.Tally) {
 	m, ok := a.kind.(marker)
-	if !ok || t.yes == len(c.nodes) {
+	if !ok || t.Yes == len(c.nodes) {
 		return
 	}
 	op := m.unmark()
 	if op == nil {
 		return
 	}
-	skip := make([]bool, len(t.answers))
-	for i, ans := range t.answers {
-		skip[i] = ans == holds
+	skip := make([]bool, len(t.Answers))
+	for i, ans := range t.Answers {
+		skip[i] = ans == engine.Holds
 	}
-	now := func(*tally) bool { return true }
+	now := func(*engine.Tally) bool { return true }
 	a.fanOut(context.WithoutCancel(ctx), c, now, skip, *op)
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/engine"
 )
 
 // Lease safety: fencing tokens, the Done signal, automatic renewal, and Do,
@@ -43,7 +45,7 @@ func WithFencing() AcquireOption {
 func WithFenceHorizon(d time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if d < 0 {
-			return invalid("fence horizon %v is negative", d)
+			return engine.Invalid("fence horizon %v is negative", d)
 		}
 		c.counterHorizon = d
 		return nil
@@ -57,7 +59,7 @@ func (ac acquireConfig) counterKeep() time.Duration {
 	if !ac.fenced {
 		return 0
 	}
-	return max(ac.ttl, ac.counterHorizon)
+	return max(ac.TTL, ac.counterHorizon)
 }
 
 // WithAutoRenew keeps the lock alive until Release: it is extended by its
@@ -169,7 +171,7 @@ func (l *Lock) Done() <-chan struct{} {
 }
 
 // lease returns the ttl of the lock's last acquire or extend and its Until.
-func (l *Lock) lease() (tm terms, until time.Time) {
+func (l *Lock) lease() (tm engine.Terms, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.terms, l.until
@@ -177,7 +179,7 @@ func (l *Lock) lease() (tm terms, until time.Time) {
 
 // setLease records the lease of a successful extend, and tells the
 // scheduler, whose times for the lock it moves.
-func (l *Lock) setLease(tm terms, until time.Time) {
+func (l *Lock) setLease(tm engine.Terms, until time.Time) {
 	l.mu.Lock()
 	l.terms, l.until = tm, until
 	l.mu.Unlock()
@@ -187,11 +189,11 @@ func (l *Lock) setLease(tm terms, until time.Time) {
 // deadline is when a lock on the terms tm valid until until ends for its
 // holder unless extended: Until, or for a renewed lock the renewal margin
 // before it.
-func (l *Lock) deadline(tm terms, until time.Time) time.Time {
+func (l *Lock) deadline(tm engine.Terms, until time.Time) time.Time {
 	if !l.renewed {
 		return until
 	}
-	return until.Add(-tm.renewMargin())
+	return until.Add(-tm.RenewMargin())
 }
 
 // lose ends the lock for a reason other than Release: Validity drops to
@@ -321,7 +323,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		return err
 	}
 	if fn == nil {
-		return invalid("fn is nil")
+		return engine.Invalid("fn is nil")
 	}
 	lock, err := c.Acquire(ctx, key, ttl, append(slices.Clip(opts), WithAutoRenew())...)
 	if err != nil {
@@ -377,10 +379,14 @@ func (l *Lock) lossCause() error {
 }
 
 // Confirmed returns how many nodes hold the lock after its last acquire,
-// extend or renewal, as they answered it: at least its quorum. Acquire and
-// Extend wait for the nodes about as fast as the quorum (as long again as
-// the quorum took, at least 5 ms), and so does a renewal, so on healthy
-// nodes it is the Client's node count when they return. Fewer than the
+// extend or renewal, as they answered it: at least its quorum. The nodes
+// about as fast as the quorum (those that answer within as long again as
+// the quorum took, at least 5 ms) are heard, so on healthy nodes it is
+// the Client's node count. An Extend, a renewal and an Acquire of a plain
+// lock that is not fenced return as soon as a quorum holds the lock and
+// hear them in the background: Confirmed (and the lock's next Extend)
+// waits for them first, for that long at most.
+// Fewer than the
 // Client's nodes means the lock survives fewer failures: it is held
 // without nodes that failed or did not answer in that time (each failure
 // reported once, as an OpDegraded event and a warning), that lost the key
@@ -395,6 +401,7 @@ func (l *Lock) Confirmed() int {
 	if l == nil {
 		return 0
 	}
+	l.awaitHeard()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.confirmed

@@ -1050,20 +1050,31 @@ func TestLock_Release_afterExtendRanOutOfValidity(t *testing.T) {
 	rc := c.client(t, redlock.WithClock(clock))
 	lock := mustTryAcquire(t, rc, context.Background(), "k", 10*time.Second)
 	redlock.WaitSettled(lock)
-	gate := newGatedScript(scriptSHA(t, "extend.lua"))
-	addHook(t, c.clients[1], gate)
-	addHook(t, c.clients[2], gate)
+	// Every node's call is held until the clock has moved, so that every
+	// answer comes after the validity ran out.
+	sha := scriptSHA(t, "extend.lua")
+	var gates []*gatedScript
+	for i := range 3 {
+		gates = append(gates, newGatedScript(sha))
+		addHook(t, c.clients[i], gates[i])
+	}
 	extended := make(chan error, 1)
 	go func() { extended <- lock.Extend(context.Background(), 10*time.Second) }()
-	<-gate.hit
-	clock.Advance(11 * time.Second) // past Until while nodes 1 and 2 are slow
-	close(gate.open)
+	for _, g := range gates {
+		<-g.hit
+	}
+	clock.Advance(11 * time.Second) // past Until while every node is slow
+	for _, g := range gates {
+		close(g.open)
+	}
 	if err := <-extended; !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend answered after the validity ran out: %v, want ErrLockLost", err)
 	}
 	redlock.WaitSettled(lock)
-	if got := c.holders("k", lock.Token()); len(got) != 3 {
-		t.Fatalf("token on nodes %v, want all three", got)
+	// Every node answered in time, or (on a loaded machine) all but one,
+	// whose token the loss's cleanup deleted: nothing showed the lock lost.
+	if got := c.holders("k", lock.Token()); len(got) < 2 {
+		t.Fatalf("token on nodes %v, want all three, or all but one not heard before the verdict", got)
 	}
 	if err := lock.Release(context.Background()); err != nil {
 		t.Fatalf("Release with the token on every node: %v, want nil", err)
@@ -1350,5 +1361,42 @@ func TestClient_Do_causeIsTheLoss(t *testing.T) {
 	}
 	if !errors.Is(cause, redlock.ErrLockLost) {
 		t.Fatalf("context.Cause in fn = %v, want an error matching ErrLockLost", cause)
+	}
+}
+
+// TestLock_Extend_spentValidityEndsWithTheContext: an Extend that a quorum
+// kept after the validity was spent hears the other nodes before its
+// verdict (which may drop keys), as long as the grace for the nodes about
+// as fast, but no longer than its context: here node 1 answers 1 s in and
+// node 2 not at all, so the grace would run to 2 s; the Extend returns at
+// its 1.5 s context.
+func TestLock_Extend_spentValidityEndsWithTheContext(t *testing.T) {
+	goRedisOnly(t, "it steers its nodes through go-redis hooks")
+	c := newCluster(t, 3)
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithClock(clock), redlock.WithNodeTimeout(5*time.Second))
+	lock := mustTryAcquire(t, rc, context.Background(), "k", 10*time.Second)
+	redlock.WaitSettled(lock)
+	gates := []*gatedScript{newGatedScript(scriptSHA(t, "extend.lua")), newGatedScript(scriptSHA(t, "extend.lua"))}
+	for i, g := range gates {
+		addHook(t, c.clients[1+i], g)
+	}
+	defer close(gates[1].open)
+	begun := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	extended := make(chan error, 1)
+	go func() { extended <- lock.Extend(ctx, 10*time.Second) }()
+	<-gates[0].hit
+	<-gates[1].hit
+	clock.Advance(11 * time.Second) // past Until while nodes 1 and 2 are out
+	time.Sleep(time.Second)
+	close(gates[0].open)
+	err := <-extended
+	if took := time.Since(begun); took > 1900*time.Millisecond {
+		t.Fatalf("Extend took %v: it waited past its 1.5 s context", took.Round(time.Millisecond))
+	}
+	if !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("Extend kept after the validity was spent: %v, want ErrLockLost", err)
 	}
 }

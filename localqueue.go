@@ -7,6 +7,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/engine"
+	"github.com/quorumlock/redlock/internal/wait"
 )
 
 // Goroutines of one Client that Acquire the same key queue here, first come
@@ -18,10 +21,6 @@ import (
 // holder that never releases holds its waiters up only until its validity
 // ends, which the waiters make sure is watched. See docs/algorithm.md,
 // "Local turns" and "Hand-off".
-
-// defaultHandOffs is how many times in a row a key may be handed between
-// goroutines of one Client before it is released for everyone.
-const defaultHandOffs = 12
 
 // grant is what a waiter receives when its turn comes: a lock handed over,
 // or nil, and then the right to contend on the nodes.
@@ -48,23 +47,12 @@ type localQueue struct {
 	contended bool      // another process was seen waiting in this run of hand-offs
 	yield     bool      // the next turn comes after a run of hand-offs was cut
 	// yieldFor is how long the turn after a cut run waits before it
-	// contends (see inTurn): 0 for yieldFirst
+	// contends (see inTurn): 0 for wait.YieldFirst
 	yieldFor time.Duration
 	// deaf: until then, the other processes the nodes show waiting do not
 	// cut runs of hand-offs (see yielded)
 	deaf time.Time
 }
-
-// How long a Client that cut a run of hand-offs waits before it contends
-// again (see WithHandOff, yielded): the other process's attempt must reach
-// a quorum first, and how far its nodes are is not known here. A listener
-// that never tries would have every run cut for ever: past yieldMax, the
-// listeners are ignored for yieldDeaf.
-const (
-	yieldFirst = 2 * wakeSpread
-	yieldMax   = time.Second
-	yieldDeaf  = 10 * time.Second
-)
 
 type localQueues struct {
 	clock Clock
@@ -244,9 +232,9 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 		// This client kept the key through a run of hand-offs and has just
 		// released it: other processes woken by the release try first.
 		q.mu.Lock()
-		wait := max(q.yieldFor, yieldFirst)
+		pause := max(q.yieldFor, wait.YieldFirst)
 		q.mu.Unlock()
-		t := newTimer(qs.clock, wait+mrand.N(wait/4))
+		t := newTimer(qs.clock, pause+mrand.N(pause/4))
 		select {
 		case <-t.Chan():
 		case <-ctx.Done():
@@ -266,17 +254,17 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 }
 
 // yielded adapts the wait after a cut run of hand-offs to the Acquire that
-// followed it (see yieldFirst): won at the first attempt, the other process
-// was not first, and the next wait doubles (past yieldMax, the listeners
-// are ignored for yieldDeaf); refused, it starts again.
+// followed it (see wait.YieldFirst): won at the first attempt, the other process
+// was not first, and the next wait doubles (past wait.YieldMax, the listeners
+// are ignored for wait.YieldDeaf); refused, it starts again.
 func (qs *localQueues) yielded(q *localQueue, attempts int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	switch next := 2 * max(q.yieldFor, yieldFirst); {
+	switch next := 2 * max(q.yieldFor, wait.YieldFirst); {
 	case attempts > 1:
 		q.yieldFor = 0
-	case next > yieldMax:
-		q.yieldFor, q.deaf = 0, qs.clock.Now().Add(yieldDeaf)
+	case next > wait.YieldMax:
+		q.yieldFor, q.deaf = 0, qs.clock.Now().Add(wait.YieldDeaf)
 	default:
 		q.yieldFor = next
 	}
@@ -298,7 +286,7 @@ func (qs *localQueues) yielded(q *localQueue, attempts int) {
 func WithHandOff(limit int) Option {
 	return clientOption(func(c *config) error {
 		if limit < 0 {
-			return invalid("hand-off limit %d is negative", limit)
+			return engine.Invalid("hand-off limit %d is negative", limit)
 		}
 		c.handOffs = limit
 		return nil

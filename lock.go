@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/engine"
 )
 
 // Lock is a lock held on a quorum of nodes. It is safe for concurrent use,
@@ -24,21 +26,24 @@ type Lock struct {
 	// op serialises Extend and Release: each sends its call to a node once
 	// the previous operation's call there settled, so writes land in order.
 	op      sync.Mutex
-	settled settlement
+	settled engine.Settlement
 
 	fence    uint64    // the fencing token: 0 unless acquired WithFencing
 	renewed  bool      // acquired WithAutoRenew: it ends the renewal margin before Until
 	acquired time.Time // on the Client's clock, when it was acquired (for Event.Held)
 
 	mu        sync.Mutex
-	terms     terms  // of the last acquire or extend
-	confirmed int    // nodes that hold the lock after its last acquire or extend
-	had       []bool // by node: it has held the lock's token (see goneNews)
-	gone      []bool // by node: told that it does not hold the lock (see goneNews); nil until one is
-	until     time.Time
-	released  bool
-	lost      bool  // the lock ended otherwise: see lose
-	lostWhy   error // why, matching ErrLockLost
+	terms     engine.Terms // of the last acquire or extend
+	confirmed int          // nodes that hold the lock after its last acquire or extend
+	had       []bool       // by node: it has held the lock's token (see goneNews)
+	// heard, when the last acquire or extend was decided before every node
+	// it waits for had answered, is closed once they have (hearLater)
+	heard    chan struct{}
+	gone     []bool // by node: told that it does not hold the lock (see goneNews); nil until one is
+	until    time.Time
+	released bool
+	lost     bool  // the lock ended otherwise: see lose
+	lostWhy  error // why, matching ErrLockLost
 	// lostShown: an Extend or renewal found a majority without the token
 	lostShown bool
 	watching  bool     // Done was called: the scheduler ends it at its deadline
@@ -56,7 +61,7 @@ type Lock struct {
 type successor interface {
 	// release may do l's Release by handing the lock to a waiter; done
 	// tells whether it did, and err is then Release's result.
-	release(ctx context.Context, l *Lock, tm terms) (done bool, err error)
+	release(ctx context.Context, l *Lock, tm engine.Terms) (done bool, err error)
 	// ended is told once when l ended without being handed over.
 	ended(l *Lock)
 }
@@ -116,7 +121,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	// nodes are not waited for past it.
 	_, until := l.lease()
 	ctx = l.startOp(ctx, OpExtend)
-	_, lost, err := l.extend(ctx, tm, min(tm.timeout, until.Sub(l.client.cfg.clock.Now())))
+	lost, err := l.extend(ctx, tm, min(tm.Timeout, until.Sub(l.client.cfg.clock.Now())))
 	if lost {
 		l.lose(err)
 	}
@@ -124,43 +129,65 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // extend is Extend on the terms tm with the given per-node timeout, also
-// returning the answers and whether they showed the lock lost: the caller
+// returning whether the answers showed the lock lost: the caller
 // then ends it (Lock.lose) once op is let go, as an Observer may Release.
-func (l *Lock) extend(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, err error) {
+func (l *Lock) extend(ctx context.Context, tm engine.Terms, timeout time.Duration) (lost bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return tally{}, false, fmt.Errorf("redlock: extend %q: %w", l.key, err)
+		return false, fmt.Errorf("redlock: extend %q: %w", l.key, err)
 	}
 	l.op.Lock()
-	t, lost, tell, err := l.extendHeld(ctx, tm, timeout)
+	l.awaitHeard() // an Extend is told against the nodes its lock was last heard from
+	lost, tell, err := l.extendHeld(ctx, tm, timeout)
 	l.op.Unlock()
 	tell()
-	return t, lost, err
+	return lost, err
 }
 
 // extendHeld is extend, called with op held. tell reports the extend to
 // the Observer: call it once op is let go, as an Observer may Release.
-func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) (_ tally, lost bool, tell func(), err error) {
+func (l *Lock) extendHeld(ctx context.Context, tm engine.Terms, timeout time.Duration) (lost bool, tell func(), err error) {
 	c := l.client
 	if err := l.over(); err != nil {
-		return tally{}, false, func() {}, err
+		return false, func() {}, err
 	}
 	if err := l.refusedExtend(); err != nil {
-		return tally{}, false, func() {}, err
+		return false, func() {}, err
 	}
 
 	start := c.cfg.clock.Now()
-	t, settled := c.fanOut(ctx, tm.within(timeout), c.extendDone(l.quorum, l.settled), nil, l.settled, l.kind.extend(l.token, tm.ttl))
+	// Decided once a quorum kept the token: the nodes yet to answer are
+	// heard behind it (hearLater), not waited for past the verdict.
+	won := func(t *engine.Tally) bool { return t.Kept() >= l.quorum }
+	t, settled, rest := c.e.FanOutEarly(ctx, tm.Within(timeout), c.e.ExtendDone(l.quorum, l.settled), won, l.settled, l.kind.extend(l.token, tm.TTL))
 	l.settled = settled
-	lost, err = l.judgeExtend(ctx, tm, start, c.cfg.clock.Now().Sub(start), t)
+	l.outdateHearing()
+	elapsed := c.cfg.clock.Now().Sub(start)
+	if rest != nil && !l.keeps(tm, elapsed) {
+		t, rest = rest.Whole(), nil // a verdict that drops keys needs every node
+	}
+	lost, err = l.judgeExtend(ctx, tm, start, elapsed, t)
+	switch {
+	case rest != nil && err == nil:
+		l.hearLater(ctx, OpExtend, start, rest.Rest)
+		return lost, func() { l.observeOp(ctx, OpExtend, start, err) }, err
+	case rest != nil:
+		t = rest.Whole() // ended meanwhile: the nodes are told whole
+	}
 	degraded := func() {}
 	if err == nil {
 		degraded = c.degraded(ctx, l.kind, t, l)
 	}
-	return t, lost, func() {
+	return lost, func() {
 		c.observeNodes(ctx, OpExtend, l.kind, start, t)
 		l.observeOp(ctx, OpExtend, start, err)
 		degraded()
 	}, err
+}
+
+// keeps reports whether an extend on the terms tm that a quorum kept
+// after elapsed renews the lock: it has not ended, and validity is left.
+func (l *Lock) keeps(tm engine.Terms, elapsed time.Duration) bool {
+	return l.over() == nil && engine.Validity(tm.TTL, elapsed, tm.Drift) > 0
 }
 
 // judgeExtend is an extend's outcome on the terms tm, begun at start and
@@ -169,14 +196,14 @@ func (l *Lock) extendHeld(ctx context.Context, tm terms, timeout time.Duration) 
 // or shown lost, on the nodes that kept the token (tally.kept), as if no
 // key had been taken where it was free: those taken count in Confirmed,
 // and are dropped again when the lock is found lost.
-func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elapsed time.Duration, t tally) (lost bool, err error) {
+func (l *Lock) judgeExtend(ctx context.Context, tm engine.Terms, start time.Time, elapsed time.Duration, t engine.Tally) (lost bool, err error) {
 	c := l.client
-	ttl, drift := tm.ttl, tm.drift
+	ttl, drift := tm.TTL, tm.Drift
 	if err := l.refusedExtend(); err != nil {
 		return false, err
 	}
-	n, kept := len(c.nodes), t.kept()
-	without := t.no + t.yes - kept // answered without the token before the call
+	n, kept := len(c.nodes), t.Kept()
+	without := t.No + t.Yes - kept // answered without the token before the call
 	shown := without > n-l.quorum
 	l.mu.Lock()
 	ended := l.released || l.lost
@@ -193,11 +220,11 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 		l.dropTaken(ctx, tm, t)
 		return false, l.over()
 	}
-	if kept >= l.quorum && validity(ttl, elapsed, drift) > 0 {
+	if kept >= l.quorum && engine.Validity(ttl, elapsed, drift) > 0 {
 		l.mu.Lock()
-		l.confirmed = t.yes
+		l.confirmed = t.Yes
 		l.mu.Unlock()
-		l.setLease(tm.now(c), start.Add(ttl-drift)) // with the node timeout its replies teach
+		l.setLease(tm.Now(c.e), start.Add(ttl-drift)) // with the node timeout its replies teach
 		return false, nil
 	}
 	return l.notExtended(ctx, tm, t, elapsed, shown)
@@ -208,11 +235,11 @@ func (l *Lock) judgeExtend(ctx context.Context, tm terms, start time.Time, elaps
 // they showed it (shown) or its validity ran out, and the keys the extend
 // took where they were free are dropped; else it is still valid, and the
 // error matches ErrNotConfirmed.
-func (l *Lock) notExtended(ctx context.Context, tm terms, t tally, elapsed time.Duration, shown bool) (lost bool, err error) {
+func (l *Lock) notExtended(ctx context.Context, tm engine.Terms, t engine.Tally, elapsed time.Duration, shown bool) (lost bool, err error) {
 	c := l.client
-	ttl, drift := tm.ttl, tm.drift
-	n, kept := len(c.nodes), t.kept()
-	without := t.no + t.yes - kept
+	ttl, drift := tm.TTL, tm.Drift
+	n, kept := len(c.nodes), t.Kept()
+	without := t.No + t.Yes - kept
 	detail := fmt.Sprintf("%s: extended on %d of %d nodes, quorum %d", l.kind.describe(), kept, n, l.quorum)
 	if kept >= l.quorum {
 		detail = fmt.Sprintf("%s: quorum reached but the new validity was spent (%v elapsed of ttl %v, drift %v)", l.kind.describe(), elapsed, ttl, drift)
@@ -225,17 +252,17 @@ func (l *Lock) notExtended(ctx context.Context, tm terms, t tally, elapsed time.
 		// the token there either); a node not heard from may have lost
 		// it too, or not.
 		detail += fmt.Sprintf(", and %d nodes no longer held its token", without)
-		if unheard := n - t.yes - t.no; unheard > 0 {
+		if unheard := n - t.Yes - t.No; unheard > 0 {
 			detail += fmt.Sprintf(" (%d not heard from)", unheard)
 		}
 	case !now.Before(until):
 		detail += ", and its validity ran out"
 	default:
 		detail = fmt.Sprintf("extend of %s; the lock is still valid until %s (%v left)", detail, until.Format("15:04:05.000"), until.Sub(now).Round(time.Millisecond))
-		return false, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.errs}
+		return false, &quorumError{sentinel: ErrNotConfirmed, detail: detail, cause: ctx.Err(), nodes: t.Errs}
 	}
 	l.dropTaken(ctx, tm, t)
-	return true, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.errs}
+	return true, &quorumError{sentinel: ErrLockLost, detail: detail, cause: ctx.Err(), nodes: t.Errs}
 }
 
 // dropTaken deletes the keys that the extend t may have taken where they
@@ -248,41 +275,27 @@ func (l *Lock) notExtended(ctx context.Context, tm terms, t tally, elapsed time.
 // took it (at most the node timeout), so that the key is free there once
 // the loss is told; elsewhere the delete follows the node's call in the
 // background, and a node that fails keeps the key until its ttl.
-func (l *Lock) dropTaken(ctx context.Context, tm terms, t tally) {
-	skip, some := t.notTaken()
+func (l *Lock) dropTaken(ctx context.Context, tm engine.Terms, t engine.Tally) {
+	skip, some := t.NotTaken()
 	if !some {
 		return
 	}
-	answered := func(r *tally) bool {
-		for i := range r.answers {
-			if t.takenAt(i) && r.answers[i] == unanswered {
+	answered := func(r *engine.Tally) bool {
+		for i := range r.Answers {
+			if t.TakenAt(i) && r.Answers[i] == engine.Unanswered {
 				return false
 			}
 		}
 		return true
 	}
-	_, l.settled = l.client.fanOut(context.WithoutCancel(ctx), tm, answered, skip, l.settled, l.kind.drop(l.token))
-}
-
-// notTaken marks the nodes where the extend t cannot have taken the key
-// (skip): all but those that answered they took it, and those whose call
-// may still take it (not heard from, or failed after it was sent); some
-// reports whether one may have.
-func (t *tally) notTaken() (skip []bool, some bool) {
-	skip = make([]bool, len(t.answers))
-	for i, a := range t.answers {
-		mayTake := a == unanswered || a == failed && (t.unsent == nil || !t.unsent[i])
-		skip[i] = !t.takenAt(i) && !mayTake
-		some = some || !skip[i]
-	}
-	return skip, some
+	_, l.settled = l.client.e.FanOut(context.WithoutCancel(ctx), tm, answered, skip, l.settled, l.kind.drop(l.token))
 }
 
 // refusedExtend returns the error of an extend on a Client found to reach
 // one server through two nodes (a quorum of replies may be fewer servers);
 // the lock, granted before that was found, stays valid until its Until.
 func (l *Lock) refusedExtend() error {
-	err := l.client.refused()
+	err := l.client.e.Refused()
 	if err == nil {
 		return nil
 	}
@@ -373,7 +386,7 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 	if released {
 		return tell, nil // released meanwhile by another goroutine
 	}
-	tm = tm.now(l.client)
+	tm = tm.Now(l.client.e)
 	l.client.sched.drop(l)
 	l.end()
 
@@ -387,7 +400,7 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 			return tell, err
 		}
 	}
-	t, settled := c.fanOut(ctx, tm, c.releasedAt(l.quorum, 0, 0, 0, lost || expired, l.settled), nil, l.settled, l.kind.release(l.token, l.run))
+	t, settled := c.e.FanOut(ctx, tm, c.e.ReleasedAt(l.quorum, 0, 0, 0, lost || expired, l.settled), nil, l.settled, l.kind.release(l.token, l.run))
 	l.settled = settled
 	tell = func(err error) {
 		c.observeNodes(ctx, OpRelease, l.kind, began, t)
@@ -397,25 +410,25 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 	if lost {
 		// A majority was found without the token before (Done is closed):
 		// what the nodes answer now does not make it held until the release.
-		return tell, &quorumError{sentinel: ErrLockLost, nodes: t.errs,
-			detail: fmt.Sprintf("%s: a majority of the nodes had lost it before its release; deleted on %d of %d nodes", l.kind.describe(), t.yes, len(c.nodes))}
+		return tell, &quorumError{sentinel: ErrLockLost, nodes: t.Errs,
+			detail: fmt.Sprintf("%s: a majority of the nodes had lost it before its release; deleted on %d of %d nodes", l.kind.describe(), t.Yes, len(c.nodes))}
 	}
-	return tell, l.releaseResult(ctx, judgeRelease(len(c.nodes), l.quorum, t.yes, t.no, expired), t.yes, t.no, tm.ttl, t.errs)
+	return tell, l.releaseResult(ctx, engine.JudgeRelease(len(c.nodes), l.quorum, t.Yes, t.No, expired), t.Yes, t.No, tm.TTL, t.Errs)
 }
 
 // releaseResult is Release's result, given what the nodes answered: yes
 // held the token until the release, no did not, errs are those that failed.
-func (l *Lock) releaseResult(ctx context.Context, outcome releaseOutcome, yes, no int, ttl time.Duration, errs []error) error {
+func (l *Lock) releaseResult(ctx context.Context, outcome engine.ReleaseOutcome, yes, no int, ttl time.Duration, errs []error) error {
 	c := l.client
 	n := len(c.nodes)
 	switch outcome {
-	case lostBefore:
+	case engine.LostBefore:
 		detail := fmt.Sprintf("%s: held by %d of %d nodes at release, quorum %d", l.kind.describe(), yes, n, l.quorum)
 		if no <= n-l.quorum {
 			detail += ", after its validity had run out"
 		}
 		return &quorumError{sentinel: ErrLockLost, detail: detail, nodes: errs}
-	case incomplete:
+	case engine.Incomplete:
 		return &quorumError{
 			sentinel: ErrNotConfirmed,
 			detail: fmt.Sprintf("release of %s: deleted on %d and absent from %d of %d nodes, quorum %d; the rest expire with the ttl %v",

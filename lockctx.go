@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"fmt"
+
+	"github.com/quorumlock/redlock/internal/engine"
 )
 
 // lockContext is a context that ends with a lock: the one a Leadership
@@ -88,7 +90,7 @@ func (l *Lock) held() bool {
 // an error matching ErrInvalidArgument.
 func nilContext(ctx context.Context, what string) error {
 	if ctx == nil {
-		return invalid("%s: nil context (use context.Background() or context.TODO())", what)
+		return engine.Invalid("%s: nil context (use context.Background() or context.TODO())", what)
 	}
 	return nil
 }

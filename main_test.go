@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +43,7 @@ func TestMain(m *testing.M) {
 	// A go-redis pool that has failed to dial keeps one goroutine trying
 	// again every second until the pool is closed; the tests close their
 	// clients, and the goroutine ends at its next wake-up.
+	leaktest.Explain = explainSchedulers
 	leaktest.Main(m, "github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
 }
 
@@ -165,8 +167,30 @@ func mustNew(t *testing.T, nodes []redis.UniversalClient, opts ...redlock.Option
 	return rc
 }
 
+// testClients are the Clients made by the tests (noneLeftRenewed), with
+// the test that made each: a scheduler goroutine left after the tests is
+// named by its test (explainSchedulers).
+var testClients sync.Map // *redlock.Client → test name
+
+// explainSchedulers names the tests whose Clients' schedulers still run,
+// or still have locks queued, with those locks.
+func explainSchedulers() string {
+	var b strings.Builder
+	testClients.Range(func(k, v any) bool {
+		if running, locks := redlock.Scheduled(k.(*redlock.Client)); running || len(locks) > 0 {
+			fmt.Fprintf(&b, "%s: scheduler running=%v, queued: %s\n", v, running, strings.Join(locks, "; "))
+		}
+		return true
+	})
+	if b.Len() == 0 {
+		return "no Client made through mustNew has its scheduler running (a Client made otherwise may)"
+	}
+	return b.String()
+}
+
 // noneLeftRenewed fails t, after it, when it left a lock of rc renewed.
 func noneLeftRenewed(t *testing.T, rc *redlock.Client) {
+	testClients.Store(rc, t.Name())
 	// A lock renewed after its test keeps the Client's scheduler running
 	// (a goroutine leak TestMain reports without naming the test). A
 	// release the test set going (a Campaign whose ctx ended resigns in
@@ -335,6 +359,26 @@ func acquireSoon(t *testing.T, rc *redlock.Client, key string, ttl time.Duration
 		return true
 	})
 	return lock
+}
+
+// warmUpSoon acquires and releases a lock on a key of its own until both
+// succeed: the first contact (dials, identification, scripts loaded) may
+// take longer than a test's short node timeout on a loaded machine, and a
+// release not confirmed leaves its key until its ttl.
+func warmUpSoon(t *testing.T, rc *redlock.Client) {
+	t.Helper()
+	try := 0
+	waitFor(t, "a warm-up lock acquired and released", func() bool {
+		try++
+		lock, err := rc.TryAcquire(context.Background(), fmt.Sprint("warm-up-", try), 10*time.Second)
+		if err == nil {
+			err = lock.Release(context.Background())
+		}
+		if err != nil {
+			waitIdle(t, rc)
+		}
+		return err == nil
+	})
 }
 
 // lateLink is a TCP proxy to a node that holds every command for a delay

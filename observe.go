@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/engine"
 )
 
 // Observer receives what a Client does, for metrics and tracing (the
@@ -11,7 +13,12 @@ import (
 // the operation, on the goroutine that ran it: the caller's for Acquire,
 // TryAcquire, Extend, Release and Do (and their OpNode and OpDegraded
 // events), the renewal's for OpRenew and a renewal's OpExtend and
-// OpDegraded, and a goroutine of its own for OpMisconfigured. It must be
+// OpDegraded, and a goroutine of its own for OpMisconfigured. An operation
+// decided before every node answered (an Acquire of a plain lock that is
+// not fenced, an Extend, a renewal: once a quorum holds the lock) has its
+// OpNode and OpDegraded events told by the goroutine that hears the nodes
+// still to answer, after its OpAcquire or OpExtend, and they may come after
+// the caller's next operation on the lock has begun. It must be
 // safe for concurrent use, and quick: a slow Observer holds up its
 // caller's operation, or the renewals of every lock of the Client.
 type Observer interface {
@@ -83,7 +90,7 @@ type Event struct {
 func WithObserver(o Observer) Option {
 	return clientOption(func(c *config) error {
 		if isNil(o) {
-			return invalid("observer is nil")
+			return engine.Invalid("observer is nil")
 		}
 		if c.observer == nil {
 			c.observer = o
@@ -111,22 +118,22 @@ func (c *Client) observe(ctx context.Context, e Event) {
 }
 
 // observeNodes reports each node's part in one fan-out of op.
-func (c *Client) observeNodes(ctx context.Context, op Op, k kind, start time.Time, t tally) {
+func (c *Client) observeNodes(ctx context.Context, op Op, k kind, start time.Time, t engine.Tally) {
 	if c.cfg.observer == nil {
 		return
 	}
 	errs := map[int]error{}
-	for _, err := range t.errs {
+	for _, err := range t.Errs {
 		if ne, ok := err.(*NodeError); ok {
 			errs[ne.Node] = ne.Err
 		}
 	}
-	for i, a := range t.answers {
-		if a == unanswered {
+	for i, a := range t.Answers {
+		if a == engine.Unanswered {
 			continue
 		}
-		c.observe(ctx, Event{Op: OpNode, Kind: k.name(), Key: k.keys()[0], Start: start, Duration: t.took[i],
-			Err: errs[i], Node: i, Addr: c.nodes[i].addr, NodeOp: op, Granted: a == holds})
+		c.observe(ctx, Event{Op: OpNode, Kind: k.name(), Key: k.keys()[0], Start: start, Duration: t.Took[i],
+			Err: errs[i], Node: i, Addr: c.nodes[i].Addr, NodeOp: op, Granted: a == engine.Holds})
 	}
 }
 
@@ -207,7 +214,7 @@ func (c *Client) news(errs []error) []error {
 	var out []error
 	for _, err := range errs {
 		var ne *NodeError
-		if errors.As(err, &ne) && ne.Node < len(c.told) && c.told[ne.Node].Swap(true) {
+		if errors.As(err, &ne) && c.e.Told(ne.Node) {
 			continue
 		}
 		out = append(out, err)
@@ -224,8 +231,8 @@ func (c *Client) news(errs []error) []error {
 // the lock is held there now, and the warning says so, not "held
 // without". It logs at Warn at once and returns the telling of the
 // Observer, to be called once no lock's op is held.
-func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell func()) {
-	news := c.news(t.errs)
+func (c *Client) degraded(ctx context.Context, k kind, t engine.Tally, l *Lock) (tell func()) {
+	news := c.news(t.Errs)
 	var retaken []error
 	if l != nil {
 		lost, never, again := l.goneNews(c, t)
@@ -235,16 +242,16 @@ func (c *Client) degraded(ctx context.Context, k kind, t tally, l *Lock) (tell f
 			// that lost, a release not landed yet) sat there when the lock
 			// was won, and still does.
 			c.cfg.logger.DebugContext(ctx, "redlock: a lock is held without nodes where it was never taken; its extends take the key there once it is free",
-				"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(never...))
+				"key", k.keys()[0], "kind", k.name(), "confirmed", t.Yes, "nodes", len(c.nodes), "err", errors.Join(never...))
 		}
 	}
 	if len(retaken) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: a node had lost a lock's key (it expired, was evicted, or the node restarted empty); the extend took it there again",
-			"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(retaken...))
+			"key", k.keys()[0], "kind", k.name(), "confirmed", t.Yes, "nodes", len(c.nodes), "err", errors.Join(retaken...))
 	}
 	if len(news) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: a lock is held without some nodes; it survives fewer failures until they answer again",
-			"key", k.keys()[0], "kind", k.name(), "confirmed", t.yes, "nodes", len(c.nodes), "err", errors.Join(news...))
+			"key", k.keys()[0], "kind", k.name(), "confirmed", t.Yes, "nodes", len(c.nodes), "err", errors.Join(news...))
 	}
 	news = append(news, retaken...)
 	if len(news) == 0 {
@@ -275,10 +282,10 @@ var (
 )
 
 // heldOn returns, by node, whether t answered that it holds the lock.
-func heldOn(t tally) []bool {
-	had := make([]bool, len(t.answers))
-	for i, a := range t.answers {
-		had[i] = a == holds
+func heldOn(t engine.Tally) []bool {
+	had := make([]bool, len(t.Answers))
+	for i, a := range t.Answers {
+		had[i] = a == engine.Holds
 	}
 	return had
 }
@@ -290,30 +297,30 @@ func heldOn(t tally) []bool {
 // tell of contention rather than of a node's fault; in retaken, those
 // that had lost it and hold it again (OpDegraded). It notes the nodes
 // that hold it now.
-func (l *Lock) goneNews(c *Client, t tally) (lost, never, retaken []error) {
+func (l *Lock) goneNews(c *Client, t engine.Tally) (lost, never, retaken []error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.had == nil {
-		l.had = make([]bool, len(t.answers))
+		l.had = make([]bool, len(t.Answers))
 	}
-	for i, ans := range t.answers {
+	for i, ans := range t.Answers {
 		switch {
-		case ans == holds:
+		case ans == engine.Holds:
 			if l.holdsAt(&t, i) {
-				retaken = append(retaken, c.nodeError(i, errRetakenThere))
+				retaken = append(retaken, c.e.NodeError(i, errRetakenThere))
 			}
-		case ans == holdsNot:
+		case ans == engine.HoldsNot:
 			if l.gone == nil {
-				l.gone = make([]bool, len(t.answers))
+				l.gone = make([]bool, len(t.Answers))
 			}
 			if l.gone[i] {
 				continue
 			}
 			l.gone[i] = true
 			if l.had[i] {
-				lost = append(lost, c.nodeError(i, errLostThere))
+				lost = append(lost, c.e.NodeError(i, errLostThere))
 			} else {
-				never = append(never, c.nodeError(i, errNeverTakenThere))
+				never = append(never, c.e.NodeError(i, errNeverTakenThere))
 			}
 		}
 	}
@@ -322,8 +329,8 @@ func (l *Lock) goneNews(c *Client, t tally) (lost, never, retaken []error) {
 
 // holdsAt notes that node i, in t, holds l's token, and reports whether it
 // took it again after it had lost it. l.mu is held.
-func (l *Lock) holdsAt(t *tally, i int) (retaken bool) {
-	retaken = t.takenAt(i) && l.had[i]
+func (l *Lock) holdsAt(t *engine.Tally, i int) (retaken bool) {
+	retaken = t.TakenAt(i) && l.had[i]
 	l.had[i] = true
 	if l.gone != nil {
 		l.gone[i] = false

@@ -5,11 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/redlock"
 )
@@ -251,6 +256,9 @@ func TestLock_degradedIsVisible(t *testing.T) {
 		}
 		mustRelease(t, lock)
 	}
+	if err := rc.Drain(ctx); err != nil { // what is heard behind the locks is told by then
+		t.Fatal(err)
+	}
 	got := rec.seen(redlock.OpDegraded)
 	var ne *redlock.NodeError
 	if len(got) != 1 || got[0].Node != 2 || got[0].Key != "k" || !errors.As(got[0].Err, &ne) || ne.Node != 2 {
@@ -300,6 +308,80 @@ func TestLock_degradedIsVisible(t *testing.T) {
 	}
 }
 
+// TestLock_degradedOnceWhileANodeComesBack: a failed node that is back
+// but not identified yet still does not count, so the locks held without
+// it are not news again: its failure is told once, until its answers
+// count. (A node that answered was news again at its next failure, and
+// "could not be identified yet" told a second warning for one outage.)
+func TestLock_degradedOnceWhileANodeComesBack(t *testing.T) {
+	c := newCluster(t, 3)
+	info := &infoFails{}
+	addHook(t, c.clients[2], info)
+	c.servers[2].Close()
+	rec := &recorder{}
+	rc := c.client(t, redlock.WithObserver(rec))
+	ctx := context.Background()
+	node2 := func() int {
+		if err := rc.Drain(ctx); err != nil { // what is heard behind the locks is told by then
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range rec.seen(redlock.OpDegraded) {
+			if e.Node == 2 {
+				n++
+			}
+		}
+		return n
+	}
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "k", time.Second))
+	if got := node2(); got != 1 {
+		t.Fatalf("%d OpDegraded events for node 2 while it is down, want 1", got)
+	}
+	info.on.Store(true)
+	c.restart(t, 2)
+	for range 3 {
+		lock := mustTryAcquire(t, rc, ctx, "k", time.Second)
+		if got := lock.Confirmed(); got != 2 {
+			t.Fatalf("Confirmed = %d with node 2 not identified, want 2", got)
+		}
+		mustRelease(t, lock)
+	}
+	if got := node2(); got != 1 {
+		t.Fatalf("%d OpDegraded events for node 2 once back but not identified, want still 1", got)
+	}
+	info.on.Store(false)
+	waitFor(t, "a lock confirmed by every node", func() bool {
+		lock := mustTryAcquire(t, rc, ctx, "k", time.Second)
+		defer mustRelease(t, lock)
+		return lock.Confirmed() == 3
+	})
+	c.servers[2].Close()
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "k", time.Second))
+	if got := node2(); got != 2 {
+		t.Fatalf("%d OpDegraded events for node 2 once it failed again, want 2", got)
+	}
+}
+
+// infoFails fails its node's INFO while on: the node answers, and its
+// server cannot be identified.
+type infoFails struct{ on atomic.Bool }
+
+func (h *infoFails) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *infoFails) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && cmd.Name() == "info" {
+			cmd.SetErr(errors.New("INFO failed by the test"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *infoFails) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // TestLock_healsAndTellsWhatANodeLacks: a lock won while a node held
 // another's key is told of, once and at Debug, as never taken there (it
 // used to be an OpDegraded and a warning saying "no longer holds", as if
@@ -326,6 +408,10 @@ func TestLock_healsAndTellsWhatANodeLacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		redlock.WaitSettled(lock)
+		// The nodes heard behind the extend are told once Drain returns.
+		if err := rc.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
 		if got := lock.Confirmed(); got != confirmed {
 			t.Fatalf("%s: Confirmed = %d, want %d", what, got, confirmed)
 		}
@@ -465,4 +551,142 @@ func TestObserver_slowOnAMisconfiguredNodeHoldsUpNoCall(t *testing.T) {
 	if took := time.Since(start); took > 15*time.Second {
 		t.Fatalf("node 1 held the lock again %v after it was fixed", took)
 	}
+}
+
+// TestAcquire_grantedAtTheQuorum: Acquire returns once a quorum holds a
+// plain lock, without waiting for the node still to answer; Confirmed then
+// waits for that node, as long as the acquire would have, and counts it.
+// Here nodes 0 and 1 answer after 200 ms, and node 2 only once Acquire has
+// returned, well within the 400 ms the acquire waits for a node about as
+// fast (as long again as the quorum took).
+func TestAcquire_grantedAtTheQuorum(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t, redlock.WithNodeTimeout(5*time.Second))
+	ctx := context.Background()
+	// The first contact identifies the nodes' servers: it waits for every
+	// node.
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "first", time.Minute))
+	gate := slowPairGatedThird(t, c, 200*time.Millisecond)
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+	defer mustRelease(t, lock)
+	if n := gate.waiting.Load(); n != 1 {
+		t.Fatalf("Acquire returned with %d calls held at node 2's gate, want 1", n)
+	}
+	gate.open()
+	if got := lock.Confirmed(); got != 3 {
+		t.Fatalf("Confirmed = %d, want 3: node 2 answered soon after the quorum", got)
+	}
+}
+
+// TestAcquire_grantedAtTheQuorumThenCancelled: a caller that ends the
+// Acquire's context once it returned (defer cancel()) does not keep the
+// calls still queued from being sent: here node 2's SET waits behind
+// another lock's call there when the lock is granted on nodes 0 and 1, and
+// the context ends right after. The SET is sent all the same: Confirmed
+// counts node 2, and nothing is told as degraded (it was "not sent:
+// context canceled", an OpDegraded and a warning for a healthy node).
+func TestAcquire_grantedAtTheQuorumThenCancelled(t *testing.T) {
+	c := newCluster(t, 3)
+	rec := &recorder{}
+	rc := c.client(t, redlock.WithNodeTimeout(5*time.Second), redlock.WithObserver(rec))
+	mustRelease(t, mustTryAcquire(t, rc, context.Background(), "first", time.Minute))
+	gate := slowPairGatedThird(t, c, 200*time.Millisecond)
+	other := make(chan *redlock.Lock, 1)
+	go func() {
+		l, _ := rc.TryAcquire(context.Background(), "other", time.Minute)
+		other <- l
+	}()
+	waitFor(t, "the other lock's call at node 2's gate", func() bool { return gate.waiting.Load() == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	lock := mustTryAcquire(t, rc, ctx, "k", time.Minute)
+	cancel()
+	gate.open()
+	defer mustRelease(t, lock)
+	if l := <-other; l != nil {
+		defer mustRelease(t, l)
+	}
+	if got := lock.Confirmed(); got != 3 {
+		t.Fatalf("Confirmed = %d, want 3: node 2's SET was queued when the context ended", got)
+	}
+	if err := rc.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.seen(redlock.OpDegraded); len(got) != 0 {
+		t.Fatalf("OpDegraded events %+v for healthy nodes", got)
+	}
+}
+
+// TestRenewal_batchHeardBehindAnObserverThatAsks: an Observer that asks
+// the locks of a batch renewal for Confirmed, from the events of the nodes
+// heard behind the renewal, gets its answer: every lock of the batch is
+// recorded before any is told. Lock j's events were told before lock
+// j+1's nodes were recorded, the Observer waited for them for ever, and
+// the scheduler with it: every renewed lock of the Client was lost.
+func TestRenewal_batchHeardBehindAnObserverThatAsks(t *testing.T) {
+	c := newCluster(t, 3)
+	var mu sync.Mutex
+	var locks []*redlock.Lock
+	var asking atomic.Bool
+	var asked atomic.Int64
+	obs := redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+		if e.Op != redlock.OpNode || e.NodeOp != redlock.OpExtend || !asking.CompareAndSwap(false, true) {
+			return
+		}
+		defer asking.Store(false)
+		asked.Add(1)
+		mu.Lock()
+		ls := slices.Clone(locks)
+		mu.Unlock()
+		for _, l := range ls {
+			l.Confirmed()
+		}
+	})
+	// On a fake clock, each renewal is waited for: a loaded machine slows
+	// it, but only a scheduler held up for ever loses the locks.
+	clock := fakeClock()
+	rc := c.client(t, redlock.WithObserver(obs), redlock.WithNodeTimeout(5*time.Second), redlock.WithClock(clock))
+	ctx := context.Background()
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "first", time.Minute))
+	slow := &delayHook{}
+	addHook(t, c.clients[2], slow)
+	slow.by.Store(int64(15 * time.Millisecond)) // healthy, and the last to answer
+	for i := range 4 {
+		l := mustTryAcquire(t, rc, ctx, fmt.Sprint("b", i), 3*time.Second, redlock.WithAutoRenew())
+		redlock.WaitSettled(l)
+		mu.Lock()
+		locks = append(locks, l)
+		mu.Unlock()
+	}
+	for range 6 { // six batch renewals, each heard behind and told
+		renewEveryOnce(t, c, clock, locks)
+		drained, cancel := context.WithTimeout(ctx, 30*time.Second) // a deadlock fails, not hangs
+		err := rc.Drain(drained)
+		cancel()
+		if err != nil {
+			t.Fatalf("the renewal's nodes were not heard and told: %v", err)
+		}
+	}
+	if asked.Load() == 0 {
+		t.Fatal("the Observer was never told of a renewal's node")
+	}
+	slow.by.Store(0)
+	for _, l := range locks {
+		mustRelease(t, l)
+	}
+}
+
+// slowPairGatedThird makes c's nodes 0 and 1 answer d late from now on
+// and holds node 2's calls at the gate it returns, closed: open it to let
+// node 2 answer. The lock Client must have made its first contact.
+func slowPairGatedThird(t *testing.T, c *cluster, d time.Duration) *gateHook {
+	t.Helper()
+	for i := range 2 {
+		slow := &delayHook{}
+		slow.by.Store(int64(d))
+		addHook(t, c.clients[i], slow)
+	}
+	gate := &gateHook{}
+	addHook(t, c.clients[2], gate)
+	gate.close()
+	return gate
 }

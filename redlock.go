@@ -32,8 +32,10 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/reply"
+	"github.com/quorumlock/redlock/internal/wait"
 )
 
 // The five steps of the package doc run in this file, in order: attempt
@@ -108,7 +110,7 @@ func (c *Client) tryOnce(ctx context.Context, k kind, ac acquireConfig, attempts
 			return nil, qe
 		}
 	}
-	a := c.newAcquisition(k, ac, settlement{})
+	a := c.newAcquisition(k, ac, engine.Settlement{})
 	*attempts = 1
 	lock, qe := c.attempt(ctx, &a, false)
 	if qe != nil {
@@ -186,13 +188,13 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		return nil, joinErr
 	}
 	defer func() {
-		w.ln.leave(c, ac.timeout)
+		w.ln.leave(c, ac.Timeout)
 		w.watch.close()
 	}()
 	// The attempts, their cleanups and the leave reach each node in order:
 	// a late cleanup landing after a later attempt's calls would put a fair
 	// waiter back in a queue it had left.
-	var settled settlement
+	var settled engine.Settlement
 	for failed := 1; ; failed++ {
 		*attempts = failed
 		// A token per attempt (see cleanup); what lasts across attempts (a
@@ -220,9 +222,9 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			qe.detail += ", " + (&waitedOutError{ac.waitTimeout}).Error()
 			return nil, c.giveUp(ctx, &a, qe, nil)
 		}
-		fresh := w.listen(ctx, c, qe, failed, a.cfg.timeout)
-		delay, listen := w.delay(ac, qe, failed, a.cfg.timeout, fresh)
-		if qe.silent && !a.settled.wait(ctx) {
+		fresh := w.listen(ctx, c, qe, failed, a.cfg.Timeout)
+		delay, listen := w.delay(ac, qe, failed, a.cfg.Timeout, fresh)
+		if qe.silent && !a.settled.Wait(ctx) {
 			// No node answered in time and the calls are still on their way:
 			// the next attempt's calls would spend their node timeout queued
 			// behind them, so they are waited for first (to their deadlines).
@@ -247,7 +249,7 @@ func (c *Client) startWaiting(ctx context.Context, k kind, ac acquireConfig) (wa
 		}
 	}
 	if p, ok := k.(plain); ok && ac.retry != nil {
-		w.ln = newLine(p.key, ac.ttl)
+		w.ln = newLine(p.key, ac.TTL)
 	}
 	return w, nil
 }
@@ -309,7 +311,7 @@ func (w *waiting) attempting() {
 // never be heard. It reports whether a new subscription was confirmed.
 func (w *waiting) listen(ctx context.Context, c *Client, qe *quorumError, failed int, timeout time.Duration) (fresh bool) {
 	watch := w.watch
-	if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && (c.failing[watch.node].Load() != nil || watch.deaf())) {
+	if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && (c.e.Failing(watch.node) || watch.deaf())) {
 		watch.close()
 		w.watch = c.watchRelease(ctx, w.kind.channels(), w.ln, qe.heldOn, timeout)
 		fresh = w.watch.subscribed()
@@ -323,64 +325,30 @@ func (w *waiting) listen(ctx context.Context, c *Client, qe *quorumError, failed
 }
 
 // delay is the wait before the next attempt after the failed attempt that
-// qe tells of, and the watch to listen on meanwhile (nil: none).
+// qe tells of (see wait.Next), and the watch to listen on meanwhile (nil:
+// none).
 func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout time.Duration, fresh bool) (time.Duration, *releaseWatch) {
-	given := ac.retry.Delay(failed)
-	delay := given
-	// The library's own pacing is for its default policy: a policy given
-	// with WithRetry is followed as given, but for a release heard.
-	paced := ac.retry == defaultRetry
 	now := w.clock.Now()
 	if w.woken {
 		w.wokeAt = now
 	}
-	if paced && w.watch.subscribed() && now.Sub(w.wokeAt) > subscribedPoll {
-		// The release will be heard: the timer is only for one missed
-		// (the node fails) or never announced (the key expires). Not
-		// right after a release was heard: a refusal then may be that
-		// release not yet landed on a quorum.
-		delay = max(delay, subscribedPoll+mrand.N(subscribedPoll/2))
+	f := wait.Facts{
+		Given: ac.retry.Delay(failed), Paced: ac.retry == defaultRetry,
+		Subscribed: w.watch.subscribed(), SinceWoken: now.Sub(w.wokeAt), NodeTimeout: timeout,
+		NewHolder: qe.taken && qe.holder != w.lastHolder, Fresh: fresh, Unreachable: qe.unreachable,
+		InLine: w.inLine, First: w.first,
 	}
-	if now.Sub(w.wokeAt) < timeout && (!qe.taken || qe.holder == w.lastHolder) {
-		// Woken and still refused, with no new holder on a quorum: the
-		// woken clients may have split the votes (nobody will announce a
-		// release), or the release, announced by the first node to
-		// delete the key, has not landed on the others yet. Try again
-		// soon; a new holder is waited for.
-		delay = min(delay, wakeSpread+mrand.N(4*wakeSpread))
+	if w.inLine {
+		f.Patience = w.line.linePatience()
 	}
 	if qe.taken {
 		w.lastHolder = qe.holder
 	}
-	if w.inLine {
-		delay = w.line.nextWait(delay, w.first, paced)
-	}
-	if fresh {
-		// A release between the refusal and the subscription was
-		// announced to nobody: one more attempt at once sees it.
-		delay = 0
-	}
+	d := wait.Next(f, mrand.N[time.Duration])
 	if qe.unreachable {
-		return w.unreachableDelay(delay, given, paced), nil
+		return d, nil
 	}
-	return delay, w.watch
-}
-
-// unreachableDelay is the wait, instead of delay, after an attempt that
-// found a majority down, frozen or cut off: attempts fail at once and the
-// next cannot do better soon. A release heard meanwhile (our own undo)
-// does not cut the wait, nor does a wake-up before: a given policy's
-// delay is waited as it is (given), and the default's (paced) is a few a
-// second. A fair waiter keeps its own pace (nextWait): held back, one that
-// a node's restart left out of some queues was overtaken.
-func (w *waiting) unreachableDelay(delay, given time.Duration, paced bool) time.Duration {
-	switch {
-	case !paced:
-		return given
-	case !w.inLine:
-		return max(delay, unreachablePoll+mrand.N(unreachablePoll/2))
-	}
-	return delay
+	return d, w.watch
 }
 
 // leave drops what an Acquire that gives up left on the nodes between its
@@ -400,20 +368,23 @@ type acquisition struct {
 	token   string        // the attempt's own
 	cfg     acquireConfig // the Acquire's options and terms (ttl, node timeout, drift)
 	start   time.Time     // on the Clock, when the attempt's calls were sent
-	settled settlement
+	settled engine.Settlement
+	// rest, when the acquire's fan-out returned at the quorum, hears the
+	// nodes yet to answer (see attempt)
+	rest *engine.Fan
 }
 
 // newAcquisition prepares an attempt with a fresh token, whose calls go to
 // each node after those of after, with the node timeout of now.
-func (c *Client) newAcquisition(k kind, ac acquireConfig, after settlement) acquisition {
-	ac.terms = ac.terms.now(c)
+func (c *Client) newAcquisition(k kind, ac acquireConfig, after engine.Settlement) acquisition {
+	ac.Terms = ac.Terms.Now(c.e)
 	return acquisition{kind: k, token: storedValue(newToken(k), ac.metadata), cfg: ac, settled: after}
 }
 
-// fanOut runs op on the nodes (see Client.fanOut) with the attempt's node
+// fanOut runs op on the nodes (see Engine.FanOut) with the attempt's node
 // timeout, after its last calls, and makes these its last calls.
-func (a *acquisition) fanOut(ctx context.Context, c *Client, stop func(*tally) bool, skip []bool, op nodeOp) tally {
-	t, settled := c.fanOut(ctx, a.cfg.terms, stop, skip, a.settled, op)
+func (a *acquisition) fanOut(ctx context.Context, c *Client, stop func(*engine.Tally) bool, skip []bool, op nodeOp) engine.Tally {
+	t, settled := c.e.FanOut(ctx, a.cfg.Terms, stop, skip, a.settled, op)
 	a.settled = settled
 	return t
 }
@@ -426,18 +397,36 @@ func (c *Client) attempt(ctx context.Context, a *acquisition, eager bool) (*Lock
 	if err := ctx.Err(); err != nil {
 		return nil, &quorumError{sentinel: ErrNotAcquired, detail: fmt.Sprintf("%s: no attempt made", a.kind.describe()), cause: err, heldOn: -1}
 	}
-	if err := c.refused(); err != nil {
+	if err := c.e.Refused(); err != nil {
 		return nil, c.refusal(a, err)
 	}
 	a.start = c.cfg.clock.Now()
-	// When to stop waiting for the nodes: see attemptDone.
+	// When to stop waiting for the nodes: see attemptDone. A plain lock
+	// that is not fenced is granted once a quorum holds it, and the nodes
+	// yet to answer are heard behind it (Lock.hearLater).
 	q := a.kind.quorum(len(c.nodes))
-	t := a.fanOut(ctx, c, c.attemptDone(q, eager), nil, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.counterKeep()))
-	if t.yes < q && !t.outOfReach(q) {
+	var early func(*engine.Tally) bool
+	if _, plain := a.kind.(plain); plain && !a.cfg.fenced {
+		early = engine.WonAt(q)
+	}
+	t, settled, rest := c.e.FanOutEarly(ctx, a.cfg.Terms, c.e.AttemptDone(q, eager), early, a.settled, a.kind.acquire(a.token, a.cfg.TTL, a.cfg.counterKeep()))
+	a.settled, a.rest = settled, rest
+	if t.Yes < q && !t.OutOfReach(q) {
 		t = c.resolveSplit(ctx, a, t, q)
 	}
-	c.observeNodes(ctx, OpAcquire, a.kind, a.start, t)
+	if rest == nil {
+		c.observeNodes(ctx, OpAcquire, a.kind, a.start, t)
+	}
 	return c.conclude(ctx, a, t)
+}
+
+// heard is attempt a's tally t whole (see attempt), told to the Observer.
+func (c *Client) heard(ctx context.Context, a *acquisition, t engine.Tally) engine.Tally {
+	if a.rest != nil {
+		t, a.rest = a.rest.Whole(), nil
+		c.observeNodes(ctx, OpAcquire, a.kind, a.start, t)
+	}
+	return t
 }
 
 // refusal is the error of an attempt on a Client found to reach one server
@@ -451,41 +440,42 @@ func (c *Client) refusal(a *acquisition, err error) *quorumError {
 // Lock when a quorum took the key within its validity (for a fenced lock,
 // once a quorum stores its fencing token), or else the release of the key
 // wherever it may have been taken.
-func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, *quorumError) {
-	if err := c.refused(); err != nil {
+func (c *Client) conclude(ctx context.Context, a *acquisition, t engine.Tally) (*Lock, *quorumError) {
+	if err := c.e.Refused(); err != nil {
 		// Two nodes were found on one server (during this attempt, or
 		// since a hand-off began): no lock is granted.
-		c.cleanup(ctx, a, t)
+		c.cleanup(ctx, a, c.heard(ctx, a, t))
 		return nil, c.refusal(a, err)
 	}
-	k, ttl, drift := a.kind, a.cfg.ttl, a.cfg.drift
+	k, ttl, drift := a.kind, a.cfg.TTL, a.cfg.Drift
 	q := k.quorum(len(c.nodes))
 	var fence uint64
 	fenceStored := true // or not needed
-	if a.cfg.fenced && t.yes >= q {
+	if a.cfg.fenced && t.Yes >= q {
 		fence, fenceStored = c.settleFence(ctx, a, t)
 	}
 	elapsed := c.cfg.clock.Now().Sub(a.start)
-	v := validity(ttl, elapsed, drift)
+	v := engine.Validity(ttl, elapsed, drift)
 	// A renewed lock must start with more validity than its renewal margin
 	// (see renewMargin): it is declared lost by then at the latest.
 	var need time.Duration
 	if a.cfg.autoRenew {
-		need = a.cfg.terms.now(c).renewMargin()
+		need = a.cfg.Terms.Now(c.e).RenewMargin()
 	}
-	if t.yes >= q && fenceStored && v > need {
+	if t.Yes >= q && fenceStored && v > need {
 		return c.grant(ctx, a, t, fence), nil
 	}
 
 	// Step 4: a node that failed or did not answer may still have taken the
 	// lock, so everything but a definite "held by another" is released.
+	t = c.heard(ctx, a, t)
 	c.cleanup(ctx, a, t)
 
 	var detail string
 	switch {
-	case t.outOfReach(q):
-		detail = fmt.Sprintf("%s: %d of %d nodes are misconfigured, so a quorum of %d is out of reach", k.describe(), t.broken, len(c.nodes), q)
-	case t.yes < q:
+	case t.OutOfReach(q):
+		detail = fmt.Sprintf("%s: %d of %d nodes are misconfigured, so a quorum of %d is out of reach", k.describe(), t.Broken, len(c.nodes), q)
+	case t.Yes < q:
 		detail = c.shortDetail(ctx, a, t, q)
 	case !fenceStored:
 		detail = fmt.Sprintf("%s: the fencing token could not be stored on a quorum", k.describe())
@@ -500,38 +490,112 @@ func (c *Client) conclude(ctx context.Context, a *acquisition, t tally) (*Lock, 
 // shortDetail says how attempt a, which got t from the nodes, fell short
 // of the quorum q, and when no node answered in time, what lets nodes
 // that far away answer.
-func (c *Client) shortDetail(ctx context.Context, a *acquisition, t tally, q int) string {
+func (c *Client) shortDetail(ctx context.Context, a *acquisition, t engine.Tally, q int) string {
 	detail := a.kind.describe() + ": " + shortOfQuorum(t, len(c.nodes), q)
-	if t.yes+t.no == 0 && ctx.Err() == nil && allTimedOut(t.errs) {
-		detail += c.timeoutHint(a.cfg.timeout)
+	if t.Yes+t.No == 0 && ctx.Err() == nil && allTimedOut(t.Errs) {
+		detail += c.timeoutHint(a.cfg.Timeout)
 	}
 	return detail
 }
 
 // grant makes the Lock of attempt a, won on the nodes t with the fencing
 // token fence, and starts its renewal when asked for.
-func (c *Client) grant(ctx context.Context, a *acquisition, t tally, fence uint64) *Lock {
+func (c *Client) grant(ctx context.Context, a *acquisition, t engine.Tally, fence uint64) *Lock {
 	k := a.kind
-	c.degraded(ctx, k, t, nil)()
-	c.leaveTheLine(ctx, a, t)
-	l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: k.quorum(len(c.nodes)), token: a.token, run: runOf(a.token), fence: fence, terms: a.cfg.terms.now(c),
-		until: a.start.Add(a.cfg.ttl - a.cfg.drift), settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew,
-		acquired: c.cfg.clock.Now(), confirmed: t.yes, had: heldOn(t)}
+	l := &Lock{client: c, kind: k, key: k.keys()[0], quorum: k.quorum(len(c.nodes)), token: a.token, run: runOf(a.token), fence: fence, terms: a.cfg.Terms.Now(c.e),
+		until: a.start.Add(a.cfg.TTL - a.cfg.Drift), settled: a.settled, done: make(chan struct{}), renewed: a.cfg.autoRenew,
+		acquired: c.cfg.clock.Now()}
+	if a.rest != nil {
+		l.hearLater(ctx, OpAcquire, a.start, a.rest.Rest)
+	} else {
+		l.confirmed, l.had = t.Yes, heldOn(t)
+		c.degraded(ctx, k, t, nil)()
+		c.leaveTheLine(ctx, a, t)
+	}
 	if a.cfg.autoRenew {
 		c.sched.renew(l)
 	}
 	return l
 }
 
+// hearLater hears, behind the lock's operation op (begun at start) that
+// a quorum decided, the nodes that had yet to answer it (rest), as long
+// as the operation would have waited for them (see heardAll).
+func (l *Lock) hearLater(ctx context.Context, op Op, start time.Time, rest func() engine.Tally) {
+	heard := l.hearing()
+	go func() {
+		defer l.client.e.Calls.Done()
+		ctx := context.WithoutCancel(ctx)
+		t := rest()
+		tell := l.heardAll(ctx, op, t, heard)
+		l.client.observeNodes(ctx, op, l.kind, start, t)
+		tell()
+	}()
+}
+
+// hearing marks the lock's last operation as decided before every node
+// it waits for answered: heardAll closes the channel it returns, and Drain
+// waits for that.
+func (l *Lock) hearing() chan struct{} {
+	heard := make(chan struct{})
+	l.mu.Lock()
+	l.heard = heard
+	l.mu.Unlock()
+	l.client.e.Calls.Add()
+	return heard
+}
+
+// heardAll records what every node answered the lock's operation op (t:
+// Confirmed, and where the lock is held, which Confirmed and the next
+// extend wait for) and closes heard; tell tells it, once every lock heard
+// with this one is recorded (an Observer may ask any of them).
+func (l *Lock) heardAll(ctx context.Context, op Op, t engine.Tally, heard chan struct{}) (tell func()) {
+	var gone *Lock // an acquire's tally is where the lock is held
+	l.mu.Lock()
+	latest := l.heard == heard // no renewal was judged since (outdateHearing)
+	if latest {
+		l.confirmed = t.Yes
+		if op == OpAcquire {
+			l.had = heldOn(t)
+		} else {
+			gone = l
+		}
+	}
+	l.mu.Unlock()
+	tell = l.client.degraded(ctx, l.kind, t, gone)
+	close(heard)
+	return tell
+}
+
+// outdateHearing tells the lock's hearLater, if any, that an extend is
+// judged from now on: what it hears is told, not recorded (a renewal does
+// not wait for it: over a slow network, the grace it waits would be cut
+// from the renewal's time). l.op is held.
+func (l *Lock) outdateHearing() {
+	l.mu.Lock()
+	l.heard = nil
+	l.mu.Unlock()
+}
+
+// awaitHeard waits for the lock's hearLater, if any, to record its nodes.
+func (l *Lock) awaitHeard() {
+	l.mu.Lock()
+	heard := l.heard
+	l.mu.Unlock()
+	if heard != nil {
+		<-heard
+	}
+}
+
 // notAcquired is the error of an attempt that the nodes (t) did not grant,
 // with what the next attempt needs: where to listen for the release,
 // whether one holder has the key, whether the nodes failed or refused.
-func (c *Client) notAcquired(ctx context.Context, k kind, t tally, q int, detail string) *quorumError {
-	holder, taken := takenByOne(t, q)
-	return &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.errs,
-		heldOn: listenNode(k.channels(), t.answers, c.deaf), taken: taken, holder: holder, elsewhere: t.no >= q,
-		misconfigured: t.outOfReach(q), silent: t.yes+t.no == 0 && allTimedOut(t.errs),
-		unreachable: len(t.errs) > len(c.nodes)-q}
+func (c *Client) notAcquired(ctx context.Context, k kind, t engine.Tally, q int, detail string) *quorumError {
+	holder, taken := engine.TakenByOne(t, q)
+	return &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.Errs,
+		heldOn: listenNode(k.channels(), t.Answers, c.deaf), taken: taken, holder: holder, elsewhere: t.No >= q,
+		misconfigured: t.OutOfReach(q), silent: t.Yes+t.No == 0 && allTimedOut(t.Errs),
+		unreachable: len(t.Errs) > len(c.nodes)-q}
 }
 
 // allTimedOut reports whether every error of errs is a node's that gave
@@ -560,26 +624,26 @@ func (c *Client) timeoutHint(timeout time.Duration) string {
 // elsewhere the delete goes on in the background after the node's SET (see
 // fanOut), so a dead or frozen node does not hold up the next attempt. An
 // attempt's own token means a late delete removes only its own key.
-func (c *Client) cleanup(ctx context.Context, a *acquisition, t tally) {
-	answers := t.answers
+func (c *Client) cleanup(ctx context.Context, a *acquisition, t engine.Tally) {
+	answers := t.Answers
 	skip := make([]bool, len(answers))
 	for i, a := range answers {
 		// A node that refused holds nothing of ours, nor one whose call
 		// was never sent (its operation ended first: see notSent).
-		skip[i] = a == holdsNot || t.unsent != nil && t.unsent[i]
+		skip[i] = a == engine.HoldsNot || t.Unsent != nil && t.Unsent[i]
 	}
 
-	answered := func(t *tally) bool {
+	answered := func(t *engine.Tally) bool {
 		for i, ans := range answers {
-			if ans == holds && t.answers[i] == unanswered {
+			if ans == engine.Holds && t.Answers[i] == engine.Unanswered {
 				return false
 			}
 		}
 		return true
 	}
 	r := a.fanOut(context.WithoutCancel(ctx), c, answered, skip, a.kind.drop(a.token))
-	if news := c.news(r.errs); len(news) > 0 {
+	if news := c.news(r.Errs); len(news) > 0 {
 		c.cfg.logger.WarnContext(ctx, "redlock: could not release after a failed attempt; the key expires with its ttl",
-			"key", a.kind.keys()[0], "kind", a.kind.name(), "ttl", a.cfg.ttl, "err", errors.Join(news...))
+			"key", a.kind.keys()[0], "kind", a.kind.name(), "ttl", a.cfg.TTL, "err", errors.Join(news...))
 	}
 }

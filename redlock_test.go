@@ -345,8 +345,12 @@ func lateCluster(t *testing.T, opts ...redlock.Option) (*cluster, []*lateLink, *
 	// longer than the short node timeout on a loaded machine: made here,
 	// tried again until it succeeds, so that the test's own calls find the
 	// connections open and the scripts known.
+	try := 0
 	retrySoon(t, "the first contact with the nodes", func() error {
-		lock, err := rc.TryAcquire(context.Background(), "warm-up", 10*time.Second)
+		// A key of its own each time: a try whose release timed out
+		// leaves its key until its ttl.
+		try++
+		lock, err := rc.TryAcquire(context.Background(), fmt.Sprint("warm-up-", try), 10*time.Second)
 		if err != nil {
 			return err
 		}

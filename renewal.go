@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
@@ -151,11 +152,11 @@ func (l *Lock) nextTime() (at time.Time, slack time.Duration, ok bool) {
 	if !l.sched.retryAt.IsZero() {
 		return minTime(l.sched.retryAt, deadline), 0, true
 	}
-	due := renewDue(until, tm.ttl, tm.drift)
+	due := engine.RenewDue(until, tm.TTL, tm.Drift)
 	if !due.Before(deadline) {
 		return deadline, 0, true
 	}
-	return due, min(tm.ttl/20, renewSlackMax, deadline.Sub(due)), true
+	return due, min(tm.TTL/20, renewSlackMax, deadline.Sub(due)), true
 }
 
 // minTime returns the earlier of a and b.
@@ -255,7 +256,7 @@ func (l *Lock) deadlineNow() time.Time {
 func (l *Lock) lossReason() error {
 	if l.renewed {
 		tm, _ := l.lease()
-		return fmt.Errorf("not renewed by %v before the end of its validity", tm.renewMargin())
+		return fmt.Errorf("not renewed by %v before the end of its validity", tm.RenewMargin())
 	}
 	return errors.New("its validity ran out")
 }
@@ -286,7 +287,7 @@ func (c *Client) startRenewals(locks []*Lock) {
 		// A renewal close to its deadline goes alone: in a batch, it
 		// would cut the wait for the nodes of all the others to its own.
 		left := l.deadline(tm, until).Sub(clock.Now())
-		if _, plain := l.kind.(plain); plain && c.batchRenewals && left >= (tm.ttl-tm.drift)/4 {
+		if _, plain := l.kind.(plain); plain && c.batchRenewals && left >= (tm.TTL-tm.Drift)/4 {
 			batch = append(batch, l)
 			continue
 		}
@@ -323,8 +324,11 @@ func (l *Lock) renewOnce() {
 		l.lose(l.lossReason())
 		return
 	}
-	tm = tm.now(c) // the node timeout of now: the round trips may have changed
-	_, lost, tell, err := l.extendHeld(context.Background(), tm, c.renewalWait(tm, left))
+	// The node timeout of now (the round trips may have changed), as long
+	// as renewalWait says: extendHeld cuts the wait to it, not past it.
+	tm = tm.Now(c.e)
+	tm.Timeout = c.renewalWait(tm, left)
+	lost, tell, err := l.extendHeld(context.Background(), tm, tm.Timeout)
 	l.op.Unlock()
 	tell()
 	l.renewalOver(tm, lost, err, &retryAt)
@@ -337,9 +341,9 @@ func (l *Lock) renewOnce() {
 // far) the network just got; the deadline, the renewal margin before
 // Until, bounds it. A node timeout given WithNodeTimeout is kept as given,
 // cut to left.
-func (c *Client) renewalWait(tm terms, left time.Duration) time.Duration {
+func (c *Client) renewalWait(tm engine.Terms, left time.Duration) time.Duration {
 	if c.cfg.nodeTimeout > 0 {
-		return min(tm.timeout, left)
+		return min(tm.Timeout, left)
 	}
 	return left
 }
@@ -367,19 +371,19 @@ func (c *Client) holdForRenewal(locks []*Lock) []*Lock {
 // renewalOp is the one call per node that renews the locks held, each
 // lock's lease, and the terms of the call, whose timeout is the shortest
 // of the locks' renewalWait (each lock's wait ends by its deadline).
-func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms) {
-	leases = make([]terms, len(held))
+func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []engine.Terms, wait engine.Terms) {
+	leases = make([]engine.Terms, len(held))
 	keys := make([]string, len(held))
 	args := make([]any, 0, 2*len(held))
 	now := c.cfg.clock.Now()
 	for j, l := range held {
 		tm, until := l.lease()
-		tm = tm.now(c)
+		tm = tm.Now(c.e)
 		leases[j] = tm
 		keys[j] = l.key
-		args = append(args, l.token, pxMillis(tm.ttl))
-		tm.timeout = c.renewalWait(tm, l.deadline(tm, until).Sub(now))
-		if j == 0 || tm.timeout < wait.timeout {
+		args = append(args, l.token, engine.PXMillis(tm.TTL))
+		tm.Timeout = c.renewalWait(tm, l.deadline(tm, until).Sub(now))
+		if j == 0 || tm.Timeout < wait.Timeout {
 			wait = tm
 		}
 	}
@@ -388,7 +392,7 @@ func (c *Client) renewalOp(held []*Lock) (op nodeOp, leases []terms, wait terms)
 
 // renewalOver reports a renewal's outcome, ends the lock if the nodes
 // showed it lost, and sets retryAt after a failure that may pass.
-func (l *Lock) renewalOver(tm terms, lost bool, err error, retryAt *time.Time) {
+func (l *Lock) renewalOver(tm engine.Terms, lost bool, err error, retryAt *time.Time) {
 	c := l.client
 	c.observe(context.Background(), Event{Op: OpRenew, Kind: l.kind.name(), Key: l.key, Start: c.cfg.clock.Now(), Err: err})
 	switch {
@@ -399,7 +403,7 @@ func (l *Lock) renewalOver(tm terms, lost bool, err error, retryAt *time.Time) {
 		l.lose(err)
 	default:
 		c.cfg.logger.Warn("redlock: renewal failed; trying again", "key", l.key, "kind", l.kind.name(), "err", err)
-		*retryAt = c.cfg.clock.Now().Add(tm.ttl / 10)
+		*retryAt = c.cfg.clock.Now().Add(tm.TTL / 10)
 	}
 }
 
@@ -418,40 +422,71 @@ func (c *Client) renewBatch(locks []*Lock) {
 
 	ctx := context.Background()
 	start := clock.Now()
-	refusedBefore := c.refused()
-	var t tally
-	var settled settlement
+	refusedBefore := c.e.Refused()
+	var t engine.Tally
+	var settled engine.Settlement
+	var rest *engine.Fan // the nodes yet to answer once every lock was kept on a quorum
 	if refusedBefore == nil {
-		t, settled = c.fanOut(ctx, wait, c.renewedEach(n, held), nil, settlement{}, op)
+		t, settled, rest = c.e.FanOutEarly(ctx, wait, c.renewedEach(n, held), keptEach(n, held), engine.Settlement{}, op)
 	}
 	elapsed := clock.Now().Sub(start)
-	refused := c.refused()
-	type outcome struct {
-		t    tally
-		err  error
-		lost bool
+	if rest != nil && !keepsAll(held, leases, elapsed) {
+		t, rest = rest.Whole(), nil // a verdict that drops keys needs every node
 	}
-	outcomes := make([]outcome, len(held))
+	refused := c.e.Refused()
+	outcomes := make([]renewal, len(held))
 	for j, l := range held {
 		o := &outcomes[j]
 		if refused == nil {
 			l.settled = settled
-			o.t = t.of(j, n)
+			l.outdateHearing()
+			o.t = t.Of(j, n)
 			o.lost, o.err = l.judgeExtend(ctx, leases[j], start, elapsed, o.t)
 		} else {
 			o.err = l.refusedExtend()
 		}
 	}
+	c.hearBatch(rest, held, start, outcomes)
 	// Every lock of the batch is let go before anything is told: an
 	// Observer may Release any of them.
 	for _, l := range held {
 		l.op.Unlock()
 	}
+	c.tellRenewals(held, leases, start, outcomes, refused == nil)
+}
+
+// renewal is one lock's part in a batch renewal: its tally, its outcome,
+// and the channel its heardAll closes when its nodes are heard behind it
+// (hearBatch), or nil.
+type renewal struct {
+	t     engine.Tally
+	err   error
+	lost  bool
+	heard chan struct{}
+}
+
+// keepsAll reports whether each lock of held keeps its lease (Lock.keeps).
+func keepsAll(held []*Lock, leases []engine.Terms, elapsed time.Duration) bool {
+	for j, l := range held {
+		if !l.keeps(leases[j], elapsed) {
+			return false
+		}
+	}
+	return true
+}
+
+// tellRenewals tells the outcomes of a batch renewal of held, begun at
+// start (sent: the nodes were asked), and hands each lock back to the
+// scheduler.
+func (c *Client) tellRenewals(held []*Lock, leases []engine.Terms, start time.Time, outcomes []renewal, sent bool) {
+	ctx := context.Background()
 	for j, l := range held {
 		o := outcomes[j]
-		if refused == nil {
-			c.observeNodes(ctx, OpExtend, l.kind, start, o.t)
+		if sent {
 			l.observeOp(ctx, OpExtend, start, o.err)
+		}
+		if sent && o.heard == nil {
+			c.observeNodes(ctx, OpExtend, l.kind, start, o.t)
 			if o.err == nil {
 				c.degraded(ctx, l.kind, o.t, l)()
 			}
@@ -475,29 +510,59 @@ func (c *Client) renewBatch(locks []*Lock) {
 // extend's: every lock of it decided (decidedEach) and only failing nodes
 // left, or the grace of withGrace passed since, so that each lock's
 // Confirmed counts the nodes about as fast as the deciding ones.
-func (c *Client) renewedEach(n int, locks []*Lock) func(*tally) bool {
+func (c *Client) renewedEach(n int, locks []*Lock) func(*engine.Tally) bool {
 	decided := decidedEach(n, locks)
-	return withGrace(func(t *tally) bool {
-		return decided(t) && !c.awaits(t, settlement{})
+	return engine.WithGrace(func(t *engine.Tally) bool {
+		return decided(t) && !c.e.Awaits(t, engine.Settlement{})
 	}, decided)
 }
 
-// decidedEach says when every lock of a batch renewal is held by a quorum,
-// or can no longer be.
-func decidedEach(n int, locks []*Lock) func(*tally) bool {
-	return func(t *tally) bool {
+// hearBatch hears behind a batch renewal of held, begun at start, that
+// returned once every lock was kept on a quorum (rest; nil when it did
+// not), the nodes that had yet to answer, for each lock it renewed: see
+// Lock.hearLater. It sets each such lock's renewal.heard.
+func (c *Client) hearBatch(rest *engine.Fan, held []*Lock, start time.Time, outcomes []renewal) {
+	if rest == nil {
+		return
+	}
+	for j, l := range held {
+		if outcomes[j].err == nil {
+			outcomes[j].heard = l.hearing()
+		}
+	}
+	go func() {
+		t := rest.Rest()
+		ctx := context.Background()
+		tells := make([]func(), len(held))
+		tallies := make([]engine.Tally, len(held))
+		for j, l := range held {
+			if heard := outcomes[j].heard; heard != nil {
+				tallies[j] = t.Of(j, len(c.nodes))
+				tells[j] = l.heardAll(ctx, OpExtend, tallies[j], heard)
+			}
+		}
+		for j, l := range held {
+			if tells[j] != nil {
+				c.observeNodes(ctx, OpExtend, l.kind, start, tallies[j])
+				tells[j]()
+				c.e.Calls.Done()
+			}
+		}
+	}()
+}
+
+// keptEach says when every lock of a batch renewal is kept on a quorum
+// (its token was there: see tally.kept).
+func keptEach(n int, locks []*Lock) func(*engine.Tally) bool {
+	return func(t *engine.Tally) bool {
 		for j, l := range locks {
-			yes, notYes := 0, 0
-			for i, a := range t.answers {
-				switch {
-				case a == unanswered:
-				case t.heldAt(i, j) && t.replies[i].Batch[j] == 1: // kept (see tally.kept)
-					yes++
-				default:
-					notYes++
+			kept := 0
+			for i := range n {
+				if t.HeldAt(i, j) && t.Replies[i].Batch[j] == 1 {
+					kept++
 				}
 			}
-			if won, lost := decide(n, l.quorum, yes, notYes); !won && !lost {
+			if kept < l.quorum {
 				return false
 			}
 		}
@@ -505,39 +570,27 @@ func decidedEach(n int, locks []*Lock) func(*tally) bool {
 	}
 }
 
-// of is what a fan-out of a Batch (renew_batch.lua) learned about its
-// lock j, as the tally of that lock's own fan-out.
-func (t *tally) of(j, n int) tally {
-	if len(t.answers) == 0 { // not sent
-		return newTally(n, false)
-	}
-	lt := *t
-	lt.answers = make([]answer, n)
-	lt.replies = make([]nodeio.Reply, n)
-	lt.yes, lt.no, lt.notYes = 0, 0, 0
-	for i, a := range t.answers {
-		switch {
-		case t.heldAt(i, j):
-			lt.answers[i], lt.replies[i] = holds, nodeio.Reply{Held: true, Status: t.replies[i].Batch[j]} // 1 kept, 2 taken where free
-			lt.yes++
-		case a == holds:
-			lt.answers[i] = holdsNot
-			lt.no++
-			lt.notYes++
-		default:
-			lt.answers[i] = a
-			if a != unanswered {
-				lt.notYes++
+// decidedEach says when every lock of a batch renewal is held by a quorum,
+// or can no longer be.
+func decidedEach(n int, locks []*Lock) func(*engine.Tally) bool {
+	return func(t *engine.Tally) bool {
+		for j, l := range locks {
+			yes, notYes := 0, 0
+			for i, a := range t.Answers {
+				switch {
+				case a == engine.Unanswered:
+				case t.HeldAt(i, j) && t.Replies[i].Batch[j] == 1: // kept (see tally.kept)
+					yes++
+				default:
+					notYes++
+				}
+			}
+			if won, lost := engine.Decide(n, l.quorum, yes, notYes); !won && !lost {
+				return false
 			}
 		}
+		return true
 	}
-	return lt
-}
-
-// heldAt reports whether node i answered, in a fan-out of a Batch, that it
-// holds lock j.
-func (t *tally) heldAt(i, j int) bool {
-	return t.answers[i] == holds && j < len(t.replies[i].Batch) && t.replies[i].Batch[j] > 0
 }
 
 // schedQueue is the scheduler's queue of locks, earliest due first.

@@ -118,21 +118,7 @@ func TestRenewal_batchedPerNode(t *testing.T) {
 			mustRelease(t, l)
 		}
 	}()
-	first := held[0].Until()
-
-	waiters(t, clock, 1) // the scheduler, for all of them
-	for _, s := range c.servers {
-		s.FastForward(time.Second)
-	}
-	clock.Advance(time.Second)
-	waitFor(t, "every lock renewed", func() bool {
-		for _, l := range held {
-			if !l.Until().After(first) {
-				return false
-			}
-		}
-		return true
-	})
+	renewEveryOnce(t, c, clock, held)
 	if err := rc.Drain(ctx); err != nil { // the nodes past the quorum too
 		t.Fatal(err)
 	}
@@ -587,4 +573,141 @@ func TestRenewal_batchConfirmsEveryHealthyNode(t *testing.T) {
 		redlock.WaitSettled(held[0])
 		waiters(t, clock, 1)
 	}
+}
+
+// TestRenewal_decidedByAQuorumBeforeASlowerNode: a renewal is decided once
+// a quorum kept the token, however long a third node takes: here nodes 0
+// and 1 answer after 500 ms (a quarter of the ttl) and node 2 not at all
+// while its calls wait behind one held at its gate. The quorum's replies
+// come 324 ms before the renewal margin; waiting as long again for node 2
+// (the grace for the nodes about as fast) ran past it, and the lock was
+// declared lost though both nodes had extended it. Batched renewals and
+// renewals one lock at a time alike.
+func TestRenewal_decidedByAQuorumBeforeASlowerNode(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			c := newCluster(t, 3)
+			rec := &recorder{}
+			rc := c.client(t, redlock.WithNodeTimeout(5*time.Second), redlock.WithBatching(batching), redlock.WithObserver(rec))
+			ctx := context.Background()
+			mustRelease(t, mustTryAcquire(t, rc, ctx, "first", time.Minute))
+			slow := []*delayHook{{}, {}}
+			for i, h := range slow {
+				addHook(t, c.clients[i], h)
+			}
+			gate := &gateHook{}
+			addHook(t, c.clients[2], gate)
+			lock := mustTryAcquire(t, rc, ctx, "k", 2*time.Second, redlock.WithAutoRenew())
+			start := time.Now()
+			gate.close()
+			defer gate.open()
+			for _, h := range slow {
+				h.by.Store(int64(500 * time.Millisecond))
+			}
+			// The first renewal is due 0.66 s in, its margin 1.48 s in.
+			for time.Since(start) < 1700*time.Millisecond {
+				select {
+				case <-lock.Done():
+					t.Fatalf("lost at +%v: %+v", time.Since(start).Round(time.Millisecond), rec.seen(redlock.OpLost))
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			for _, h := range slow {
+				h.by.Store(0)
+			}
+			gate.open()
+			if err := lock.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRenewal_unbatchedWaitsForASlowerNetwork: a renewal one lock at a
+// time (batching off) waits for the nodes until the lock's deadline, as a
+// batched one does: here every node's round trip jumps from under a
+// millisecond to 500 ms (a quarter of the ttl) right after the acquire,
+// and the lock is kept for 3.5 s. Its wait was cut to the node timeout the
+// fast round trips had made (200 ms), every renewal failed, and the lock
+// was lost 3.1 s in.
+func TestRenewal_unbatchedWaitsForASlowerNetwork(t *testing.T) {
+	c := newCluster(t, 3)
+	rec := &recorder{}
+	rc := c.client(t, redlock.WithBatching(false), redlock.WithObserver(rec))
+	ctx := context.Background()
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "first", time.Minute))
+	slow := []*delayHook{{}, {}, {}}
+	for i, h := range slow {
+		addHook(t, c.clients[i], h)
+	}
+	lock := mustTryAcquire(t, rc, ctx, "k", 2*time.Second, redlock.WithAutoRenew())
+	start := time.Now()
+	for _, h := range slow {
+		h.by.Store(int64(500 * time.Millisecond))
+	}
+	for time.Since(start) < 3500*time.Millisecond {
+		select {
+		case <-lock.Done():
+			t.Fatalf("lost at +%v: %+v", time.Since(start).Round(time.Millisecond), rec.seen(redlock.OpRenew))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	for _, h := range slow {
+		h.by.Store(0)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRenewal_doesNotWaitForTheAcquiresLastNode: a renewal due while the
+// nodes slower than the acquire's quorum are still heard goes out when
+// due. Here nodes 0 and 1 answer after 600 ms and node 2 not at all, so
+// the acquire's grace for node 2 runs to 1.2 s; the renewal is due 0.69 s
+// in and its margin is 1.56 s in. It waited for that hearing, which left
+// it less than its own round trip, and the lock was lost.
+func TestRenewal_doesNotWaitForTheAcquiresLastNode(t *testing.T) {
+	c := newCluster(t, 3)
+	rc := c.client(t, redlock.WithNodeTimeout(5*time.Second))
+	ctx := context.Background()
+	mustRelease(t, mustTryAcquire(t, rc, ctx, "first", time.Minute))
+	gate := slowPairGatedThird(t, c, 600*time.Millisecond)
+	defer gate.open()
+	start := time.Now()
+	lock := mustTryAcquire(t, rc, ctx, "k", 2100*time.Millisecond, redlock.WithAutoRenew())
+	for time.Since(start) < 2*time.Second {
+		if !isOpen(lock.Done()) {
+			t.Fatalf("lost at +%v while a quorum renewed it", time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	gate.open()
+	_ = lock.Release(ctx)
+}
+
+// renewEveryOnce moves the nodes and the fake clock a second on, once the
+// scheduler waits on the clock, and waits until every lock of locks has
+// been renewed past its Until before; a lock lost fails the test.
+func renewEveryOnce(t *testing.T, c *cluster, clock *manualClock, locks []*redlock.Lock) {
+	t.Helper()
+	before := make([]time.Time, len(locks))
+	for i, l := range locks {
+		before[i] = l.Until()
+	}
+	waiters(t, clock, 1) // the scheduler, for all of them
+	for _, s := range c.servers {
+		s.FastForward(time.Second)
+	}
+	clock.Advance(time.Second)
+	waitFor(t, "every lock renewed", func() bool {
+		for i, l := range locks {
+			if !isOpen(l.Done()) {
+				t.Fatalf("lock %d lost", i)
+			}
+			if !l.Until().After(before[i]) {
+				return false
+			}
+		}
+		return true
+	})
 }

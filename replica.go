@@ -3,6 +3,7 @@ package redlock
 import (
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
@@ -34,10 +35,10 @@ import (
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return clientOption(func(c *config) error {
 		if replicas < 1 {
-			return invalid("replica ack of %d replicas: must be at least 1", replicas)
+			return engine.Invalid("replica ack of %d replicas: must be at least 1", replicas)
 		}
 		if timeout <= 0 {
-			return invalid("replica ack timeout %v must be positive", timeout)
+			return engine.Invalid("replica ack timeout %v must be positive", timeout)
 		}
 		c.replicaAck = nodeio.Ack{Replicas: replicas, Timeout: timeout}
 		return nil

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/quorumlock/redlock/internal/engine"
+	"github.com/quorumlock/redlock/internal/wait"
 )
 
 // RetryPolicy decides how long Acquire waits after a failed attempt before
@@ -35,30 +38,13 @@ func RandomDelay(min, max time.Duration) RetryPolicy {
 	return randomDelay{min: min, max: max}
 }
 
-// Default retry policy: ExponentialBackoff(defaultRetryBase, defaultRetryMax).
-const (
-	defaultRetryBase = 10 * time.Millisecond
-	defaultRetryMax  = 320 * time.Millisecond
-)
-
-// defaultRetry is the default policy (see also subscribedPoll).
-var defaultRetry RetryPolicy = defaultPolicy{exponentialBackoff{base: defaultRetryBase, max: defaultRetryMax}}
+// defaultRetry is the default policy, ExponentialBackoff(wait.RetryBase,
+// wait.RetryMax), which wait.Next paces.
+var defaultRetry RetryPolicy = defaultPolicy{exponentialBackoff{base: wait.RetryBase, max: wait.RetryMax}}
 
 // defaultPolicy is the default policy's own type, so that a policy given
 // with WithRetry, even ExponentialBackoff(10ms, 320ms), is followed as given.
 type defaultPolicy struct{ exponentialBackoff }
-
-// unreachablePoll is the least wait (up to half as long again, at random)
-// between the attempts of an Acquire with the default policy while so
-// many nodes fail that no quorum can form: each attempt would only be
-// cleaned up on the nodes that answer.
-const unreachablePoll = 250 * time.Millisecond
-
-// subscribedPoll is the least wait (up to half as long again, at random)
-// between the attempts of an Acquire with the default policy once it hears
-// the lock's release announced. The attempt right after a new subscription
-// is confirmed is made at once: a release before it was not heard.
-const subscribedPoll = time.Second
 
 type exponentialBackoff struct{ base, max time.Duration }
 
@@ -101,12 +87,12 @@ type retryOption struct {
 func (o retryOption) check() error {
 	if o.bounded {
 		if o.maxAttempts < 1 {
-			return invalid("max attempts %d must be at least 1", o.maxAttempts)
+			return engine.Invalid("max attempts %d must be at least 1", o.maxAttempts)
 		}
 		return nil
 	}
 	if isNil(o.policy) {
-		return invalid("retry policy is nil")
+		return engine.Invalid("retry policy is nil")
 	}
 	if v, ok := o.policy.(interface{ validate() error }); ok {
 		return v.validate()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 )
 
@@ -127,9 +128,9 @@ func fenceKey(key string) string { return companion(key, "fence") }
 // kept once the node's clock has passed it, 0 for a lock not fenced, whose
 // acquire is a SET NX where the node takes it (nodeio's SetNX).
 func acquireOn(key, token string, ttl, keep time.Duration) nodeOp {
-	px := pxMillis(ttl)
+	px := engine.PXMillis(ttl)
 	if keep > 0 {
-		return nodeOp{Script: acquireScript, Keys: []string{key, fenceKey(key)}, Args: []any{token, px, pxMillis(keep)}, Shape: nodeio.Grant, Holds: true, Takes: true}
+		return nodeOp{Script: acquireScript, Keys: []string{key, fenceKey(key)}, Args: []any{token, px, engine.PXMillis(keep)}, Shape: nodeio.Grant, Holds: true, Takes: true}
 	}
 	return nodeOp{Script: acquireScript, Keys: []string{key}, Args: []any{token, px}, Shape: nodeio.Grant, Holds: true, Takes: true, SetNX: true}
 }
@@ -142,20 +143,20 @@ func handOffOn(key, token, from, run string, ttl, keep time.Duration) nodeOp {
 	if keep > 0 {
 		keys = append(keys, fenceKey(key))
 	}
-	args := []any{token, pxMillis(ttl), from, releaseChannel(key), pxMillis(keep), run}
+	args := []any{token, engine.PXMillis(ttl), from, releaseChannel(key), engine.PXMillis(keep), run}
 	return nodeOp{Script: handOffScript, Keys: keys, Args: args, Shape: nodeio.HandOff, Holds: true, Takes: true}
 }
 
 // raiseFenceOn sets the node's fencing (or ticket) counters to at least
 // token, kept for keep once the node's clock has passed it (prelude.lua).
 func raiseFenceOn(counters []string, token uint64, keep time.Duration) nodeOp {
-	return nodeOp{Script: raiseFenceScript, Keys: counters, Args: []any{token, pxMillis(keep)}, Holds: true}
+	return nodeOp{Script: raiseFenceScript, Keys: counters, Args: []any{token, engine.PXMillis(keep)}, Holds: true}
 }
 
 // extendOn lengthens key where it holds token and takes it where it is
 // free (extend.lua): it may take a key, as an acquire does.
 func extendOn(key, token string, ttl time.Duration) nodeOp {
-	return nodeOp{Script: extendScript, Keys: []string{key}, Args: []any{token, pxMillis(ttl)}, Holds: true, Takes: true}
+	return nodeOp{Script: extendScript, Keys: []string{key}, Args: []any{token, engine.PXMillis(ttl)}, Holds: true, Takes: true}
 }
 
 // releaseOn deletes key if it holds token or, when run is not "", one of
@@ -179,7 +180,7 @@ func lineOn(key, name string, join bool, ttl time.Duration) nodeOp {
 	if join {
 		op = "join"
 	}
-	return nodeOp{Script: lineScript, Keys: []string{lineKey(key), wokenKey(key)}, Args: []any{op, name, pxMillis(ttl)}}
+	return nodeOp{Script: lineScript, Keys: []string{lineKey(key), wokenKey(key)}, Args: []any{op, name, engine.PXMillis(ttl)}}
 }
 
 // dropOn deletes key if it holds token, without announcing it: the cleanup

@@ -2,13 +2,14 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
+	"github.com/quorumlock/redlock/internal/wait"
 )
 
 // Split votes: when many clients try a free key at once, the nodes may pick
@@ -19,9 +20,6 @@ import (
 // counts from the first round. Safety does not rest on this: a key holds
 // one token at a time, and a lock still needs a quorum. See
 // docs/algorithm.md, "One winner when many try at once".
-
-// splitRounds is how many more rounds a designated client makes at most.
-const splitRounds = 3
 
 // holderName is the name acquire.lua gives the holder of a key that token
 // holds: one more than a number made of its first 8 bytes, 6 bits each.
@@ -54,13 +52,13 @@ func tokenStart(name int64) string {
 // shortOfQuorum says why an attempt that got t from n nodes fell short of
 // its quorum q: held elsewhere on a quorum (heldElsewhere), or taken on
 // too few nodes.
-func shortOfQuorum(t tally, n, q int) string {
-	if t.no >= q {
-		return fmt.Sprintf(heldElsewhere(t, q), t.no, n, q)
+func shortOfQuorum(t engine.Tally, n, q int) string {
+	if t.No >= q {
+		return fmt.Sprintf(heldElsewhere(t, q), t.No, n, q)
 	}
-	s := fmt.Sprintf("taken on %d of %d nodes, quorum %d", t.yes, n, q)
-	if t.no > 0 {
-		s += fmt.Sprintf(", held elsewhere on %d", t.no)
+	s := fmt.Sprintf("taken on %d of %d nodes, quorum %d", t.Yes, n, q)
+	if t.No > 0 {
+		s += fmt.Sprintf(", held elsewhere on %d", t.No)
 	}
 	return s
 }
@@ -69,14 +67,14 @@ func shortOfQuorum(t tally, n, q int) string {
 // holds the key on the nodes that refused: one holder, named by its
 // token's start when the nodes named it; several; or, when the nodes did
 // not say (locks of other kinds than plain), nobody in particular.
-func heldElsewhere(t tally, q int) string {
+func heldElsewhere(t engine.Tally, q int) string {
 	named := true // every node that refused said who holds the key
-	for i, a := range t.answers {
-		if a == holdsNot && t.replies[i].Holder == (nodeio.Holder{}) {
+	for i, a := range t.Answers {
+		if a == engine.HoldsNot && t.Replies[i].Holder == (nodeio.Holder{}) {
 			named = false
 		}
 	}
-	holder, one := takenByOne(t, q)
+	holder, one := engine.TakenByOne(t, q)
 	switch {
 	case one && holder.OtherKind:
 		return "held by a lock of another kind on %d of %d nodes (quorum %d)"
@@ -95,8 +93,8 @@ func heldElsewhere(t tally, q int) string {
 // refused, every node that refused named its holder, and no holder has
 // more nodes than it, nor as many with a lower name. (Without a refusal
 // there is no split: another round asks only the nodes that refused.)
-func designated(t *tally, token string) bool {
-	if t.yes == 0 {
+func designated(t *engine.Tally, token string) bool {
+	if t.Yes == 0 {
 		return false
 	}
 	mine := holderName(token)
@@ -105,7 +103,7 @@ func designated(t *tally, token string) bool {
 		return false
 	}
 	for name, n := range held {
-		if n > t.yes || n == t.yes && name < mine {
+		if n > t.Yes || n == t.Yes && name < mine {
 			return false
 		}
 	}
@@ -115,13 +113,13 @@ func designated(t *tally, token string) bool {
 // refusedBy counts the nodes that refused in t by the holder they named;
 // ok is false when one named none (a lock of another kind names no token)
 // or named mine.
-func refusedBy(t *tally, mine int64) (held map[int64]int, ok bool) {
+func refusedBy(t *engine.Tally, mine int64) (held map[int64]int, ok bool) {
 	held = map[int64]int{}
-	for i, a := range t.answers {
-		if a != holdsNot {
+	for i, a := range t.Answers {
+		if a != engine.HoldsNot {
 			continue
 		}
-		name := t.replies[i].Holder.Name
+		name := t.Replies[i].Holder.Name
 		if name == 0 || name == mine {
 			return nil, false
 		}
@@ -134,55 +132,55 @@ func refusedBy(t *tally, mine int64) (held map[int64]int, ok bool) {
 // split vote designates it: it waits for the others to release (as long as
 // its round took, then twice that, ...), tries the nodes it does not hold
 // again, and returns the tally of every node. It stops when a quorum holds,
-// when it is no longer designated, after splitRounds rounds, or when
+// when it is no longer designated, after wait.SplitRounds rounds, or when
 // another round (its wait and a node timeout) could not leave the lock
 // more validity than its renewal margin (renewMargin), renewed or not.
-func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t tally, q int) tally {
-	wait := max(t.lastAt, time.Millisecond)
-	for range splitRounds {
-		if t.yes >= q || !designated(&t, a.token) {
+func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t engine.Tally, q int) engine.Tally {
+	pause := max(t.LastAt, time.Millisecond)
+	for range wait.SplitRounds {
+		if t.Yes >= q || !designated(&t, a.token) {
 			return t
 		}
 		elapsed := c.cfg.clock.Now().Sub(a.start)
-		if validity(a.cfg.ttl, addSat(elapsed, addSat(wait, a.cfg.timeout)), a.cfg.drift) <= a.cfg.renewMargin() {
+		if engine.Validity(a.cfg.TTL, engine.AddSat(elapsed, engine.AddSat(pause, a.cfg.Timeout)), a.cfg.Drift) <= a.cfg.RenewMargin() {
 			return t
 		}
-		timer := newTimer(c.cfg.clock, wait)
+		timer := newTimer(c.cfg.clock, pause)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return t
 		case <-timer.Chan():
 		}
-		wait *= 2
+		pause *= 2
 		// Only the nodes another client of the split holds are tried again:
 		// a node that failed is no likelier to answer now.
-		retried := make([]bool, len(t.answers))
-		skip := make([]bool, len(t.answers))
-		for i, ans := range t.answers {
-			retried[i] = ans == holdsNot
+		retried := make([]bool, len(t.Answers))
+		skip := make([]bool, len(t.Answers))
+		for i, ans := range t.Answers {
+			retried[i] = ans == engine.HoldsNot
 			skip[i] = !retried[i]
 		}
-		r := a.fanOut(ctx, c, wonAt(q-t.yes), skip, a.kind.acquire(a.token, a.cfg.ttl, a.cfg.counterKeep()))
+		r := a.fanOut(ctx, c, engine.WonAt(q-t.Yes), skip, a.kind.acquire(a.token, a.cfg.TTL, a.cfg.counterKeep()))
 		t = merged(t, r, retried)
 	}
 	return t
 }
 
 // merged is t with the answers of round r for the nodes it retried.
-func merged(t, r tally, retried []bool) tally {
-	out := tally{answers: t.answers, replies: t.replies, took: t.took, begun: t.begun}
-	out.errs = errsOf(out.errs, t.errs, retried, false)
-	out.errs = errsOf(out.errs, r.errs, retried, true)
+func merged(t, r engine.Tally, retried []bool) engine.Tally {
+	out := engine.Tally{Answers: t.Answers, Replies: t.Replies, Took: t.Took, Begun: t.Begun}
+	out.Errs = errsOf(out.Errs, t.Errs, retried, false)
+	out.Errs = errsOf(out.Errs, r.Errs, retried, true)
 	for i, again := range retried {
 		if again {
-			out.answers[i], out.replies[i] = r.answers[i], r.replies[i]
-			if out.took != nil && r.took != nil {
-				out.took[i] = r.took[i]
+			out.Answers[i], out.Replies[i] = r.Answers[i], r.Replies[i]
+			if out.Took != nil && r.Took != nil {
+				out.Took[i] = r.Took[i]
 			}
 		}
 	}
-	out.recount()
+	out.Recount()
 	return out
 }
 
@@ -195,23 +193,4 @@ func errsOf(dst, errs []error, retried []bool, again bool) []error {
 		}
 	}
 	return dst
-}
-
-// recount works out t's counts from its answers and errors.
-func (t *tally) recount() {
-	t.yes, t.no, t.broken = 0, 0, 0
-	for _, a := range t.answers {
-		switch a {
-		case holds:
-			t.yes++
-		case holdsNot:
-			t.no++
-		}
-	}
-	t.notYes = len(t.answers) - t.yes
-	for _, err := range t.errs {
-		if errors.Is(err, ErrMisconfigured) {
-			t.broken++
-		}
-	}
 }

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/pubsub"
+	"github.com/quorumlock/redlock/internal/wait"
 	"github.com/quorumlock/redlock/transport"
 )
 
@@ -91,14 +93,8 @@ type waitLine struct {
 	node int           // where it joined; -1 when it has not
 }
 
-// lineLinger is the least a line lasts after its last join: more than a
-// subscribed waiter's wait between attempts (subscribedPoll and its random
-// part), so that the line of a short ttl does not expire between the
-// waiters' attempts, leaving each release to wake every waiter.
-const lineLinger = 3 * time.Second
-
 func newLine(key string, ttl time.Duration) *waitLine {
-	return &waitLine{key: key, name: rand.Text(), ttl: max(ttl, lineLinger), node: -1}
+	return &waitLine{key: key, name: rand.Text(), ttl: max(ttl, wait.LineLinger), node: -1}
 }
 
 // channel is the waiter's own channel for key.
@@ -137,16 +133,16 @@ func (ln *waitLine) leave(c *Client, timeout time.Duration) {
 // waits for it as for any call.
 func (c *Client) sendOne(i int, op nodeOp, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	c.calls.add()
+	c.e.Calls.Add()
 	reply := func(nodeio.Result) {
 		cancel()
-		c.calls.done()
+		c.e.Calls.Done()
 	}
-	if n := c.nodes[i].io; n.Batched() {
+	if n := c.nodes[i].IO; n.Batched() {
 		n.Submit(nodeio.Call{Ctx: ctx, IO: ctx, Timeout: timeout, Op: op, Reply: nodeio.ReplyFunc(reply)})
 		return
 	}
-	go func() { reply(c.nodes[i].io.Run(ctx, op, timeout)) }()
+	go func() { reply(c.nodes[i].IO.Run(ctx, op, timeout)) }()
 }
 
 // drain drops the announcements received so far, and reports whether
@@ -175,12 +171,6 @@ func (w *releaseWatch) close() {
 // has stopped receiving (see pubsub.Subscriber.Deaf).
 func (c *Client) deaf(i int) bool { return c.subscribers[i].Deaf() }
 
-// wakeSpread is the scale of the waits right after a wake-up: a woken
-// waiter still refused retries within 0.5-2.5 ms (waiting.delay), a fair
-// one named first in line after 0.5 ms, a yielding local waiter after 1 ms
-// (yieldFirst).
-const wakeSpread = 500 * time.Microsecond
-
 // waitRetry waits before the next attempt: the retry delay, or until a
 // release is announced, or until the watch's subscription, not confirmed
 // yet, is (a release before it was announced to nobody). It returns false
@@ -201,7 +191,7 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 		case <-late:
 			return true, false, false
 		case m := <-watch.released():
-			if wait, first, woken := watch.heard(m, line, inLine); !wait {
+			if waitOn, first, woken := watch.heard(m, line, inLine); !waitOn {
 				return true, first, woken
 			}
 		case <-ctx.Done():
@@ -214,7 +204,7 @@ func (c *Client) waitRetry(ctx context.Context, k kind, watch *releaseWatch, del
 // listens on w (line: its kind, when it waits in a queue): wait on (it
 // named another first in line), or try now, as the one named first or as
 // one woken.
-func (w *releaseWatch) heard(m transport.Message, line waitsInLine, inLine bool) (wait, first, woken bool) {
+func (w *releaseWatch) heard(m transport.Message, line waitsInLine, inLine bool) (waitOn, first, woken bool) {
 	if w.own != "" && m.Channel == w.own {
 		// Among the first two in line, the only ones woken: try now.
 		return false, false, true
@@ -238,13 +228,13 @@ func (w *releaseWatch) heard(m transport.Message, line waitsInLine, inLine bool)
 // hash of the lock's first channel, so that waiters on different keys
 // spread over the nodes. Nodes for which deaf (maybe nil) is true are
 // passed over while another named a holder; -1 when none named one.
-func listenNode(channels []string, answers []answer, deaf func(node int) bool) int {
+func listenNode(channels []string, answers []engine.Answer, deaf func(node int) bool) int {
 	if len(channels) == 0 {
 		return -1
 	}
 	var held, heard []int // the nodes that named a holder; those of them whose releases are heard
 	for i, a := range answers {
-		if a == holdsNot {
+		if a == engine.HoldsNot {
 			held = append(held, i)
 			if deaf == nil || !deaf(i) {
 				heard = append(heard, i)

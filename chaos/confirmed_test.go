@@ -134,6 +134,8 @@ func TestHeal_contentionTellsNothing(t *testing.T) {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
+				// What is heard behind the locks is told once Drain returns.
+				defer func() { _ = rc.Drain(ctx) }()
 				for range 20 {
 					lock, err := rc.Acquire(ctx, key, 5*time.Second)
 					if err != nil {
@@ -212,6 +214,10 @@ func TestHeal_tellsNeverTakenAndLost(t *testing.T) {
 			t.Helper()
 			if err := lock.Extend(ctx, time.Minute); err != nil {
 				t.Fatalf("%s: %v", what, err)
+			}
+			// The nodes heard behind the extend are told once Drain returns.
+			if err := rc.Drain(ctx); err != nil {
+				t.Fatal(err)
 			}
 			if got := lock.Confirmed(); got != confirmed {
 				t.Fatalf("%s: Confirmed = %d, want %d", what, got, confirmed)

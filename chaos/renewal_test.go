@@ -228,7 +228,16 @@ func holdThrough(t *testing.T, net *slowNet, transport string, rtt func(time.Dur
 				why = append(why, fmt.Sprintf("%v at +%v: %v", ev.Op, ev.Start.Sub(start).Round(time.Millisecond), ev.Err))
 			}
 		}
-		t.Fatalf("%s at +%v (round trip %v): %s", what, time.Since(start).Round(time.Millisecond), net.latency, strings.Join(why, "; "))
+		// Each node's part in each extend (a renewal's): when it began
+		// and how long the node took, which tells a slow network from a
+		// machine that ran the replies late.
+		var parts []string
+		for _, ev := range seen.of(redlock.OpNode) {
+			if ev.NodeOp == redlock.OpExtend {
+				parts = append(parts, fmt.Sprintf("node %d +%v %v %v", ev.Node, ev.Start.Sub(start).Round(time.Millisecond), ev.Duration.Round(time.Millisecond), ev.Err))
+			}
+		}
+		t.Fatalf("%s at +%v (round trip %v): %s\nextends by node: %s", what, time.Since(start).Round(time.Millisecond), net.latency, strings.Join(why, "; "), strings.Join(parts, "; "))
 	}
 	for polls := 0; ; polls++ {
 		since := time.Since(start)

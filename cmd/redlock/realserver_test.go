@@ -299,7 +299,11 @@ func runTestChild() {
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	if err := os.WriteFile(file+".ready", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+	// Written whole, then renamed: a test that sees the file reads the pid.
+	if err := os.WriteFile(file+".ready-tmp", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.Exit(3)
+	}
+	if err := os.Rename(file+".ready-tmp", file+".ready"); err != nil {
 		os.Exit(3)
 	}
 	switch mode {

@@ -5,9 +5,10 @@ import (
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/redlock/internal/leaktest"
 	"github.com/quorumlock/redlock/transport"
-	"github.com/redis/go-redis/v9"
 )
 
 func TestMain(m *testing.M) { leaktest.Main(m) }

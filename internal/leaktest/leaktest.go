@@ -18,6 +18,10 @@ import (
 // wait is how long the goroutines have to end after the tests.
 const wait = 5 * time.Second
 
+// Explain, when set, is asked what it knows of the goroutines left (say,
+// which test made them), and its answer is printed after their stacks.
+var Explain func() string
+
 // Main runs m and exits with its code, or with 1 when goroutines are left
 // whose stacks contain none of ignore (function names, as in a stack
 // trace) once the tests are done.
@@ -26,6 +30,9 @@ func Main(m *testing.M, ignore ...string) {
 	if code == 0 {
 		if left := Leftover(wait, ignore...); len(left) > 0 {
 			fmt.Fprintf(os.Stderr, "leaktest: %d goroutines left after the tests:\n\n%s\n", len(left), strings.Join(left, "\n\n"))
+			if Explain != nil {
+				fmt.Fprintf(os.Stderr, "\nleaktest: what the tests say of them:\n%s\n", Explain())
+			}
 			code = 1
 		}
 	}

@@ -22,3 +22,24 @@ func After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // NewTimer is time.NewTimer.
 func NewTimer(d time.Duration) *time.Timer { return time.NewTimer(d) }
+
+// Clock is the real clock as a value.
+type Clock struct{}
+
+// Now is time.Now.
+func (Clock) Now() time.Time { return time.Now() }
+
+// Since is time.Since.
+func (Clock) Since(t time.Time) time.Duration { return time.Since(t) }
+
+// Until is time.Until.
+func (Clock) Until(t time.Time) time.Duration { return time.Until(t) }
+
+// NewTimer is time.NewTimer, its channel read through Chan.
+func (Clock) NewTimer(d time.Duration) Timer { return Timer{time.NewTimer(d)} }
+
+// Timer is a time.Timer whose channel is read through Chan.
+type Timer struct{ *time.Timer }
+
+// Chan returns the Timer's channel.
+func (t Timer) Chan() <-chan time.Time { return t.C }

@@ -1,4 +1,4 @@
-package redlock
+package engine
 
 import (
 	"context"
@@ -50,9 +50,9 @@ func (ids *identities) init(n int) {
 	ids.refused = make([]atomic.Pointer[error], n)
 }
 
-// refused returns the error of a Client found to reach one server through
+// Refused returns the error of a Client found to reach one server through
 // two nodes, or nil.
-func (c *Client) refused() error {
+func (c *Engine) Refused() error {
 	if p := c.idents.broken.Load(); p != nil {
 		return *p
 	}
@@ -61,7 +61,7 @@ func (c *Client) refused() error {
 
 // startIdentifying starts identifying every node that is not skipped, not
 // identified and not being identified, each within deadline.
-func (c *Client) startIdentifying(skip []bool, deadline time.Time) {
+func (c *Engine) startIdentifying(skip []bool, deadline time.Time) {
 	c.idents.mu.Lock()
 	defer c.idents.mu.Unlock()
 	for i := range c.idents.nodes {
@@ -77,11 +77,11 @@ func (c *Client) startIdentifying(skip []bool, deadline time.Time) {
 // identifyNode identifies node i's server, refuses the Client when it is
 // another node's, refuses the node when it is a replica, and warns when it
 // may lose locks (an evicting memory policy).
-func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
+func (c *Engine) identifyNode(i int, deadline time.Time, done chan struct{}) {
 	defer close(done)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	ids, how, facts, err := identity.ServerIDs(ctx, c.nodes[i].io.T)
+	ids, how, facts, err := identity.ServerIDs(ctx, c.nodes[i].IO.T)
 
 	var tell func() // the Observer is told once the lock is let go: it may call the Client
 	defer func() {
@@ -108,19 +108,19 @@ func (c *Client) identifyNode(i int, deadline time.Time, done chan struct{}) {
 			continue
 		}
 		a, b := min(i, j), max(i, j)
-		err := c.nodeError(b, &misconfiguration{
-			err:  fmt.Errorf("reaches the same server as node %d (%s): %s", a, c.nodes[a].addr, how),
-			hint: "a configuration error: each node must be a different, independent Redis master",
+		err := c.NodeError(b, &Misconfiguration{
+			Err:  fmt.Errorf("reaches the same server as node %d (%s): %s", a, c.nodes[a].Addr, how),
+			Hint: "a configuration error: each node must be a different, independent Redis master",
 		})
 		c.idents.broken.Store(&err)
-		c.cfg.logger.Error("redlock: two nodes reach the same server; every acquire is refused", "err", err)
+		c.cfg.Logger.Error("redlock: two nodes reach the same server; every acquire is refused", "err", err)
 	}
 	c.idents.all.Store(all)
 }
 
 // awaitIdentity waits until node i is identified, or its identification
 // failed, or deadline passed. It returns nil once the node is identified.
-func (c *Client) awaitIdentity(i int, deadline time.Time) error {
+func (c *Engine) awaitIdentity(i int, deadline time.Time) error {
 	c.idents.mu.Lock()
 	id := c.idents.nodes[i]
 	c.idents.mu.Unlock()
@@ -162,9 +162,9 @@ func refusal(f identity.Facts) error {
 	if f.Master != "" {
 		of = " of " + f.Master
 	}
-	return &misconfiguration{
-		err:  fmt.Errorf("the node is a replica%s (INFO role:%s)", of, f.Role),
-		hint: "a configuration error: give redlock masters only, each independent of the others",
+	return &Misconfiguration{
+		Err:  fmt.Errorf("the node is a replica%s (INFO role:%s)", of, f.Role),
+		Hint: "a configuration error: give redlock masters only, each independent of the others",
 	}
 }
 
@@ -174,11 +174,11 @@ func refusal(f identity.Facts) error {
 // memory policy is reported once, to the logger and the Observer; a server
 // without the append-only file is noted at Debug, once. Called with
 // c.idents.mu held; it returns what to tell the Observer after (or nil).
-func (c *Client) judgeServer(i int, facts identity.Facts, first bool) (tell func()) {
-	addr := c.nodes[i].addr
+func (c *Engine) judgeServer(i int, facts identity.Facts, first bool) (tell func()) {
+	addr := c.nodes[i].Addr
 	if err := refusal(facts); err != nil {
 		if c.idents.refused[i].Swap(&err) == nil {
-			c.cfg.logger.Warn("redlock: a node is a replica; it does not count towards any lock until it is a master",
+			c.cfg.Logger.Warn("redlock: a node is a replica; it does not count towards any lock until it is a master",
 				"node", i, "addr", addr, "err", err)
 		}
 	} else {
@@ -189,30 +189,30 @@ func (c *Client) judgeServer(i int, facts identity.Facts, first bool) (tell func
 	}
 	if strings.HasPrefix(facts.Denied, "NOPERM") || strings.HasPrefix(facts.Denied, "ERR unknown command") {
 		// An ACL user without INFO (a missing password shows in its calls).
-		c.cfg.logger.Warn("redlock: a node does not answer INFO; whether it is a replica or evicts keys is not checked",
+		c.cfg.Logger.Warn("redlock: a node does not answer INFO; whether it is a replica or evicts keys is not checked",
 			"node", i, "addr", addr, "err", facts.Denied)
 	}
 	if facts.AOF == "0" {
-		c.cfg.logger.Debug("redlock: a node keeps no append-only file; after a crash it must stay down longer than the largest ttl (docs/safety.md)",
+		c.cfg.Logger.Debug("redlock: a node keeps no append-only file; after a crash it must stay down longer than the largest ttl (docs/safety.md)",
 			"node", i, "addr", addr)
 	}
 	if !facts.Evicts() {
 		return nil
 	}
-	err := &misconfiguration{
-		err:  fmt.Errorf("maxmemory %d with maxmemory-policy %s: the node evicts keys with a time to live under memory pressure, lock keys among them", facts.Maxmemory, facts.Policy),
-		hint: "a configuration error: another client can take a lock the node evicted while it is held; set maxmemory-policy noeviction (or maxmemory 0)",
+	err := &Misconfiguration{
+		Err:  fmt.Errorf("maxmemory %d with maxmemory-policy %s: the node evicts keys with a time to live under memory pressure, lock keys among them", facts.Maxmemory, facts.Policy),
+		Hint: "a configuration error: another client can take a lock the node evicted while it is held; set maxmemory-policy noeviction (or maxmemory 0)",
 	}
-	c.cfg.logger.Warn("redlock: a node may evict lock keys", "node", i, "addr", addr, "err", err)
+	c.cfg.Logger.Warn("redlock: a node may evict lock keys", "node", i, "addr", addr, "err", err)
 	return func() {
-		c.observe(context.Background(), Event{Op: OpMisconfigured, Start: c.cfg.clock.Now(), Err: c.nodeError(i, err), Node: i, Addr: addr})
+		c.cfg.Misconfigured(context.Background(), i, c.NodeError(i, err))
 	}
 }
 
 // refusedNode returns why node i's replies do not count (an error matching
 // ErrMisconfigured), or nil. A refused node's server is read again at most
 // once a second, in the background, so that a promoted replica counts.
-func (c *Client) refusedNode(i int) error {
+func (c *Engine) refusedNode(i int) error {
 	p := c.idents.refused[i].Load()
 	if p == nil {
 		return nil

@@ -1,0 +1,138 @@
+// Package wait is an Acquire's waiting policy: how long it waits before
+// its next attempt, from what its attempts so far told. Its core, Next, is
+// a pure function of Facts. Every constant that times a wait between
+// attempts stands in the table below, with the figure it moves, measured
+// with and without it (docs/benchmarks.md, "Timing heuristics: an
+// inventory", gives each command and the whole rows).
+package wait
+
+import "time"
+
+// The waiting policy's constants.
+const (
+	// RetryBase and RetryMax make the default retry policy,
+	// ExponentialBackoff(10ms, 320ms): the bench's workloads run on it.
+	RetryBase = 10 * time.Millisecond
+	RetryMax  = 320 * time.Millisecond
+
+	// SubscribedPoll is the least wait (up to half as long again) between
+	// the attempts of a waiter that hears the lock's release announced:
+	// at most 5 attempts in 3 s while the holder holds; about 10 without.
+	SubscribedPoll = time.Second
+
+	// UnreachablePoll is the least wait (up to half as long again) while
+	// so many nodes fail that no quorum can form: 7 attempts in 2 s with
+	// a majority down; 42 without (655 with the cleanups' own releases).
+	UnreachablePoll = 250 * time.Millisecond
+
+	// WakeSpread scales the quick retry after a wake-up (0.5–2.5 ms) when
+	// a release was heard but not yet landed on a quorum: the longest wait
+	// 1.6–5.1 ms per kind (bench -probe wakeups); 23–31 ms without.
+	WakeSpread = 500 * time.Microsecond
+
+	// LineLinger is the least a wait line lasts after a join: 20 waiters
+	// on a 100 ms lock held 300 ms at a time made 373–445 attempts in
+	// 12 s; 608–787 without.
+	LineLinger = 3 * time.Second
+
+	// HandOffs is the default run of hand-offs within one Client once
+	// another process waits (WithHandOff); YieldFirst, doubling up to
+	// YieldMax, is how long the Client then waits before it contends
+	// again, and YieldDeaf how long a listener that never takes the key is
+	// ignored: a remote waiter got the lock within 1 s in 10 of 10 runs,
+	// p50 66 ms (bench -probe handoff); 6 of 10 without.
+	HandOffs   = 12
+	YieldFirst = 2 * WakeSpread
+	YieldMax   = time.Second
+	YieldDeaf  = 10 * time.Second
+
+	// FairPatience is how long a fair waiter keeps its place in a node's
+	// queue without trying again there, or FairPatienceTimeouts node
+	// timeouts when longer: a bound, not a tuning (without it a vanished
+	// waiter holds the queue for ever).
+	FairPatience         = 4 * time.Second
+	FairPatienceTimeouts = 8
+
+	// SplitRounds is how many more rounds a client a split vote designates
+	// makes at most: 100 Clients racing one TryAcquire had no winner in 0
+	// of 20 races (N = 3, and N = 5); 2 and 6 of 20 without.
+	SplitRounds = 3
+)
+
+// Facts is what an Acquire's attempts so far told, for its next wait.
+type Facts struct {
+	Given       time.Duration // the retry policy's delay after this many failed attempts
+	Paced       bool          // the policy is the default one, which the library paces
+	Subscribed  bool          // the waiter hears the lock's release announced
+	SinceWoken  time.Duration // since a release was last heard (the largest Duration: never)
+	NodeTimeout time.Duration
+	NewHolder   bool // a quorum refused for another holder than the refusal before
+	Fresh       bool // a subscription was just confirmed: a release before it was heard by nobody
+	Unreachable bool // so many nodes failed that no quorum could form
+	// A fair waiter's: its place in the queue, and whether the last
+	// release named it first in line.
+	InLine, First bool
+	Patience      time.Duration
+}
+
+// Next is the wait before the next attempt; random(n) is a random
+// duration in [0, n), for n > 0.
+func Next(f Facts, random func(time.Duration) time.Duration) time.Duration {
+	d := woken(f, random)
+	if f.InLine {
+		d = inLine(f, d)
+	}
+	if f.Fresh {
+		d = 0 // one more attempt at once sees a release announced to nobody
+	}
+	if f.Unreachable {
+		return unreachable(f, d, random)
+	}
+	return d
+}
+
+// woken is the policy's delay, paced while the release will be heard, and
+// cut short right after a release was heard with no new holder since: the
+// woken clients may have split the votes, or the release has not landed
+// on every node yet.
+func woken(f Facts, random func(time.Duration) time.Duration) time.Duration {
+	d := f.Given
+	if f.Paced && f.Subscribed && f.SinceWoken > SubscribedPoll {
+		// The timer is only for a release missed (the node fails) or never
+		// announced (the key expires).
+		d = max(d, SubscribedPoll+random(SubscribedPoll/2))
+	}
+	if f.SinceWoken < f.NodeTimeout && !f.NewHolder {
+		d = min(d, WakeSpread+random(4*WakeSpread))
+	}
+	return d
+}
+
+// inLine is a fair waiter's wait: WakeSpread when the last release named
+// it first in line and it was still refused (the release had not reached
+// every node yet); with the default policy, at most a quarter of its
+// patience, which keeps its place.
+func inLine(f Facts, d time.Duration) time.Duration {
+	switch {
+	case f.First:
+		return WakeSpread
+	case f.Paced:
+		return min(d, f.Patience/4)
+	}
+	return d
+}
+
+// unreachable is the wait after an attempt that found a majority down,
+// frozen or cut off: a given policy's delay as given, and the default's a
+// few a second (a fair waiter keeps its own pace: held back, one that a
+// node's restart left out of some queues was overtaken). A release heard
+// meanwhile (the attempt's own undo) does not cut it.
+func unreachable(f Facts, d time.Duration, random func(time.Duration) time.Duration) time.Duration {
+	switch {
+	case !f.Paced:
+		return f.Given
+	case !f.InLine:
+		return max(d, UnreachablePoll+random(UnreachablePoll/2))
+	}
+	return d
+}

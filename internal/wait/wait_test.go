@@ -1,0 +1,54 @@
+package wait
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// TestNext: the waiting policy, case by case, at both ends of its random
+// spreads.
+func TestNext(t *testing.T) {
+	const never = time.Duration(math.MaxInt64)
+	ms := time.Millisecond
+	low := func(time.Duration) time.Duration { return 0 }
+	high := func(n time.Duration) time.Duration { return n - 1 }
+	base := Facts{Given: 40 * ms, Paced: true, SinceWoken: never, NodeTimeout: 50 * ms}
+	with := func(change func(*Facts)) Facts { f := base; change(&f); return f }
+	for _, tc := range []struct {
+		name      string
+		f         Facts
+		low, high time.Duration
+	}{
+		{"the policy's delay", base, 40 * ms, 40 * ms},
+		{"a given policy's delay", with(func(f *Facts) { f.Paced = false }), 40 * ms, 40 * ms},
+		{"subscribed: paced to the poll", with(func(f *Facts) { f.Subscribed = true }), SubscribedPoll, SubscribedPoll*3/2 - 1},
+		{"subscribed, a given policy: its delay", with(func(f *Facts) { f.Subscribed, f.Paced = true, false }), 40 * ms, 40 * ms},
+		{"subscribed, a longer delay kept", with(func(f *Facts) { f.Subscribed, f.Given = true, 2*SubscribedPoll }), 2 * SubscribedPoll, 2 * SubscribedPoll},
+		{"subscribed, woken a moment ago: no poll", with(func(f *Facts) { f.Subscribed, f.SinceWoken = true, SubscribedPoll }), 40 * ms, 40 * ms},
+		{"woken, still refused, no new holder: quick", with(func(f *Facts) { f.SinceWoken = ms }), WakeSpread, 5*WakeSpread - 1},
+		{"woken, refused by a new holder: the delay", with(func(f *Facts) { f.SinceWoken, f.NewHolder = ms, true }), 40 * ms, 40 * ms},
+		{"woken a node timeout ago: the delay", with(func(f *Facts) { f.SinceWoken = 50 * ms }), 40 * ms, 40 * ms},
+		{"woken, a given policy shorter still", with(func(f *Facts) { f.SinceWoken, f.Paced, f.Given = ms, false, 0 }), 0, 0},
+		{"fresh subscription: at once", with(func(f *Facts) { f.Subscribed, f.Fresh = true, true }), 0, 0},
+		{"unreachable: the floor", with(func(f *Facts) { f.Unreachable = true }), UnreachablePoll, UnreachablePoll*3/2 - 1},
+		{"unreachable, woken: the floor all the same", with(func(f *Facts) { f.Unreachable, f.SinceWoken = true, ms }), UnreachablePoll, UnreachablePoll*3/2 - 1},
+		{"unreachable, fresh: the floor", with(func(f *Facts) { f.Unreachable, f.Fresh = true, true }), UnreachablePoll, UnreachablePoll*3/2 - 1},
+		{"unreachable, a longer delay kept", with(func(f *Facts) { f.Unreachable, f.Given = true, time.Second }), time.Second, time.Second},
+		{"unreachable, a given policy: as given", with(func(f *Facts) { f.Unreachable, f.Paced, f.SinceWoken = true, false, ms }), 40 * ms, 40 * ms},
+		{"in line: a quarter of the patience at most", with(func(f *Facts) { f.InLine, f.Patience, f.Given = true, 100*ms, 300*ms }), 25 * ms, 25 * ms},
+		{"in line, first: the wake spread", with(func(f *Facts) { f.InLine, f.First, f.Patience = true, true, time.Second }), WakeSpread, WakeSpread},
+		{"in line, a given policy: its delay", with(func(f *Facts) { f.InLine, f.Paced, f.Patience, f.Given = true, false, 100*ms, 300*ms }), 300 * ms, 300 * ms},
+		{"in line, unreachable: its own pace", with(func(f *Facts) { f.InLine, f.Unreachable, f.Patience = true, true, time.Second }), 40 * ms, 40 * ms},
+		{"in line, subscribed: paced, then a quarter of the patience", with(func(f *Facts) { f.InLine, f.Subscribed, f.Patience = true, true, 4*time.Second }), SubscribedPoll, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Next(tc.f, low); got != tc.low {
+				t.Errorf("at the low end: %v, want %v", got, tc.low)
+			}
+			if got := Next(tc.f, high); got != tc.high {
+				t.Errorf("at the high end: %v, want %v", got, tc.high)
+			}
+		})
+	}
+}
