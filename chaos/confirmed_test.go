@@ -298,6 +298,10 @@ func TestHeal_lostExtendLeavesNoKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Acquire returns at the quorum, with the slow node's SET
+			// maybe still on its way: Confirmed waits for its answer, so
+			// that the DEL below cannot come before it.
+			lock.Confirmed()
 			for _, nd := range nodes {
 				if _, err := doOn(ctx, nd.Addr(), "DEL", key); err != nil {
 					t.Fatal(err)
