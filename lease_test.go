@@ -558,15 +558,13 @@ func TestLock_autoRenew_cadence(t *testing.T) {
 func TestLock_autoRenew_survivesMinorityFailure(t *testing.T) {
 	c := newCluster(t, 3)
 	clock := fakeClock()
-	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock)), context.Background(), "k", 3*time.Second, redlock.WithAutoRenew())
+	var renewals renewalWatch
+	const ttl = 3 * time.Second
+	lock := mustTryAcquire(t, c.client(t, redlock.WithClock(clock), renewals.option()), context.Background(), "k", ttl, redlock.WithAutoRenew())
 	redlock.WaitSettled(lock)
 	c.servers[2].Close()
 	for range 4 {
-		waiters(t, clock, 1)
-		before := lock.Until()
-		clock.Advance(time.Second)
-		// The renewal's calls take real time; the next step waits for them.
-		waitFor(t, "the renewal", func() bool { return lock.Until().After(before) })
+		renewals.renew(t, clock, lock, time.Second, ttl)
 	}
 	if lock.Validity() < 2*time.Second {
 		t.Fatalf("Validity %v after renewals with a quorum up", lock.Validity())
@@ -576,6 +574,55 @@ func TestLock_autoRenew_survivesMinorityFailure(t *testing.T) {
 	}
 	if err := lock.Release(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// renewalWatch counts a Client's renewals as they end (its OpRenew
+// events), with the last one's error.
+type renewalWatch struct {
+	mu    sync.Mutex
+	ended int
+	err   error
+}
+
+// option is the Observer that feeds w.
+func (w *renewalWatch) option() redlock.Option {
+	return redlock.WithObserver(redlock.ObserverFunc(func(_ context.Context, e redlock.Event) {
+		if e.Op == redlock.OpRenew {
+			w.mu.Lock()
+			w.ended, w.err = w.ended+1, e.Err
+			w.mu.Unlock()
+		}
+	}))
+}
+
+func (w *renewalWatch) last() (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ended, w.err
+}
+
+// renew moves the fake clock by step once the scheduler waits on it, and
+// waits for the renewal that starts. A node's reply can come past its
+// timeout, which is real time, on a loaded machine: a renewal that failed
+// so is tried again a tenth of the ttl later on the clock, which renew
+// moves by that much, until one succeeds. A lock lost fails t.
+func (w *renewalWatch) renew(t *testing.T, clock *manualClock, lock *redlock.Lock, step, ttl time.Duration) {
+	t.Helper()
+	for try := 0; ; try++ {
+		n, _ := w.last()
+		waiters(t, clock, 1)
+		clock.Advance(step)
+		waitFor(t, "the renewal to end", func() bool { m, _ := w.last(); return m > n })
+		_, err := w.last()
+		if err == nil {
+			return
+		}
+		if !isOpen(lock.Done()) || try == 5 {
+			t.Fatalf("renewal %d failed: %v (lock lost: %v)", try, err, !isOpen(lock.Done()))
+		}
+		t.Logf("renewal %d failed, tried again: %v", try, err)
+		step = ttl / 10
 	}
 }
 
@@ -1029,7 +1076,7 @@ func TestLock_autoRenew_shorterExtend(t *testing.T) {
 	}
 	until := lock.Until()
 	lossAt := until.Add(-renewMargin(time.Second, 100*time.Millisecond))
-	for clock.Now().Before(lossAt) {
+	for clock.Now().Before(lossAt) && !closed(done) {
 		waiters(t, clock, 1)
 		clock.Advance(min(50*time.Millisecond, lossAt.Sub(clock.Now())))
 	}

@@ -198,13 +198,16 @@ func (s *scheduler) dueLocked(now time.Time) (lose, renew []*Lock) {
 // no lock is queued.
 func (s *scheduler) run() {
 	clock := s.c.cfg.clock
-	var timer <-chan time.Time
+	var timer Timer // the wait under way, if any
 	for {
 		s.mu.Lock()
 		lose, renew := s.dueLocked(clock.Now())
 		if len(s.queue) == 0 && len(lose) == 0 && len(renew) == 0 {
 			s.running, s.waitAt = false, time.Time{}
 			s.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
 			return
 		}
 		timer = s.waitLocked(timer)
@@ -218,8 +221,12 @@ func (s *scheduler) run() {
 		if len(lose) > 0 || len(renew) > 0 {
 			continue // the queue may have changed meanwhile
 		}
+		var fired <-chan time.Time
+		if timer != nil {
+			fired = timer.Chan()
+		}
 		select {
-		case <-timer:
+		case <-fired:
 			timer = nil
 			s.mu.Lock()
 			s.waitAt = time.Time{}
@@ -231,18 +238,24 @@ func (s *scheduler) run() {
 
 // waitLocked is what the scheduler waits on for the first queued lock to
 // be due (see dueLocked), given timer, the wait it has (nil: none): a new
-// wait only when the earliest lock moved earlier, none when no lock is
-// queued. s.mu is held.
-func (s *scheduler) waitLocked(timer <-chan time.Time) <-chan time.Time {
-	if len(s.queue) == 0 {
-		s.waitAt = time.Time{}
+// wait only when the earliest lock moved earlier (the one it replaces is
+// stopped), none when no lock is queued. s.mu is held.
+func (s *scheduler) waitLocked(timer Timer) Timer {
+	next := time.Time{}
+	if len(s.queue) > 0 {
+		next = s.queue[0].sched.at
+	}
+	if timer != nil && !next.IsZero() && !next.Before(s.waitAt) {
+		return timer
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	if s.waitAt = next; next.IsZero() {
 		return nil
 	}
-	if next := s.queue[0].sched.at; timer == nil || next.Before(s.waitAt) {
-		clock := s.c.cfg.clock
-		s.waitAt, timer = next, clock.After(next.Sub(clock.Now()))
-	}
-	return timer
+	clock := s.c.cfg.clock
+	return newTimer(clock, next.Sub(clock.Now()))
 }
 
 // deadlineNow is the lock's deadline as its lease is now.
