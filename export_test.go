@@ -15,6 +15,15 @@ func SetNodeTimeoutFloor(d time.Duration) time.Duration {
 	return old
 }
 
+// SetGraceFloor sets the least time the nodes yet to answer are waited
+// for once an outcome is known (engine.GraceFloor), for the tests of a
+// package, and returns the former.
+func SetGraceFloor(d time.Duration) time.Duration {
+	old := engine.GraceFloor
+	engine.GraceFloor = d
+	return old
+}
+
 // WaitSettled waits until the writes of the lock's last operation (acquire,
 // extend or release) that were still under way when it returned have landed
 // or timed out, so that tests can look at every node.

@@ -1076,8 +1076,7 @@ func TestLock_autoRenew_shorterExtend(t *testing.T) {
 	}
 	until := lock.Until()
 	lossAt := until.Add(-renewMargin(time.Second, 100*time.Millisecond))
-	for clock.Now().Before(lossAt) && !closed(done) {
-		waiters(t, clock, 1)
+	for clock.Now().Before(lossAt) && !waitersOr(t, clock, 1, done) {
 		clock.Advance(min(50*time.Millisecond, lossAt.Sub(clock.Now())))
 	}
 	if !closed(done) {

@@ -198,19 +198,16 @@ func (s *scheduler) dueLocked(now time.Time) (lose, renew []*Lock) {
 // no lock is queued.
 func (s *scheduler) run() {
 	clock := s.c.cfg.clock
-	var timer Timer // the wait under way, if any
+	var timer Timer // the wait under way; there is one whenever a lock is queued
 	for {
 		s.mu.Lock()
 		lose, renew := s.dueLocked(clock.Now())
-		if len(s.queue) == 0 && len(lose) == 0 && len(renew) == 0 {
-			s.running, s.waitAt = false, time.Time{}
+		timer = s.waitLocked(timer)
+		if timer == nil && len(lose) == 0 && len(renew) == 0 {
+			s.running = false
 			s.mu.Unlock()
-			if timer != nil {
-				timer.Stop()
-			}
 			return
 		}
-		timer = s.waitLocked(timer)
 		s.mu.Unlock()
 
 		for _, l := range lose {
@@ -221,16 +218,9 @@ func (s *scheduler) run() {
 		if len(lose) > 0 || len(renew) > 0 {
 			continue // the queue may have changed meanwhile
 		}
-		var fired <-chan time.Time
-		if timer != nil {
-			fired = timer.Chan()
-		}
 		select {
-		case <-fired:
-			timer = nil
-			s.mu.Lock()
-			s.waitAt = time.Time{}
-			s.mu.Unlock()
+		case <-timer.Chan():
+			timer = nil // waitAt is stale until the loop takes s.mu, at once
 		case <-s.wake:
 		}
 	}
@@ -241,21 +231,18 @@ func (s *scheduler) run() {
 // wait only when the earliest lock moved earlier (the one it replaces is
 // stopped), none when no lock is queued. s.mu is held.
 func (s *scheduler) waitLocked(timer Timer) Timer {
-	next := time.Time{}
-	if len(s.queue) > 0 {
-		next = s.queue[0].sched.at
-	}
-	if timer != nil && !next.IsZero() && !next.Before(s.waitAt) {
+	if timer != nil && len(s.queue) > 0 && !s.queue[0].sched.at.Before(s.waitAt) {
 		return timer
 	}
 	if timer != nil {
 		timer.Stop()
 	}
-	if s.waitAt = next; next.IsZero() {
+	if len(s.queue) == 0 {
+		s.waitAt = time.Time{}
 		return nil
 	}
-	clock := s.c.cfg.clock
-	return newTimer(clock, next.Sub(clock.Now()))
+	s.waitAt = s.queue[0].sched.at
+	return newTimer(s.c.cfg.clock, s.waitAt.Sub(s.c.cfg.clock.Now()))
 }
 
 // deadlineNow is the lock's deadline as its lease is now.

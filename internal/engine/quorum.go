@@ -143,10 +143,10 @@ func DecidedAt(n, q int) func(*Tally) bool {
 	}
 }
 
-// GraceFloor is the least withGrace waits for the nodes yet to answer
-// once the outcome is known: on loopback a round trip is well under a
-// millisecond, and a node that answers within a few is not worth leaving.
-const GraceFloor = 5 * time.Millisecond
+// GraceFloor (a variable for tests) is the least withGrace waits for the
+// nodes yet to answer once the outcome is known: on loopback a round trip
+// is well under a millisecond, and one answering within a few is kept.
+var GraceFloor = 5 * time.Millisecond
 
 // WithGrace stops when stop does, or once decided says the outcome is
 // known and as long again has passed (at least graceFloor), and the time
