@@ -729,6 +729,10 @@ func TestClient_Acquire_majorityDownIsNotStormed(t *testing.T) {
 	}()
 	// Its first attempt, and the one right after it subscribed.
 	waitFor(t, "the waiter to listen", func() bool { return calls.n.Load() >= 2 })
+	// Its calls of that attempt answered: none sent before the cut can
+	// reach a node after the release (on a loaded machine one did, and
+	// won). Its next attempt is a subscribed poll away (wait.SubscribedPoll).
+	waitIdle(t, waiter)
 	links[1].setDelay(time.Minute)
 	links[2].setDelay(time.Minute)
 	defer time.AfterFunc(2*time.Second, cancel).Stop()
@@ -774,6 +778,7 @@ func TestClient_Acquire_majorityDownIsNotStormedByItsOwnCleanup(t *testing.T) {
 		h = slices.Index(c.subscribedChannels(), 1)
 		return h >= 0 && calls[h].n.Load() >= 2
 	})
+	waitIdle(t, reader) // as above
 	for i, link := range links {
 		if i != h {
 			link.setDelay(time.Minute)

@@ -8,35 +8,35 @@ package realclock
 
 import "time"
 
-// Now is time.Now.
+// Now is time.Now: with NewTimer, the library's only reads of real time.
 func Now() time.Time { return time.Now() }
-
-// Since is time.Since.
-func Since(t time.Time) time.Duration { return time.Since(t) }
-
-// Until is time.Until.
-func Until(t time.Time) time.Duration { return time.Until(t) }
-
-// After is time.After.
-func After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // NewTimer is time.NewTimer.
 func NewTimer(d time.Duration) *time.Timer { return time.NewTimer(d) }
+
+// Since is time.Since.
+func Since(t time.Time) time.Duration { return Now().Sub(t) }
+
+// Until is time.Until.
+func Until(t time.Time) time.Duration { return t.Sub(Now()) }
+
+// After is time.After.
+func After(d time.Duration) <-chan time.Time { return NewTimer(d).C }
 
 // Clock is the real clock as a value.
 type Clock struct{}
 
 // Now is time.Now.
-func (Clock) Now() time.Time { return time.Now() }
+func (Clock) Now() time.Time { return Now() }
 
 // Since is time.Since.
-func (Clock) Since(t time.Time) time.Duration { return time.Since(t) }
+func (Clock) Since(t time.Time) time.Duration { return Since(t) }
 
 // Until is time.Until.
-func (Clock) Until(t time.Time) time.Duration { return time.Until(t) }
+func (Clock) Until(t time.Time) time.Duration { return Until(t) }
 
 // NewTimer is time.NewTimer, its channel read through Chan.
-func (Clock) NewTimer(d time.Duration) Timer { return Timer{time.NewTimer(d)} }
+func (Clock) NewTimer(d time.Duration) Timer { return Timer{NewTimer(d)} }
 
 // Timer is a time.Timer whose channel is read through Chan.
 type Timer struct{ *time.Timer }
