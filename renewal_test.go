@@ -605,13 +605,7 @@ func TestRenewal_decidedByAQuorumBeforeASlowerNode(t *testing.T) {
 				h.by.Store(int64(500 * time.Millisecond))
 			}
 			// The first renewal is due 0.66 s in, its margin 1.48 s in.
-			for time.Since(start) < 1700*time.Millisecond {
-				select {
-				case <-lock.Done():
-					t.Fatalf("lost at +%v: %+v", time.Since(start).Round(time.Millisecond), rec.seen(redlock.OpLost))
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
+			keptUntil(t, lock, start.Add(1700*time.Millisecond), func() any { return rec.seen(redlock.OpLost) })
 			for _, h := range slow {
 				h.by.Store(0)
 			}
@@ -645,13 +639,7 @@ func TestRenewal_unbatchedWaitsForASlowerNetwork(t *testing.T) {
 	for _, h := range slow {
 		h.by.Store(int64(500 * time.Millisecond))
 	}
-	for time.Since(start) < 3500*time.Millisecond {
-		select {
-		case <-lock.Done():
-			t.Fatalf("lost at +%v: %+v", time.Since(start).Round(time.Millisecond), rec.seen(redlock.OpRenew))
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	keptUntil(t, lock, start.Add(3500*time.Millisecond), func() any { return rec.seen(redlock.OpRenew) })
 	for _, h := range slow {
 		h.by.Store(0)
 	}
@@ -675,14 +663,20 @@ func TestRenewal_doesNotWaitForTheAcquiresLastNode(t *testing.T) {
 	defer gate.open()
 	start := time.Now()
 	lock := mustTryAcquire(t, rc, ctx, "k", 2100*time.Millisecond, redlock.WithAutoRenew())
-	for time.Since(start) < 2*time.Second {
-		if !isOpen(lock.Done()) {
-			t.Fatalf("lost at +%v while a quorum renewed it", time.Since(start).Round(time.Millisecond))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	keptUntil(t, lock, start.Add(2*time.Second), func() any { return "while a quorum renewed it" })
 	gate.open()
 	_ = lock.Release(ctx)
+}
+
+// keptUntil fails t if lock is lost before until; what tells what the
+// failure message adds.
+func keptUntil(t *testing.T, lock *redlock.Lock, until time.Time, what func() any) {
+	t.Helper()
+	select {
+	case <-lock.Done():
+		t.Fatalf("lost %v before the end of the hold: %+v", time.Until(until).Round(time.Millisecond), what())
+	case <-time.After(time.Until(until)):
+	}
 }
 
 // renewEveryOnce moves the nodes and the fake clock a second on, once the
