@@ -118,13 +118,12 @@ func RenewMargin(l *Lock) time.Duration {
 // left or on a Clock a test moves (which may never move again): none is
 // left once every lock a test took is released or lost.
 func RenewedLeft(c *Client) []string {
-	c.sched.mu.Lock()
-	defer c.sched.mu.Unlock()
+	_, queued := c.sched.Snapshot()
 	var keys []string
-	for _, l := range c.sched.queue {
+	for _, q := range queued {
 		_, real := c.cfg.clock.(systemClock)
-		if l.renewed || l.sched.watched && (!real || l.deadlineNow().Sub(c.cfg.clock.Now()) > time.Second) {
-			keys = append(keys, l.key)
+		if q.Renewed || q.Watched && (!real || q.Lock.deadlineNow().Sub(c.cfg.clock.Now()) > time.Second) {
+			keys = append(keys, q.Lock.key)
 		}
 	}
 	return keys
@@ -134,12 +133,11 @@ func RenewedLeft(c *Client) []string {
 // lock it has queued (key, renewed or watched, time left to its deadline
 // on the Client's Clock).
 func Scheduled(c *Client) (running bool, locks []string) {
-	c.sched.mu.Lock()
-	defer c.sched.mu.Unlock()
-	for _, l := range c.sched.queue {
-		locks = append(locks, fmt.Sprintf("%q renewed=%v watched=%v left=%v", l.key, l.renewed, l.sched.watched, l.deadlineNow().Sub(c.cfg.clock.Now())))
+	running, queued := c.sched.Snapshot()
+	for _, q := range queued {
+		locks = append(locks, fmt.Sprintf("%q renewed=%v watched=%v left=%v", q.Lock.key, q.Renewed, q.Watched, q.Lock.deadlineNow().Sub(c.cfg.clock.Now())))
 	}
-	return c.sched.running, locks
+	return running, locks
 }
 
 // Tick starts a ticker of every d on clock (see ticker): its channel and
@@ -147,4 +145,11 @@ func Scheduled(c *Client) (running bool, locks []string) {
 func Tick(clock Clock, d time.Duration) (<-chan time.Time, func()) {
 	t := newTicker(clock, d)
 	return t.c, t.Stop
+}
+
+// deadlineNow is the lock's deadline as its lease is now.
+func (l *Lock) deadlineNow() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline(l.terms, l.until)
 }

@@ -406,7 +406,7 @@ func (ac acquireConfig) lasts(v time.Duration, tm engine.Terms) bool {
 func (c *Client) resumed(l *Lock, ac acquireConfig, tm engine.Terms, t engine.Tally, until time.Time) {
 	l.until, l.terms, l.confirmed, l.had = until, tm, t.Yes, heldOn(t)
 	if ac.autoRenew {
-		c.sched.renew(l)
+		c.sched.Renew(l)
 	}
 }
 

@@ -165,7 +165,7 @@ func (l *Lock) Done() <-chan struct{} {
 	l.watching = true
 	l.mu.Unlock()
 	if start {
-		l.client.sched.watch(l)
+		l.client.sched.Watch(l)
 	}
 	return l.done
 }
@@ -183,7 +183,7 @@ func (l *Lock) setLease(tm engine.Terms, until time.Time) {
 	l.mu.Lock()
 	l.terms, l.until = tm, until
 	l.mu.Unlock()
-	l.client.sched.moved(l)
+	l.client.sched.Moved(l)
 }
 
 // deadline is when a lock on the terms tm valid until until ends for its
@@ -235,7 +235,7 @@ func (l *Lock) expire() {
 // tellLost ends a lock marked lost for why: Done is closed, and the
 // logger, the Observer and the lock's successor are told.
 func (l *Lock) tellLost(why error) {
-	l.client.sched.drop(l)
+	l.client.sched.Drop(l)
 	// Done closes before the logger and the Observer are told, so that a
 	// slow Observer does not keep it open.
 	l.end()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/redlock/internal/engine"
+	"github.com/quorumlock/redlock/internal/sched"
 )
 
 // Lock is a lock held on a quorum of nodes. It is safe for concurrent use,
@@ -49,7 +50,7 @@ type Lock struct {
 	watching  bool     // Done was called: the scheduler ends it at its deadline
 	onEnd     []func() // see afterEnd
 
-	sched schedule // guarded by the Client's scheduler's mu
+	sched sched.Entry // its place in the Client's scheduler
 
 	done      chan struct{} // closed when the lock ends; see Done
 	closeDone sync.Once
@@ -387,7 +388,7 @@ func (l *Lock) releaseHeld(ctx context.Context) (tell func(error), err error) {
 		return tell, nil // released meanwhile by another goroutine
 	}
 	tm = tm.Now(l.client.e)
-	l.client.sched.drop(l)
+	l.client.sched.Drop(l)
 	l.end()
 
 	c := l.client

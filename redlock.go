@@ -513,7 +513,7 @@ func (c *Client) grant(ctx context.Context, a *acquisition, t engine.Tally, fenc
 		c.leaveTheLine(ctx, a, t)
 	}
 	if a.cfg.autoRenew {
-		c.sched.renew(l)
+		c.sched.Renew(l)
 	}
 	return l
 }

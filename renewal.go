@@ -1,15 +1,14 @@
 package redlock
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
+	"github.com/quorumlock/redlock/internal/sched"
 )
 
 // One scheduler per Client, one goroutine while any lock is scheduled,
@@ -29,227 +28,28 @@ const (
 	renewSlackMax = 100 * time.Millisecond
 )
 
-// schedule is a lock's place in its Client's scheduler; the scheduler's mu
-// guards it.
-type schedule struct {
-	at      time.Time // when the lock needs the scheduler next, on the Clock
-	early   time.Time // at less the slack: from then on it goes with a lock due before it
-	pos     int       // 1 + its index in the scheduler's queue; 0 when not queued
-	retryAt time.Time // after a failed renewal: when to try again
-	busy    bool      // a renewal of the lock is under way
-	watched bool      // Done was called: the lock ends at its deadline
+// newScheduler is the Client's scheduler of its locks' ends and renewals.
+func newScheduler(c *Client) *sched.Scheduler[*Lock] {
+	clock := c.cfg.clock
+	return sched.New(sched.Hooks[*Lock]{
+		Now:      clock.Now,
+		NewTimer: func(d time.Duration) sched.Timer { return newTimer(clock, d) },
+		Times:    (*Lock).schedTimes,
+		Lose:     func(l *Lock) { go l.lose(l.lossReason()) }, // in a goroutine: see the top of this file
+		Renew:    c.startRenewals,
+	}, func(l *Lock) *sched.Entry { return &l.sched })
 }
 
-type scheduler struct {
-	c       *Client
-	mu      sync.Mutex
-	queue   schedQueue
-	wake    chan struct{} // a lock was queued earlier than the wait under way
-	running bool          // the goroutine runs
-	waitAt  time.Time     // what the goroutine waits for; zero when it waits for none
-}
-
-func newScheduler(c *Client) *scheduler {
-	return &scheduler{c: c, wake: make(chan struct{}, 1)}
-}
-
-// watch makes the lock end at its deadline (Done).
-func (s *scheduler) watch(l *Lock) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l.sched.watched = true
-	s.queueLocked(l)
-}
-
-// renew schedules the lock's renewals (WithAutoRenew).
-func (s *scheduler) renew(l *Lock) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.queueLocked(l)
-}
-
-// moved tells the scheduler that the lock's lease changed (an Extend):
-// its times are worked out again, and a retry pending after a failed
-// renewal is dropped.
-func (s *scheduler) moved(l *Lock) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l.sched.retryAt = time.Time{}
-	if l.sched.pos > 0 {
-		s.queueLocked(l)
-	}
-}
-
-// drop takes the lock out of the scheduler: it ended.
-func (s *scheduler) drop(l *Lock) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l.sched.pos > 0 {
-		heap.Remove(&s.queue, l.sched.pos-1)
-		if len(s.queue) == 0 && s.running {
-			select { // to end the goroutine, whose wait is for nothing now
-			case s.wake <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// queueLocked puts the lock in the queue at its next time, or moves it
-// there, unless it no longer needs the scheduler. A lock being renewed is
-// queued at its deadline, so a held-up renewal cannot keep it from ending.
-func (s *scheduler) queueLocked(l *Lock) {
-	sc := &l.sched
-	at, slack, ok := l.nextTime()
-	if sc.busy && ok {
-		at, slack = l.deadlineNow(), 0
-	}
-	if !ok || (!l.renewed && !sc.watched) {
-		if sc.pos > 0 {
-			heap.Remove(&s.queue, sc.pos-1)
-		}
-		return
-	}
-	sc.at, sc.early = at, at.Add(-slack)
-	if sc.pos > 0 {
-		heap.Fix(&s.queue, sc.pos-1)
-	} else {
-		heap.Push(&s.queue, l)
-	}
-	s.startLocked(sc.at)
-}
-
-// startLocked has the scheduler's goroutine see a lock queued at at: it
-// starts it when not running, and wakes it when at is before its wait.
-// s.mu is held.
-func (s *scheduler) startLocked(at time.Time) {
-	switch {
-	case !s.running:
-		s.running = true
-		go s.run()
-	case s.waitAt.IsZero() || at.Before(s.waitAt):
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// nextTime is when the lock needs the scheduler next: its renewal, or its
-// deadline, whichever is first, and how much earlier it may be renewed
-// with others. ok is false once the lock is over.
-func (l *Lock) nextTime() (at time.Time, slack time.Duration, ok bool) {
+// schedTimes is when the lock needs the scheduler, as its lease is now.
+func (l *Lock) schedTimes() sched.Times {
 	l.mu.Lock()
 	tm, until, over := l.terms, l.until, l.released || l.lost
 	l.mu.Unlock()
-	if over {
-		return time.Time{}, 0, false
+	t := sched.Times{Over: over, Deadline: l.deadline(tm, until)}
+	if l.renewed {
+		t.Due, t.Slack = engine.RenewDue(until, tm.TTL, tm.Drift), min(tm.TTL/20, renewSlackMax)
 	}
-	deadline := l.deadline(tm, until)
-	if !l.renewed {
-		return deadline, 0, true
-	}
-	if !l.sched.retryAt.IsZero() {
-		return minTime(l.sched.retryAt, deadline), 0, true
-	}
-	due := engine.RenewDue(until, tm.TTL, tm.Drift)
-	if !due.Before(deadline) {
-		return deadline, 0, true
-	}
-	return due, min(tm.TTL/20, renewSlackMax, deadline.Sub(due)), true
-}
-
-// minTime returns the earlier of a and b.
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-// dueLocked takes the locks due at now off the queue: those to lose (past
-// their deadline) and those to renew (within their slack, not being
-// renewed), queued again at their deadline until the renewal is over; the
-// others go back at their time. s.mu is held.
-func (s *scheduler) dueLocked(now time.Time) (lose, renew []*Lock) {
-	var due []*Lock
-	for len(s.queue) > 0 && !s.queue[0].sched.early.After(now) {
-		due = append(due, heap.Pop(&s.queue).(*Lock))
-	}
-	for _, l := range due {
-		at, slack, ok := l.nextTime()
-		switch {
-		case !ok:
-		case !now.Before(l.deadlineNow()):
-			lose = append(lose, l)
-		case l.renewed && !l.sched.busy && !now.Before(at.Add(-slack)):
-			l.sched.busy = true
-			renew = append(renew, l)
-			s.queueLocked(l) // at its deadline, until the renewal is over
-		default: // its time moved later, or it is being renewed
-			s.queueLocked(l)
-		}
-	}
-	return lose, renew
-}
-
-// run is the scheduler's goroutine: it waits for the earliest lock, takes
-// every lock then due, and starts their renewals or ends them. It ends when
-// no lock is queued.
-func (s *scheduler) run() {
-	clock := s.c.cfg.clock
-	var timer Timer // the wait under way; there is one whenever a lock is queued
-	for {
-		s.mu.Lock()
-		lose, renew := s.dueLocked(clock.Now())
-		timer = s.waitLocked(timer)
-		if timer == nil && len(lose) == 0 && len(renew) == 0 {
-			s.running = false
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Unlock()
-
-		for _, l := range lose {
-			// In a goroutine: see the top of this file.
-			go l.lose(l.lossReason())
-		}
-		s.c.startRenewals(renew)
-		if len(lose) > 0 || len(renew) > 0 {
-			continue // the queue may have changed meanwhile
-		}
-		select {
-		case <-timer.Chan():
-			timer = nil // waitAt is stale until the loop takes s.mu, at once
-		case <-s.wake:
-		}
-	}
-}
-
-// waitLocked is what the scheduler waits on for the first queued lock to
-// be due (see dueLocked), given timer, the wait it has (nil: none): a new
-// wait only when the earliest lock moved earlier (the one it replaces is
-// stopped), none when no lock is queued. s.mu is held.
-func (s *scheduler) waitLocked(timer Timer) Timer {
-	if timer != nil && len(s.queue) > 0 && !s.queue[0].sched.at.Before(s.waitAt) {
-		return timer
-	}
-	if timer != nil {
-		timer.Stop()
-	}
-	if len(s.queue) == 0 {
-		s.waitAt = time.Time{}
-		return nil
-	}
-	s.waitAt = s.queue[0].sched.at
-	return newTimer(s.c.cfg.clock, s.waitAt.Sub(s.c.cfg.clock.Now()))
-}
-
-// deadlineNow is the lock's deadline as its lease is now.
-func (l *Lock) deadlineNow() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline(l.terms, l.until)
+	return t
 }
 
 // lossReason is why a lock whose deadline passed is lost.
@@ -259,17 +59,6 @@ func (l *Lock) lossReason() error {
 		return fmt.Errorf("not renewed by %v before the end of its validity", tm.RenewMargin())
 	}
 	return errors.New("its validity ran out")
-}
-
-// renewed tells the scheduler that the lock's renewal is over; a failed
-// one that may pass gives the time to try again, retryAt, and the lock is
-// renewed then rather than when next due.
-func (s *scheduler) renewed(l *Lock, retryAt time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l.sched.busy = false
-	l.sched.retryAt = retryAt
-	s.queueLocked(l)
 }
 
 // startRenewals renews the locks: plain ones together, up to
@@ -306,7 +95,7 @@ func (c *Client) startRenewals(locks []*Lock) {
 func (l *Lock) renewOnce() {
 	c := l.client
 	var retryAt time.Time
-	defer func() { c.sched.renewed(l, retryAt) }()
+	defer func() { c.sched.Renewed(l, retryAt) }()
 	l.op.Lock()
 	l.mu.Lock()
 	released := l.released
@@ -360,7 +149,7 @@ func (c *Client) holdForRenewal(locks []*Lock) []*Lock {
 		}
 		if l.over() != nil {
 			l.op.Unlock()
-			c.sched.renewed(l, time.Time{})
+			c.sched.Renewed(l, time.Time{})
 			continue
 		}
 		held = append(held, l)
@@ -496,13 +285,13 @@ func (c *Client) tellRenewals(held []*Lock, leases []engine.Terms, start time.Ti
 			go func() {
 				var retryAt time.Time
 				l.renewalOver(leases[j], true, o.err, &retryAt)
-				c.sched.renewed(l, retryAt)
+				c.sched.Renewed(l, retryAt)
 			}()
 			continue
 		}
 		var retryAt time.Time
 		l.renewalOver(leases[j], false, o.err, &retryAt)
-		c.sched.renewed(l, retryAt)
+		c.sched.Renewed(l, retryAt)
 	}
 }
 
@@ -591,27 +380,4 @@ func decidedEach(n int, locks []*Lock) func(*engine.Tally) bool {
 		}
 		return true
 	}
-}
-
-// schedQueue is the scheduler's queue of locks, earliest due first.
-type schedQueue []*Lock
-
-func (q schedQueue) Len() int           { return len(q) }
-func (q schedQueue) Less(i, j int) bool { return q[i].sched.at.Before(q[j].sched.at) }
-func (q schedQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].sched.pos, q[j].sched.pos = i+1, j+1
-}
-func (q *schedQueue) Push(x any) {
-	l := x.(*Lock)
-	l.sched.pos = len(*q) + 1
-	*q = append(*q, l)
-}
-func (q *schedQueue) Pop() any {
-	old := *q
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	l.sched.pos = 0
-	return l
 }
