@@ -108,14 +108,14 @@ func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumErr
 // linePatience is how long the waiter keeps its place (see wait.Next).
 func (k *fair) linePatience() time.Duration { return k.patience }
 
-func (k *fair) named(payload string) naming {
+func (k *fair) named(payload string) wait.Naming {
 	switch payload {
 	case "":
-		return namedNobody
+		return wait.NamedNobody
 	case k.waiter:
-		return namedUs
+		return wait.NamedUs
 	}
-	return namedAnother
+	return wait.NamedAnother
 }
 
 // drawTicket draws a fair waiter's ticket: the highest of the ticket

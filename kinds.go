@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
+	"github.com/quorumlock/redlock/internal/wait"
 )
 
 // A lock's kind is how it is stored on each node and what it excludes.
@@ -66,17 +67,8 @@ type waitsInLine interface {
 	// without trying again (see wait.Next).
 	linePatience() time.Duration
 	// named tells whom a release message names first in line.
-	named(payload string) naming
+	named(payload string) wait.Naming
 }
-
-// naming is whom a queue's release message names first in line.
-type naming int
-
-const (
-	namedNobody  naming = iota // the queue is empty: anyone may try
-	namedUs                    // this waiter: it tries at once
-	namedAnother               // another waiter: this one keeps waiting
-)
 
 // plain is the plain lock: the key holds the token.
 type plain struct{ key string }

@@ -40,7 +40,7 @@ import (
 
 // The five steps of the package doc run in this file, in order: attempt
 // (1 and 2: newAcquisition, acquisition.fanOut), conclude (3; settleFence
-// for a fenced lock), cleanup (4) and acquireLoop (5; wakeup.go). The
+// for a fenced lock), cleanup (4) and acquireLoop (5; internal/wait/wakeup.go). The
 // Client and New are in client.go; Extend and Release in lock.go.
 
 // Acquire acquires the lock on key for ttl, retrying after failed attempts
@@ -188,8 +188,8 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 		return nil, joinErr
 	}
 	defer func() {
-		w.ln.leave(c, ac.Timeout)
-		w.watch.close()
+		w.ln.Leave(ac.Timeout)
+		w.watch.Close()
 	}()
 	// The attempts, their cleanups and the leave reach each node in order:
 	// a late cleanup landing after a later attempt's calls would put a fair
@@ -249,7 +249,7 @@ func (c *Client) startWaiting(ctx context.Context, k kind, ac acquireConfig) (wa
 		}
 	}
 	if p, ok := k.(plain); ok && ac.retry != nil {
-		w.ln = newLine(p.key, ac.TTL)
+		w.ln = c.newLine(p.key, ac.TTL)
 	}
 	return w, nil
 }
@@ -287,8 +287,8 @@ type waiting struct {
 	clock      Clock
 	line       waitsInLine // the kind, when it waits in a queue (fair)
 	inLine     bool
-	watch      *releaseWatch // subscribed after the first failure
-	ln         *waitLine     // a plain lock's waiter's place in line, once it waits
+	watch      *wait.Watch   // subscribed after the first failure
+	ln         *wait.Line    // a plain lock's waiter's place in line, once it waits
 	first      bool          // a fair lock's last announcement named this waiter first in line
 	woken      bool          // the last wait ended with a release announcement
 	wokeAt     time.Time     // when a release was last heard
@@ -300,7 +300,7 @@ type waiting struct {
 // ended (the timer fired first, or it came just after) still counts as a
 // wake-up: the attempt may find the release not yet landed on a quorum.
 func (w *waiting) attempting() {
-	if w.watch.drain() {
+	if w.watch.Drain() {
 		w.wokeAt = w.clock.Now()
 	}
 }
@@ -311,15 +311,15 @@ func (w *waiting) attempting() {
 // never be heard. It reports whether a new subscription was confirmed.
 func (w *waiting) listen(ctx context.Context, c *Client, qe *quorumError, failed int, timeout time.Duration) (fresh bool) {
 	watch := w.watch
-	if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.node != qe.heldOn && (c.e.Failing(watch.node) || watch.deaf())) {
-		watch.close()
+	if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.Node != qe.heldOn && (c.e.Failing(watch.Node) || watch.Deaf())) {
+		watch.Close()
 		w.watch = c.watchRelease(ctx, w.kind.channels(), w.ln, qe.heldOn, timeout)
-		fresh = w.watch.subscribed()
+		fresh = w.watch.Subscribed()
 	}
 	if w.watch != nil {
 		// Take a place in line, or keep it: a release wakes the first
 		// two in line that listen.
-		w.ln.join(c, w.watch.node, timeout)
+		w.ln.Join(w.watch.Node, timeout)
 	}
 	return fresh
 }
@@ -327,14 +327,14 @@ func (w *waiting) listen(ctx context.Context, c *Client, qe *quorumError, failed
 // delay is the wait before the next attempt after the failed attempt that
 // qe tells of (see wait.Next), and the watch to listen on meanwhile (nil:
 // none).
-func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout time.Duration, fresh bool) (time.Duration, *releaseWatch) {
+func (w *waiting) delay(ac acquireConfig, qe *quorumError, failed int, timeout time.Duration, fresh bool) (time.Duration, *wait.Watch) {
 	now := w.clock.Now()
 	if w.woken {
 		w.wokeAt = now
 	}
 	f := wait.Facts{
 		Given: ac.retry.Delay(failed), Paced: ac.retry == defaultRetry,
-		Subscribed: w.watch.subscribed(), SinceWoken: now.Sub(w.wokeAt), NodeTimeout: timeout,
+		Subscribed: w.watch.Subscribed(), SinceWoken: now.Sub(w.wokeAt), NodeTimeout: timeout,
 		NewHolder: qe.taken && qe.holder != w.lastHolder, Fresh: fresh, Unreachable: qe.unreachable,
 		InLine: w.inLine, First: w.first,
 	}
@@ -593,7 +593,7 @@ func (l *Lock) awaitHeard() {
 func (c *Client) notAcquired(ctx context.Context, k kind, t engine.Tally, q int, detail string) *quorumError {
 	holder, taken := engine.TakenByOne(t, q)
 	return &quorumError{sentinel: ErrNotAcquired, detail: detail, cause: ctx.Err(), nodes: t.Errs,
-		heldOn: listenNode(k.channels(), t.Answers, c.deaf), taken: taken, holder: holder, elsewhere: t.No >= q,
+		heldOn: wait.ListenNode(k.channels(), t.Answers, c.deaf), taken: taken, holder: holder, elsewhere: t.No >= q,
 		misconfigured: t.OutOfReach(q), silent: t.Yes+t.No == 0 && allTimedOut(t.Errs),
 		unreachable: len(t.Errs) > len(c.nodes)-q}
 }

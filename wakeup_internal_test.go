@@ -56,15 +56,15 @@ func TestWatchRelease_frozenNode(t *testing.T) {
 	start := time.Now()
 	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, nil, 0, timeout)
 	took := time.Since(start)
-	defer w.close()
+	defer w.Close()
 	// Wide: without the goroutine it takes the client's minute.
 	if took > 10*time.Second {
 		t.Fatalf("watchRelease took %v with a %v timeout", took, timeout)
 	}
 	select {
-	case <-w.w.Ready():
+	case <-w.Ready():
 		t.Fatal("a subscription to a node that never answers was confirmed")
-	case <-w.released():
+	case <-w.Released():
 		t.Fatal("an announcement from a node that never answers")
 	default:
 	}
@@ -81,15 +81,15 @@ func TestWatchRelease_lateSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := c.watchRelease(context.Background(), []string{"redlock:released:k"}, nil, 0, 0) // no wait at all
-	defer w.close()
+	defer w.Close()
 	select {
-	case <-w.w.Ready():
+	case <-w.Ready():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the subscription was not confirmed in the background")
 	}
 	m.Publish("redlock:released:k", "")
 	select {
-	case <-w.released():
+	case <-w.Released():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the announcement did not arrive")
 	}
@@ -111,13 +111,13 @@ func TestWaiting_releaseHeardBeforeTheAttemptIsAWakeUp(t *testing.T) {
 	channel := releaseChannel("k")
 	w := waiting{kind: plain{key: "k"}, clock: c.cfg.clock, lastHolder: nodeio.Holder{Name: 7}}
 	w.watch = c.watchRelease(context.Background(), []string{channel}, nil, 0, 10*time.Second)
-	defer w.watch.close()
-	if !w.watch.subscribed() {
+	defer w.watch.Close()
+	if !w.watch.Subscribed() {
 		t.Fatal("the subscription was not confirmed")
 	}
 	m.Publish(channel, "")
 	deadline := time.Now().Add(10 * time.Second)
-	for len(w.watch.released()) == 0 {
+	for len(w.watch.Released()) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the announcement did not arrive")
 		}

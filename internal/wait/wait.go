@@ -1,9 +1,11 @@
 // Package wait is an Acquire's waiting policy: how long it waits before
-// its next attempt, from what its attempts so far told. Its core, Next, is
-// a pure function of Facts. Every constant that times a wait between
-// attempts stands in the table below, with the figure it moves, measured
-// with and without it (docs/benchmarks.md, "Timing heuristics: an
-// inventory", gives each command and the whole rows).
+// its next attempt, from what its attempts so far told, and what it waits
+// on meanwhile (a release announced on the node it listens on, its place
+// in the key's line: wakeup.go). Its core, Next, is a pure function of
+// Facts. Every constant that times a wait between attempts stands in the
+// table below, with the figure it moves, measured with and without it
+// (docs/benchmarks.md, "Timing heuristics: an inventory", gives each
+// command and the whole rows).
 package wait
 
 import "time"
