@@ -103,9 +103,9 @@ func TestCompanion(t *testing.T) {
 // no node refused.
 func TestDesignated(t *testing.T) {
 	me := "MMMMMMMMtoken"
-	lower, higher := holderName("AAAAAAAAother"), holderName("ZZZZZZZZother")
-	if !(lower < holderName(me) && holderName(me) < higher) {
-		t.Fatalf("names: lower %d, mine %d, higher %d", lower, holderName(me), higher)
+	lower, higher := engine.HolderName("AAAAAAAAother"), engine.HolderName("ZZZZZZZZother")
+	if !(lower < engine.HolderName(me) && engine.HolderName(me) < higher) {
+		t.Fatalf("names: lower %d, mine %d, higher %d", lower, engine.HolderName(me), higher)
 	}
 	tallyOf := func(answers []engine.Answer, names []int64) engine.Tally {
 		tl := engine.Tally{Answers: answers, Replies: make([]nodeio.Reply, len(names))}
@@ -144,7 +144,7 @@ func TestDesignated(t *testing.T) {
 		{"no refusal", []engine.Answer{engine.Holds, engine.Failed, engine.Failed}, []int64{1, 0, 0}, false},
 	} {
 		tl := tallyOf(tc.answers, tc.names)
-		if got := designated(&tl, me); got != tc.want {
+		if got := engine.Designated(&tl, me); got != tc.want {
 			t.Errorf("%s: designated = %v, want %v", tc.name, got, tc.want)
 		}
 	}

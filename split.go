@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -15,39 +14,11 @@ import (
 // Split votes: when many clients try a free key at once, the nodes may pick
 // different clients and nobody holds a quorum. The acquire script names the
 // holder of a key it refuses, so every client of the split designates the
-// same one to go on (designated), which keeps its keys and retries the
+// same one to go on (engine.Designated), which keeps its keys and retries the
 // nodes it lacks (resolveSplit); the others release. Its validity still
 // counts from the first round. Safety does not rest on this: a key holds
 // one token at a time, and a lock still needs a quorum. See
 // docs/algorithm.md, "One winner when many try at once".
-
-// holderName is the name acquire.lua gives the holder of a key that token
-// holds: one more than a number made of its first 8 bytes, 6 bits each.
-func holderName(token string) int64 {
-	var n int64
-	for i := range min(8, len(token)) {
-		n = n*64 + int64(token[i]%64)
-	}
-	return n + 1
-}
-
-// tokenStart is the first characters of the token that holderName named
-// name, when they are of newToken's alphabet (base32: A-Z, 2-7), else "".
-func tokenStart(name int64) string {
-	var b []byte
-	for n := name - 1; n > 0; n /= 64 {
-		switch d := byte(n % 64); {
-		case d >= 1 && d <= 26:
-			b = append(b, 'A'+d-1)
-		case d >= '2' && d <= '7':
-			b = append(b, d)
-		default:
-			return ""
-		}
-	}
-	slices.Reverse(b)
-	return string(b)
-}
 
 // shortOfQuorum says why an attempt that got t from n nodes fell short of
 // its quorum q: held elsewhere on a quorum (heldElsewhere), or taken on
@@ -78,54 +49,14 @@ func heldElsewhere(t engine.Tally, q int) string {
 	switch {
 	case one && holder.OtherKind:
 		return "held by a lock of another kind on %d of %d nodes (quorum %d)"
-	case one && tokenStart(holder.Name) != "":
-		return "held by another holder on %d of %d nodes (quorum %d), its token beginning " + strconv.Quote(tokenStart(holder.Name))
+	case one && engine.TokenStart(holder.Name) != "":
+		return "held by another holder on %d of %d nodes (quorum %d), its token beginning " + strconv.Quote(engine.TokenStart(holder.Name))
 	case one:
 		return "held by another holder on %d of %d nodes (quorum %d)"
 	case named:
 		return "held by other holders on %d of %d nodes (quorum %d)"
 	}
 	return "held elsewhere on %d of %d nodes (quorum %d)"
-}
-
-// designated reports whether the attempt with token, whose round got t,
-// is the one a split vote designates to go on: it holds a node, some node
-// refused, every node that refused named its holder, and no holder has
-// more nodes than it, nor as many with a lower name. (Without a refusal
-// there is no split: another round asks only the nodes that refused.)
-func designated(t *engine.Tally, token string) bool {
-	if t.Yes == 0 {
-		return false
-	}
-	mine := holderName(token)
-	held, ok := refusedBy(t, mine)
-	if !ok || len(held) == 0 {
-		return false
-	}
-	for name, n := range held {
-		if n > t.Yes || n == t.Yes && name < mine {
-			return false
-		}
-	}
-	return true
-}
-
-// refusedBy counts the nodes that refused in t by the holder they named;
-// ok is false when one named none (a lock of another kind names no token)
-// or named mine.
-func refusedBy(t *engine.Tally, mine int64) (held map[int64]int, ok bool) {
-	held = map[int64]int{}
-	for i, a := range t.Answers {
-		if a != engine.HoldsNot {
-			continue
-		}
-		name := t.Replies[i].Holder.Name
-		if name == 0 || name == mine {
-			return nil, false
-		}
-		held[name]++
-	}
-	return held, true
 }
 
 // resolveSplit goes on with attempt a, whose first round got t, while a
@@ -138,7 +69,7 @@ func refusedBy(t *engine.Tally, mine int64) (held map[int64]int, ok bool) {
 func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t engine.Tally, q int) engine.Tally {
 	pause := max(t.LastAt, time.Millisecond)
 	for range wait.SplitRounds {
-		if t.Yes >= q || !designated(&t, a.token) {
+		if t.Yes >= q || !engine.Designated(&t, a.token) {
 			return t
 		}
 		elapsed := c.cfg.clock.Now().Sub(a.start)
