@@ -5,9 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -170,13 +168,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
 	n := len(c.nodes)
 	in := &Inspection{Key: key, Quorum: engine.QuorumOf(n), Nodes: make([]NodeHold, n)}
 	keys := []string{key, companion(key, "grants"), companion(key, "permits")}
-	t := c.readAll(ctx, nil, nodeOp{Script: inspectScript, Keys: keys, Shape: nodeio.Read})
+	t := c.readAll(ctx, nil, nodeOp{Script: inspectScript, Keys: keys, Shape: nodeio.Inspection})
 	for i := range n {
 		h := NodeHold{Err: errAt(&t, i)}
-		if h.Err == nil {
-			if h = readHold(t.Replies[i].Raw); h.Err != nil {
-				h.Err = c.e.NodeError(i, h.Err)
-			}
+		if r := t.Replies[i].Hold; h.Err == nil && r != nil {
+			h = holdOf(*r)
 		}
 		h.Node, h.Addr = i, c.nodes[i].Addr
 		in.Nodes[i] = h
@@ -204,91 +200,38 @@ func agreedPermits(nodes []NodeHold) int {
 	return best
 }
 
-// readHold reads one node's reply to inspect.lua.
-func readHold(raw []any) NodeHold {
-	if len(raw) < 3 {
-		return NodeHold{Err: fmt.Errorf("unexpected reply %v", raw)}
-	}
-	kind, _ := raw[0].(string)
-	pttl, _ := raw[1].(int64)
-	now, _ := raw[2].(int64)
-	rest := raw[3:]
+// holdOf is what a node's Hold tells of the lock it holds.
+func holdOf(r nodeio.Hold) NodeHold {
 	var h NodeHold
-	keyTTL := time.Duration(max(pttl, 0)) * time.Millisecond
-	switch kind {
+	switch r.Type {
 	case "none":
 		return h
 	case "string":
-		v, _ := rest[0].(string)
-		hd := holderOf(v, keyTTL)
-		h.Kind, h.Holders = HeldByLock, []Holder{hd}
-		if k := kindOf(hd.Token); k != "plain" {
-			h.Kind = k // HeldByFair, HeldByWriter or HeldByMultiKey
-		}
+		h.Kind = HeldByLock
 	case "hash":
-		h = readHashHolds(rest, keyTTL)
+		h.Kind, h.Owner = HeldByReentrant, r.Owner
 	case "zset":
-		if len(rest) == 0 {
-			return NodeHold{Err: fmt.Errorf("unexpected reply %v", raw)}
+		h.Kind, h.Permits = HeldBySemaphore, r.Permits
+		if r.Readers {
+			h.Kind = HeldByReaders
 		}
-		h = readSetHolds(rest, now, keyTTL)
 	default:
-		h.Kind = kind // a key that is not a lock
-		h.TTL = keyTTL
-		h.Held = true
-		return h
+		return NodeHold{Kind: r.Type, TTL: r.TTL, Held: true} // a key that is not a lock
+	}
+	for _, v := range r.Values {
+		token, meta := splitValue(v.Stored)
+		h.Holders = append(h.Holders, Holder{Token: token, Metadata: meta, Owner: h.Owner, TTL: v.TTL, Nodes: 1})
+	}
+	switch {
+	case r.Type == "string" && kindOf(h.Holders[0].Token) != "plain":
+		h.Kind = kindOf(h.Holders[0].Token) // HeldByFair, HeldByWriter or HeldByMultiKey
+	case r.Type == "hash" && len(h.Holders) == 0:
+		h.Holders = []Holder{{Owner: h.Owner, TTL: r.TTL, Nodes: 1}}
 	}
 	if len(h.Holders) > 0 {
 		h.Held = true
 		h.Token, h.Metadata, h.TTL = h.Holders[0].Token, h.Holders[0].Metadata, h.Holders[0].TTL
 	}
-	return h
-}
-
-// holderOf is the holder of a node whose key stores v with keyTTL left.
-func holderOf(v string, keyTTL time.Duration) Holder {
-	token, meta := splitValue(v)
-	return Holder{Token: token, Metadata: meta, TTL: keyTTL, Nodes: 1}
-}
-
-// readHashHolds reads a hash's part of an inspect.lua reply (rest): a
-// reentrant lock's owner, then the value of each of its holds.
-func readHashHolds(rest []any, keyTTL time.Duration) NodeHold {
-	h := NodeHold{Kind: HeldByReentrant}
-	h.Owner, _ = rest[0].(string)
-	for _, m := range rest[1:] {
-		v, _ := m.(string)
-		hd := holderOf(v, keyTTL)
-		hd.Owner = h.Owner
-		h.Holders = append(h.Holders, hd)
-	}
-	if len(h.Holders) == 0 {
-		h.Holders = []Holder{{Owner: h.Owner, TTL: keyTTL, Nodes: 1}}
-	}
-	return h
-}
-
-// readSetHolds reads a sorted set's part of an inspect.lua reply (rest): a
-// semaphore's K, then each member and its end ('readers' marks a read-write
-// lock's readers), keeping the holders live at the node's time now.
-func readSetHolds(rest []any, now int64, keyTTL time.Duration) NodeHold {
-	h := NodeHold{Kind: HeldBySemaphore}
-	k, _ := rest[0].(string)
-	h.Permits, _ = strconv.Atoi(k)
-	rest = rest[1:]
-	for j := 0; j+1 < len(rest); j += 2 {
-		v, _ := rest[j].(string)
-		end, _ := strconv.ParseFloat(fmt.Sprint(rest[j+1]), 64)
-		if v == "readers" && math.IsInf(end, 1) {
-			h.Kind, h.Permits = HeldByReaders, 0
-			continue
-		}
-		if left := time.Duration(end-float64(now)) * time.Millisecond; left > 0 {
-			token, meta := splitValue(v)
-			h.Holders = append(h.Holders, Holder{Token: token, Metadata: meta, TTL: min(left, keyTTL), Nodes: 1})
-		}
-	}
-	slices.SortFunc(h.Holders, func(a, b Holder) int { return cmp.Compare(b.TTL, a.TTL) })
 	return h
 }
 

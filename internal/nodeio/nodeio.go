@@ -109,8 +109,10 @@ const (
 	Ticket
 	// Batch: one Status per key (renew_batch.lua).
 	Batch
-	// Read: an array, kept as it is (inspect.lua, leader.lua's read).
+	// Read: an array, kept as it is (leader.lua's read, fenced reads).
 	Read
+	// Inspection: inspect.lua's array, decoded into a Hold.
+	Inspection
 )
 
 // Found is what a hand-off found in the key on a node that holds the lock
@@ -137,6 +139,7 @@ type Reply struct {
 	Clock   bool    // Ticket: the ticket is the node's clock
 	Batch   []int64 // Batch: each key's Status
 	Raw     []any   // Read
+	Hold    *Hold   // Inspection
 }
 
 // Holder is who holds a key that an acquire was refused: a token's holder,
@@ -423,6 +426,13 @@ func (op Op) result(r transport.Reply, set bool) Result {
 	case Read:
 		raw, err := reply.Slice(r)
 		return Result{Reply: Reply{Raw: raw}, Err: err}
+	case Inspection:
+		raw, err := reply.Slice(r)
+		if err != nil {
+			return Result{Err: err}
+		}
+		h, err := inspection(raw)
+		return Result{Reply: Reply{Hold: h}, Err: err}
 	case Status:
 		v, err := reply.Int(r)
 		return Result{Reply: Reply{Held: v > 0, Status: v}, Err: err}
@@ -435,7 +445,8 @@ func (op Op) result(r transport.Reply, set bool) Result {
 	return Result{Reply: rep, Err: err}
 }
 
-// decode reads an array of integers of op's Shape (not Status or Read).
+// decode reads an array of integers of op's Shape (not Status, Read or
+// Inspection).
 func (op Op) decode(v []int64) (Reply, error) {
 	at := func(i int) int64 {
 		if i < len(v) {
