@@ -222,7 +222,7 @@ func (c *Client) acquireLoop(ctx context.Context, k kind, ac acquireConfig, atte
 			qe.detail += ", " + (&waitedOutError{ac.waitTimeout}).Error()
 			return nil, c.giveUp(ctx, &a, qe, nil)
 		}
-		fresh := w.listen(ctx, c, qe, failed, a.cfg.Timeout)
+		fresh := w.listen(ctx, c, qe, a.cfg.Timeout)
 		delay, listen := w.delay(ac, qe, failed, a.cfg.Timeout, fresh)
 		if qe.silent && !a.settled.Wait(ctx) {
 			// No node answered in time and the calls are still on their way:
@@ -287,7 +287,7 @@ type waiting struct {
 	clock      Clock
 	line       waitsInLine // the kind, when it waits in a queue (fair)
 	inLine     bool
-	watch      *wait.Watch   // subscribed after the first failure
+	watch      *wait.Watch   // subscribed after the first refusal that named a holder
 	ln         *wait.Line    // a plain lock's waiter's place in line, once it waits
 	first      bool          // a fair lock's last announcement named this waiter first in line
 	woken      bool          // the last wait ended with a release announcement
@@ -305,13 +305,15 @@ func (w *waiting) attempting() {
 	}
 }
 
-// listen subscribes to the release on a node that named a holder (qe), and
-// moves to another when the one listened to is failing (frozen or cut off)
-// or its subscriptions' connection no longer receives: its releases would
-// never be heard. It reports whether a new subscription was confirmed.
-func (w *waiting) listen(ctx context.Context, c *Client, qe *quorumError, failed int, timeout time.Duration) (fresh bool) {
+// listen subscribes to the release on a node that named a holder (qe),
+// after the first attempt that heard one named (an attempt before it may
+// have heard no node at all), and moves to another when the one listened
+// to is failing (frozen or cut off) or its subscriptions' connection no
+// longer receives: its releases would never be heard. It reports whether a
+// new subscription was confirmed.
+func (w *waiting) listen(ctx context.Context, c *Client, qe *quorumError, timeout time.Duration) (fresh bool) {
 	watch := w.watch
-	if qe.heldOn >= 0 && (failed == 1 || watch != nil && watch.Node != qe.heldOn && (c.e.Failing(watch.Node) || watch.Deaf())) {
+	if qe.heldOn >= 0 && (watch == nil || watch.Node != qe.heldOn && (c.e.Failing(watch.Node) || watch.Deaf())) {
 		watch.Close()
 		w.watch = c.watchRelease(ctx, w.kind.channels(), w.ln, qe.heldOn, timeout)
 		fresh = w.watch.Subscribed()

@@ -985,3 +985,53 @@ func TestWaiters_lateSubscriptionTriesAtOnce(t *testing.T) {
 	}
 	mustRelease(t, a.lock)
 }
+
+// TestWaiters_subscribeAfterAFirstAttemptThatNamedNoHolder: a waiter
+// whose first attempt heard no node name a holder (every node failed)
+// subscribes to the release once a later attempt is refused by a holder,
+// and is woken by it. It used to subscribe only after a first attempt, so
+// it polled for ever, unseen by a holder's hand-offs, which count the
+// listeners (the explorer's remote waiter, its first attempt timed out).
+func TestWaiters_subscribeAfterAFirstAttemptThatNamedNoHolder(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	held := mustTryAcquire(t, c.client(t), ctx, "k", time.Minute)
+	for _, s := range c.servers {
+		s.SetError("LOADING the node is loading") // the waiter's first attempt fails on every node
+	}
+	refused := make(chan struct{})
+	policy := redlock.RetryFunc(func(failed int) time.Duration {
+		switch failed {
+		case 1:
+			for _, s := range c.servers {
+				s.SetError("")
+			}
+			return time.Millisecond
+		case 2: // refused by the holder, on every node
+			close(refused)
+		}
+		return time.Minute // only a release heard ends the wait
+	})
+	rc := mustNew(t, c.connect(t))
+	got := make(chan error, 1)
+	go func() {
+		l, err := rc.Acquire(ctx, "k", time.Minute, redlock.WithRetry(policy))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	if !closed(refused) {
+		t.Fatal("the second attempt was not refused")
+	}
+	waitFor(t, "the waiter's subscription", func() bool { return slices.Max(c.subscribedChannels()) > 0 })
+	mustRelease(t, held)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not hear the release: it never subscribed")
+	}
+}
