@@ -44,8 +44,8 @@ type Timer interface {
 	Stop() bool
 }
 
-// systemClock is the default Clock: the process's monotonic clock. It is
-// also realTime, the node I/O's.
+// systemClock is the default Clock: the process's monotonic clock (the
+// node I/O's is internal/realclock, real whatever the Clock).
 type systemClock struct{}
 
 func (systemClock) Now() time.Time                         { return realclock.Now() }
@@ -57,11 +57,6 @@ func (systemClock) Since(t time.Time) time.Duration { return realclock.Since(t) 
 
 // Until is time.Until, on the system's clock.
 func (systemClock) Until(t time.Time) time.Duration { return realclock.Until(t) }
-
-// realTime is the node I/O's time: its deadlines and round trips, and the
-// identification of servers. Whatever the Client's Clock, the network runs
-// on it.
-var realTime systemClock
 
 // newTimer starts a Timer of d on clock: the clock's own when it is a
 // TimerClock, one that cannot be stopped otherwise.

@@ -202,21 +202,9 @@ func agreedPermits(nodes []NodeHold) int {
 
 // holdOf is what a node's Hold tells of the lock it holds.
 func holdOf(r nodeio.Hold) NodeHold {
-	var h NodeHold
-	switch r.Type {
-	case "none":
+	h, lock := kindHeld(r)
+	if !lock {
 		return h
-	case "string":
-		h.Kind = HeldByLock
-	case "hash":
-		h.Kind, h.Owner = HeldByReentrant, r.Owner
-	case "zset":
-		h.Kind, h.Permits = HeldBySemaphore, r.Permits
-		if r.Readers {
-			h.Kind = HeldByReaders
-		}
-	default:
-		return NodeHold{Kind: r.Type, TTL: r.TTL, Held: true} // a key that is not a lock
 	}
 	for _, v := range r.Values {
 		token, meta := splitValue(v.Stored)
@@ -233,6 +221,27 @@ func holdOf(r nodeio.Hold) NodeHold {
 		h.Token, h.Metadata, h.TTL = h.Holders[0].Token, h.Holders[0].Metadata, h.Holders[0].TTL
 	}
 	return h
+}
+
+// kindHeld is the kind of lock a node's Hold is, by the key's type; lock
+// is false for a free key and one that is not a lock (h is then whole).
+func kindHeld(r nodeio.Hold) (h NodeHold, lock bool) {
+	switch r.Type {
+	case "none":
+		return h, false
+	case "string":
+		h.Kind = HeldByLock
+	case "hash":
+		h.Kind, h.Owner = HeldByReentrant, r.Owner
+	case "zset":
+		h.Kind, h.Permits = HeldBySemaphore, r.Permits
+		if r.Readers {
+			h.Kind = HeldByReaders
+		}
+	default:
+		return NodeHold{Kind: r.Type, TTL: r.TTL, Held: true}, false
+	}
+	return h, true
 }
 
 // agreed returns the holders found on at least q nodes, each with the time

@@ -41,13 +41,11 @@ func inspection(raw []any) (*Hold, error) {
 	now, _ := raw[2].(int64)
 	h.TTL = time.Duration(max(pttl, 0)) * time.Millisecond
 	rest := raw[3:]
-	text := func(v any) string { s, _ := v.(string); return s }
 	switch h.Type {
 	case "string":
+		h.Values = []Value{{"", h.TTL}}
 		if len(rest) > 0 {
-			h.Values = []Value{{text(rest[0]), h.TTL}}
-		} else {
-			h.Values = []Value{{"", h.TTL}}
+			h.Values[0].Stored = text(rest[0])
 		}
 	case "hash":
 		if len(rest) > 0 {
@@ -60,16 +58,28 @@ func inspection(raw []any) (*Hold, error) {
 		if len(rest) == 0 {
 			return nil, fmt.Errorf("unexpected reply %v", raw)
 		}
-		h.Permits, _ = strconv.Atoi(text(rest[0]))
-		for j := 1; j+1 < len(rest); j += 2 {
-			end, _ := strconv.ParseFloat(fmt.Sprint(rest[j+1]), 64)
-			if v := text(rest[j]); v == "readers" && math.IsInf(end, 1) {
-				h.Readers, h.Permits = true, 0
-			} else if left := time.Duration(end-float64(now)) * time.Millisecond; left > 0 {
-				h.Values = append(h.Values, Value{v, min(left, h.TTL)})
-			}
-		}
-		slices.SortFunc(h.Values, func(a, b Value) int { return cmp.Compare(b.TTL, a.TTL) })
+		h.setHolds(rest, now)
 	}
 	return h, nil
+}
+
+// setHolds reads a sorted set's part of the reply (rest): a semaphore's K,
+// then each member and its end, keeping those live at the node's time now.
+func (h *Hold) setHolds(rest []any, now int64) {
+	h.Permits, _ = strconv.Atoi(text(rest[0]))
+	for j := 1; j+1 < len(rest); j += 2 {
+		end, _ := strconv.ParseFloat(fmt.Sprint(rest[j+1]), 64)
+		if v := text(rest[j]); v == "readers" && math.IsInf(end, 1) {
+			h.Readers, h.Permits = true, 0
+		} else if left := time.Duration(end-float64(now)) * time.Millisecond; left > 0 {
+			h.Values = append(h.Values, Value{v, min(left, h.TTL)})
+		}
+	}
+	slices.SortFunc(h.Values, func(a, b Value) int { return cmp.Compare(b.TTL, a.TTL) })
+}
+
+// text is v when it is a string, else "".
+func text(v any) string {
+	s, _ := v.(string)
+	return s
 }

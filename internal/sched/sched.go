@@ -36,7 +36,7 @@ type Hooks[T any] struct {
 	NewTimer func(time.Duration) Timer
 	Times    func(T) Times
 	Lose     func(T)   // the lock's deadline passed
-	Renew    func([]T) // renew these locks, then tell Renewed for each
+	Renew    func([]T) // renew these locks (maybe none), then tell Renewed for each
 }
 
 // Entry is a lock's place in the scheduler; the scheduler's mutex guards
@@ -147,6 +147,12 @@ func (s *Scheduler[T]) queueLocked(l T) {
 	} else {
 		heap.Push(&s.queue, l)
 	}
+	s.startLocked(at)
+}
+
+// startLocked has the goroutine see a lock queued at at: it starts it when
+// not running, and wakes it when at is before its wait.
+func (s *Scheduler[T]) startLocked(at time.Time) {
 	switch {
 	case !s.running:
 		s.running = true
@@ -224,9 +230,7 @@ func (s *Scheduler[T]) run() {
 		for _, l := range lose {
 			s.hooks.Lose(l)
 		}
-		if len(renew) > 0 {
-			s.hooks.Renew(renew)
-		}
+		s.hooks.Renew(renew)
 		if len(lose) > 0 || len(renew) > 0 {
 			continue // the queue may have changed meanwhile
 		}

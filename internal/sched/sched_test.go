@@ -61,6 +61,9 @@ func newRig() *rig {
 		},
 		Lose: func(l *fakeLock) { r.lost <- l.name },
 		Renew: func(ls []*fakeLock) {
+			if len(ls) == 0 {
+				return
+			}
 			var names []string
 			for _, l := range ls {
 				names = append(names, l.name)
