@@ -15,19 +15,6 @@ import (
 	"github.com/quorumlock/redlock/internal/wait"
 )
 
-// patience is how long a fair waiter of a lock on these terms keeps its
-// place: at most maxPatience. It counts the base node timeout, not the one
-// the round trips lengthen, with which a queue would outlive its waiters
-// by seconds. A waiter on a slower network may lose its place between two
-// attempts; it takes it back, by its ticket, at the next.
-func patience(t engine.Terms) time.Duration {
-	return min(max(wait.FairPatience, engine.MulSat(wait.FairPatienceTimeouts, t.Base)), maxPatience)
-}
-
-// maxPatience is the longest patience: the queue's keys live twice that
-// (kind_fair.lua), within the longest time to live (maxPX).
-const maxPatience = time.Duration(engine.MaxPX/2) * time.Millisecond
-
 // fair is a lock granted in the order of its waiters' tickets.
 type fair struct {
 	scripted
@@ -90,7 +77,7 @@ func (k *fair) leave(token string) *nodeOp {
 // its quorum is made again after the retry delay while ctx lasts; with no
 // retry policy, once.
 func (k *fair) join(ctx context.Context, c *Client, ac acquireConfig) *quorumError {
-	k.patience = patience(ac.Terms)
+	k.patience = wait.Patience(ac.Base)
 	for failed := 1; ; failed++ {
 		qe := c.drawTicket(ctx, k, ac.Terms.Now(c.e), max(ac.TTL, ac.counterHorizon))
 		if qe == nil || qe.cause != nil || qe.misconfigured || ac.retry == nil || failed == ac.maxAttempts {

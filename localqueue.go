@@ -6,7 +6,6 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/wait"
@@ -40,18 +39,13 @@ type waiter struct {
 type localQueue struct {
 	key       string
 	mu        sync.Mutex
-	busy      bool      // a goroutine has the turn
-	waiters   []*waiter // first come first served
-	holder    *Lock     // the lock won or handed in the current turn, if any
-	chain     int       // hand-offs while others waited, since the key was last won by contending
-	contended bool      // another process was seen waiting in this run of hand-offs
-	yield     bool      // the next turn comes after a run of hand-offs was cut
-	// yieldFor is how long the turn after a cut run waits before it
-	// contends (see inTurn): 0 for wait.YieldFirst
-	yieldFor time.Duration
-	// deaf: until then, the other processes the nodes show waiting do not
-	// cut runs of hand-offs (see yielded)
-	deaf time.Time
+	busy      bool       // a goroutine has the turn
+	waiters   []*waiter  // first come first served
+	holder    *Lock      // the lock won or handed in the current turn, if any
+	chain     int        // hand-offs while others waited, since the key was last won by contending
+	contended bool       // another process was seen waiting in this run of hand-offs
+	yield     bool       // the next turn comes after a run of hand-offs was cut
+	yielding  wait.Yield // how the turn after a cut run waits, and whether the listeners count
 }
 
 type localQueues struct {
@@ -199,7 +193,7 @@ func (qs *localQueues) nextForHandOff(q *localQueue, l *Lock, limit int) *waiter
 // ends, as the nodes that answer may not include the one a waiter hears.
 func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock, contended bool) {
 	q.mu.Lock()
-	q.contended = q.contended || contended && qs.clock.Now().After(q.deaf)
+	q.contended = q.contended || contended && q.yielding.Heeds(qs.clock.Now())
 	if q.contended {
 		q.chain++
 	}
@@ -232,7 +226,7 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 		// This client kept the key through a run of hand-offs and has just
 		// released it: other processes woken by the release try first.
 		q.mu.Lock()
-		pause := max(q.yieldFor, wait.YieldFirst)
+		pause := q.yielding.Pause()
 		q.mu.Unlock()
 		t := newTimer(qs.clock, pause+mrand.N(pause/4))
 		select {
@@ -254,20 +248,11 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 }
 
 // yielded adapts the wait after a cut run of hand-offs to the Acquire that
-// followed it (see wait.YieldFirst): won at the first attempt, the other process
-// was not first, and the next wait doubles (past wait.YieldMax, the listeners
-// are ignored for wait.YieldDeaf); refused, it starts again.
+// followed it, of attempts (see wait.Yield).
 func (qs *localQueues) yielded(q *localQueue, attempts int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	switch next := 2 * max(q.yieldFor, wait.YieldFirst); {
-	case attempts > 1:
-		q.yieldFor = 0
-	case next > wait.YieldMax:
-		q.yieldFor, q.deaf = 0, qs.clock.Now().Add(wait.YieldDeaf)
-	default:
-		q.yieldFor = next
-	}
+	q.yielding = q.yielding.After(attempts, qs.clock.Now())
 }
 
 // WithHandOff sets how many times in a row a released lock may be handed
@@ -278,8 +263,8 @@ func (qs *localQueues) yielded(q *localQueue, attempts int) {
 // process can take the key in between. While no other process waits for
 // the key, hand-offs go on without limit; once the nodes show one waiting,
 // the lock is released after limit more, and this Client waits before it
-// contends again (1 ms, doubling up to a second while the other process
-// still has not got the key), so that the other's waiter takes it first.
+// contends again (1 ms, doubling while the other process still has not
+// got the key, to 512 ms), so that the other's waiter takes it first.
 // A listener that never takes the key (a frozen process, a redis-cli
 // SUBSCRIBE to its release channel) is then ignored for 10 s. The limit
 // must be at least 0; 0 turns hand-offs off. Default: 12.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/quorumlock/redlock/internal/engine"
 	"github.com/quorumlock/redlock/internal/nodeio"
@@ -67,8 +66,9 @@ func heldElsewhere(t engine.Tally, q int) string {
 // another round (its wait and a node timeout) could not leave the lock
 // more validity than its renewal margin (renewMargin), renewed or not.
 func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t engine.Tally, q int) engine.Tally {
-	pause := max(t.LastAt, time.Millisecond)
-	for range wait.SplitRounds {
+	first := t.LastAt
+	for round := range wait.SplitRounds {
+		pause := wait.SplitPause(first, round)
 		if t.Yes >= q || !engine.Designated(&t, a.token) {
 			return t
 		}
@@ -83,7 +83,6 @@ func (c *Client) resolveSplit(ctx context.Context, a *acquisition, t engine.Tall
 			return t
 		case <-timer.Chan():
 		}
-		pause *= 2
 		// Only the nodes another client of the split holds are tried again:
 		// a node that failed is no likelier to answer now.
 		retried := make([]bool, len(t.Answers))

@@ -8,7 +8,11 @@
 // command and the whole rows).
 package wait
 
-import "time"
+import (
+	"time"
+
+	"github.com/quorumlock/redlock/internal/engine"
+)
 
 // The waiting policy's constants.
 const (
@@ -137,4 +141,58 @@ func unreachable(f Facts, d time.Duration, random func(time.Duration) time.Durat
 		return max(d, UnreachablePoll+random(UnreachablePoll/2))
 	}
 	return d
+}
+
+// Yield is how a Client yields a key to other processes after it cut a
+// run of hand-offs (see HandOffs): how long its next turn after a cut run
+// waits before it contends, and until when the listeners the nodes show
+// are ignored (a listener that never takes the key). The zero Yield waits
+// YieldFirst and heeds every listener.
+type Yield struct {
+	For  time.Duration // 0 for YieldFirst
+	Deaf time.Time
+}
+
+// Pause is how long the turn after a cut run waits before it contends,
+// less its random part (up to a quarter more).
+func (y Yield) Pause() time.Duration { return max(y.For, YieldFirst) }
+
+// Heeds reports whether, at now, a listener the nodes show counts as a
+// process waiting for the key.
+func (y Yield) Heeds(now time.Time) bool { return now.After(y.Deaf) }
+
+// After is the Yield once the Acquire that followed a cut run took
+// attempts: refused first (another process took the key), it starts
+// again; won at once, the other was not first, and the pause doubles, up
+// to YieldMax, past which the listeners are ignored for YieldDeaf.
+func (y Yield) After(attempts int, now time.Time) Yield {
+	switch next := 2 * y.Pause(); {
+	case attempts > 1:
+		return Yield{Deaf: y.Deaf}
+	case next > YieldMax:
+		return Yield{Deaf: now.Add(YieldDeaf)}
+	default:
+		return Yield{For: next, Deaf: y.Deaf}
+	}
+}
+
+// Patience is how long a fair waiter keeps its place in a node's queue
+// without trying again there, for a base node timeout (not the one the
+// round trips lengthen, with which a queue would outlive its waiters by
+// seconds): FairPatience, or FairPatienceTimeouts node timeouts when
+// longer, at most maxPatience. A waiter on a slower network may lose its
+// place between two attempts; it takes it back, by its ticket, at the next.
+func Patience(base time.Duration) time.Duration {
+	return min(max(FairPatience, engine.MulSat(FairPatienceTimeouts, base)), maxPatience)
+}
+
+// maxPatience is the longest patience: the queue's keys live twice that
+// (kind_fair.lua), within the longest time to live (engine.MaxPX).
+const maxPatience = time.Duration(engine.MaxPX/2) * time.Millisecond
+
+// SplitPause is how long the client a split vote designates waits in its
+// round'th more round (from 0) for the others to release: as long as its
+// first round took (first, 1 ms at least), doubling each round.
+func SplitPause(first time.Duration, round int) time.Duration {
+	return max(first, time.Millisecond) << round
 }

@@ -52,3 +52,30 @@ func TestNext(t *testing.T) {
 		})
 	}
 }
+
+// TestYield: the pause after a cut run doubles while this Client wins at
+// once after it, up to YieldMax; past it the listeners are ignored for
+// YieldDeaf; a refusal (another process took the key) starts it again.
+func TestYield(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var y Yield
+	if y.Pause() != YieldFirst || !y.Heeds(now) {
+		t.Fatalf("zero Yield: pause %v, heeds %v", y.Pause(), y.Heeds(now))
+	}
+	var pauses []time.Duration
+	for y.Heeds(now) {
+		pauses = append(pauses, y.Pause())
+		y = y.After(1, now)
+	}
+	last := pauses[len(pauses)-1]
+	if len(pauses) != 10 || last != 512*YieldFirst || last > YieldMax || 2*last <= YieldMax {
+		t.Fatalf("pauses %v: want YieldFirst doubling while within YieldMax", pauses)
+	}
+	if y.Pause() != YieldFirst || y.Heeds(now.Add(YieldDeaf)) || !y.Heeds(now.Add(YieldDeaf+1)) {
+		t.Fatalf("past YieldMax: pause %v, deaf until %v; want YieldFirst, deaf for YieldDeaf", y.Pause(), y.Deaf)
+	}
+	y = Yield{For: 64 * YieldFirst}.After(2, now)
+	if y.Pause() != YieldFirst || !y.Heeds(now) {
+		t.Fatalf("after a refusal: pause %v, heeds %v; want YieldFirst, heeding", y.Pause(), y.Heeds(now))
+	}
+}
