@@ -177,7 +177,7 @@ func (qs *localQueues) nextForHandOff(q *localQueue, l *Lock, limit int) *waiter
 	if q.holder != l || len(q.waiters) == 0 {
 		return nil
 	}
-	if q.chain >= limit {
+	if q.chain >= limit && (limit == 0 || q.yielding.Cut(qs.clock.Now())) {
 		q.yield = limit > 0
 		return nil
 	}
@@ -193,7 +193,7 @@ func (qs *localQueues) nextForHandOff(q *localQueue, l *Lock, limit int) *waiter
 // ends, as the nodes that answer may not include the one a waiter hears.
 func (qs *localQueues) handOver(q *localQueue, w *waiter, next *Lock, contended bool) {
 	q.mu.Lock()
-	q.contended = q.contended || contended && q.yielding.Heeds(qs.clock.Now())
+	q.contended = q.contended || contended
 	if q.contended {
 		q.chain++
 	}
@@ -226,7 +226,7 @@ func (qs *localQueues) inTurn(ctx context.Context, queue string, k kind, ac acqu
 		// This client kept the key through a run of hand-offs and has just
 		// released it: other processes woken by the release try first.
 		q.mu.Lock()
-		pause := q.yielding.Pause()
+		pause := q.yielding.Pause(qs.clock.Now())
 		q.mu.Unlock()
 		t := newTimer(qs.clock, pause+mrand.N(pause/4))
 		select {
@@ -266,7 +266,9 @@ func (qs *localQueues) yielded(q *localQueue, attempts int) {
 // contends again (1 ms, doubling while the other process still has not
 // got the key, to 512 ms), so that the other's waiter takes it first.
 // A listener that never takes the key (a frozen process, a redis-cli
-// SUBSCRIBE to its release channel) is then ignored for 10 s. The limit
+// SUBSCRIBE to its release channel) then cuts a run only once a second,
+// for 10 s, with a pause of 32 ms (in which a waiter that was only slow
+// takes the key, and is heeded again). The limit
 // must be at least 0; 0 turns hand-offs off. Default: 12.
 func WithHandOff(limit int) Option {
 	return clientOption(func(c *config) error {

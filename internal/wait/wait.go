@@ -47,10 +47,18 @@ const (
 	// again, and YieldDeaf how long a listener that never takes the key is
 	// ignored: a remote waiter got the lock within 1 s in 10 of 10 runs,
 	// p50 66 ms (bench -probe handoff); 6 of 10 without.
+	//
+	// YieldProbe is the pause of the one run a YieldMax that a listener
+	// taken for deaf still cuts: a remote waiter stalled 1.5 s at the
+	// start of another Client's 4 s run of hand-offs got the key 2.6 s
+	// in, at the latest, in 6 of 6 runs (chaos explorer, remote waiter
+	// shape, its links slowed to 700 ms for 1.5 s); without, 2 of 3 runs
+	// that set the deaf window starved until the run ended (4.5 s).
 	HandOffs   = 12
 	YieldFirst = 2 * WakeSpread
 	YieldMax   = time.Second
 	YieldDeaf  = 10 * time.Second
+	YieldProbe = 32 * time.Millisecond
 
 	// FairPatience is how long a fair waiter keeps its place in a node's
 	// queue without trying again there, or FairPatienceTimeouts node
@@ -145,34 +153,55 @@ func unreachable(f Facts, d time.Duration, random func(time.Duration) time.Durat
 
 // Yield is how a Client yields a key to other processes after it cut a
 // run of hand-offs (see HandOffs): how long its next turn after a cut run
-// waits before it contends, and until when the listeners the nodes show
-// are ignored (a listener that never takes the key). The zero Yield waits
-// YieldFirst and heeds every listener.
+// waits before it contends, and until when a listener the nodes show is
+// taken for one that never takes the key (deaf): a run at its limit is
+// then cut only once every YieldMax, with a pause of YieldProbe, which a
+// listener that was only slow (stalled) takes the key in, and is heeded
+// again. The zero Yield waits YieldFirst and heeds every listener.
 type Yield struct {
 	For  time.Duration // 0 for YieldFirst
 	Deaf time.Time
+	cut  time.Time // when a run was last cut while deaf
 }
 
-// Pause is how long the turn after a cut run waits before it contends,
-// less its random part (up to a quarter more).
-func (y Yield) Pause() time.Duration { return max(y.For, YieldFirst) }
+// Pause is how long the turn after a cut run waits before it contends at
+// now, less its random part (up to a quarter more).
+func (y Yield) Pause(now time.Time) time.Duration {
+	if now.Before(y.Deaf) {
+		return YieldProbe
+	}
+	return max(y.For, YieldFirst)
+}
 
-// Heeds reports whether, at now, a listener the nodes show counts as a
-// process waiting for the key.
-func (y Yield) Heeds(now time.Time) bool { return now.After(y.Deaf) }
+// Cut reports whether a run of hand-offs at its limit, a listener shown,
+// is cut at now (and then records it): always, but once every YieldMax
+// while the listeners are taken for deaf.
+func (y *Yield) Cut(now time.Time) bool {
+	if !now.Before(y.Deaf) {
+		return true
+	}
+	if now.Sub(y.cut) < YieldMax {
+		return false
+	}
+	y.cut = now
+	return true
+}
 
 // After is the Yield once the Acquire that followed a cut run took
 // attempts: refused first (another process took the key), it starts
-// again; won at once, the other was not first, and the pause doubles, up
-// to YieldMax, past which the listeners are ignored for YieldDeaf.
+// again, heeding the listeners; won at once, the other was not first, and
+// the pause doubles, up to YieldMax, past which the listeners are taken
+// for deaf for YieldDeaf (a probe while deaf changes nothing).
 func (y Yield) After(attempts int, now time.Time) Yield {
-	switch next := 2 * y.Pause(); {
+	switch next := 2 * max(y.For, YieldFirst); {
 	case attempts > 1:
-		return Yield{Deaf: y.Deaf}
+		return Yield{}
+	case now.Before(y.Deaf):
+		return y
 	case next > YieldMax:
-		return Yield{Deaf: now.Add(YieldDeaf)}
+		return Yield{Deaf: now.Add(YieldDeaf), cut: now}
 	default:
-		return Yield{For: next, Deaf: y.Deaf}
+		return Yield{For: next}
 	}
 }
 

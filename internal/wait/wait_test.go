@@ -54,28 +54,71 @@ func TestNext(t *testing.T) {
 }
 
 // TestYield: the pause after a cut run doubles while this Client wins at
-// once after it, up to YieldMax; past it the listeners are ignored for
-// YieldDeaf; a refusal (another process took the key) starts it again.
+// once after it, under YieldMax; past it the listeners are taken for deaf
+// for YieldDeaf, and a run is then cut once every YieldMax only, with a
+// YieldProbe pause; a refusal (another process took the key, even in a
+// probe) starts it again, heeding every listener.
 func TestYield(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var y Yield
-	if y.Pause() != YieldFirst || !y.Heeds(now) {
-		t.Fatalf("zero Yield: pause %v, heeds %v", y.Pause(), y.Heeds(now))
-	}
 	var pauses []time.Duration
-	for y.Heeds(now) {
-		pauses = append(pauses, y.Pause())
+	for y.Deaf.IsZero() {
+		if !y.Cut(now) {
+			t.Fatalf("a run at its limit not cut while heeding (%v)", pauses)
+		}
+		pauses = append(pauses, y.Pause(now))
 		y = y.After(1, now)
 	}
 	last := pauses[len(pauses)-1]
-	if len(pauses) != 10 || last != 512*YieldFirst || last > YieldMax || 2*last <= YieldMax {
+	if pauses[0] != YieldFirst || len(pauses) != 10 || last != 512*YieldFirst || 2*last <= YieldMax {
 		t.Fatalf("pauses %v: want YieldFirst doubling while within YieldMax", pauses)
 	}
-	if y.Pause() != YieldFirst || y.Heeds(now.Add(YieldDeaf)) || !y.Heeds(now.Add(YieldDeaf+1)) {
-		t.Fatalf("past YieldMax: pause %v, deaf until %v; want YieldFirst, deaf for YieldDeaf", y.Pause(), y.Deaf)
+	if !y.Deaf.Equal(now.Add(YieldDeaf)) || y.Pause(now) != YieldProbe {
+		t.Fatalf("past YieldMax: deaf until %v, pause %v; want YieldDeaf on, YieldProbe", y.Deaf, y.Pause(now))
 	}
-	y = Yield{For: 64 * YieldFirst}.After(2, now)
-	if y.Pause() != YieldFirst || !y.Heeds(now) {
-		t.Fatalf("after a refusal: pause %v, heeds %v; want YieldFirst, heeding", y.Pause(), y.Heeds(now))
+	// Deaf: one cut a YieldMax; a probe won at once changes nothing.
+	if y.Cut(now.Add(YieldMax - 1)) {
+		t.Fatal("cut again within YieldMax of the last cut while deaf")
+	}
+	probe := now.Add(YieldMax)
+	if !y.Cut(probe) || y.Cut(probe.Add(YieldMax-1)) {
+		t.Fatal("deaf: not cut once a YieldMax")
+	}
+	if got := y.After(1, probe); got.Deaf != y.Deaf || got.Pause(probe) != YieldProbe {
+		t.Fatalf("a probe won at once: %+v; want still deaf", got)
+	}
+	// The listener took the key in the probe: heeded again.
+	if got := y.After(2, probe); !got.Deaf.IsZero() || got.Pause(probe) != YieldFirst || !got.Cut(probe) {
+		t.Fatalf("a probe refused: %+v; want heeding, from YieldFirst", got)
+	}
+	// The deaf window over: every run cut again.
+	end := now.Add(YieldDeaf)
+	if !y.Cut(end) || !y.Cut(end) || y.Pause(end) == YieldProbe {
+		t.Fatal("after the deaf window: runs not cut, or still probing")
+	}
+	if got := (Yield{For: 64 * YieldFirst}).After(2, now); got.Pause(now) != YieldFirst {
+		t.Fatalf("after a refusal: pause %v; want YieldFirst", got.Pause(now))
+	}
+}
+
+// TestPatienceAndSplitPause: a fair waiter's patience is FairPatience or
+// FairPatienceTimeouts base node timeouts, bounded; a designated client's
+// waits double from its first round's time, 1 ms at least.
+func TestPatienceAndSplitPause(t *testing.T) {
+	for base, want := range map[time.Duration]time.Duration{
+		0: FairPatience, 100 * time.Millisecond: FairPatience, time.Second: FairPatienceTimeouts * time.Second, 1 << 62: maxPatience,
+	} {
+		if got := Patience(base); got != want {
+			t.Errorf("Patience(%v) = %v, want %v", base, got, want)
+		}
+	}
+	for _, c := range []struct {
+		first time.Duration
+		round int
+		want  time.Duration
+	}{{0, 0, time.Millisecond}, {0, 2, 4 * time.Millisecond}, {5 * time.Millisecond, 0, 5 * time.Millisecond}, {5 * time.Millisecond, 1, 10 * time.Millisecond}} {
+		if got := SplitPause(c.first, c.round); got != c.want {
+			t.Errorf("SplitPause(%v, %d) = %v, want %v", c.first, c.round, got, c.want)
+		}
 	}
 }
