@@ -12,6 +12,7 @@ import (
 	"github.com/quorumlock/redlock/internal/nodeio"
 	"github.com/quorumlock/redlock/internal/pubsub"
 	"github.com/quorumlock/redlock/internal/sched"
+	"github.com/quorumlock/redlock/internal/turns"
 	"github.com/quorumlock/redlock/internal/wait"
 	"github.com/quorumlock/redlock/transport"
 )
@@ -24,10 +25,10 @@ type Client struct {
 	nodes       []engine.Node
 	quorum      int
 	cfg         config
-	queues      localQueues             // see localqueue.go
-	e           *engine.Engine          // the quorum engine: the nodes' state and the fan-out
-	subscribers []*pubsub.Subscriber    // by node: the waiters' release subscriptions (see wakeup.go)
-	sched       *sched.Scheduler[*Lock] // renewals and ends of its locks (see renewal.go)
+	queues      *turns.Queues[*Lock, want] // its goroutines' local turns (see localqueue.go)
+	e           *engine.Engine             // the quorum engine: the nodes' state and the fan-out
+	subscribers []*pubsub.Subscriber       // by node: the waiters' release subscriptions (see wakeup.go)
+	sched       *sched.Scheduler[*Lock]    // renewals and ends of its locks (see renewal.go)
 	// batchRenewals: plain locks due together are renewed in one script
 	// call per node (batching on, and no Cluster node: keys would span slots)
 	batchRenewals bool
@@ -120,7 +121,7 @@ func newClient(nodes []transport.Node, opts []Option) (*Client, error) {
 		}
 	}
 	c.e = engine.New(c.nodes, c.engineConfig())
-	c.queues.clock = c.cfg.clock
+	c.queues = newQueues(c)
 	c.sched = newScheduler(c)
 	return c, nil
 }

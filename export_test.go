@@ -39,9 +39,7 @@ func WaitSettled(l *Lock) {
 // QueuedKeys returns how many keys have goroutines holding or waiting for
 // their local turn in c.
 func QueuedKeys(c *Client) int {
-	c.queues.mu.Lock()
-	defer c.queues.mu.Unlock()
-	return len(c.queues.byKey)
+	return c.queues.Keys()
 }
 
 // QueuedCalls returns how many calls wait in node i's pipe behind the send
@@ -80,17 +78,7 @@ func LocalMultiWaiters(c *Client, keys ...string) int {
 	return localWaiters(c, newMulti(keys).turns())
 }
 
-func localWaiters(c *Client, queue string) int {
-	c.queues.mu.Lock()
-	q := c.queues.byKey[queue]
-	c.queues.mu.Unlock()
-	if q == nil {
-		return 0
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.waiters)
-}
+func localWaiters(c *Client, queue string) int { return c.queues.Waiting(queue) }
 
 // ScriptSource returns the text the Client runs for a script file of
 // lua/: the prelude's functions it uses, then the file.

@@ -81,7 +81,7 @@ func (h handOffResult) count() (yes, no int, unknown []bool) {
 // returns once the next lock is won and l's outcome is known too (see
 // handedOver).
 func (c *Client) handOff(ctx context.Context, l *Lock, next handsOver, w *waiter) handOffResult {
-	a := c.newAcquisition(w.kind, w.ac, l.settled)
+	a := c.newAcquisition(w.Want.kind, w.Want.ac, l.settled)
 	a.token = l.run + a.token // one run: see runOf
 	a.start = c.cfg.clock.Now()
 	t := a.fanOut(ctx, c, c.handedOver(l), nil, next.handOff(a.token, l.token, l.run, a.cfg.TTL, a.cfg.counterKeep()))
@@ -131,20 +131,20 @@ func (t turn) release(ctx context.Context, l *Lock, tm engine.Terms) (done bool,
 	if _, ok := l.kind.(handsOver); !ok {
 		return false, nil // this kind is not handed over: its release passes the turn on
 	}
-	w := t.qs.nextForHandOff(t.q, l, c.cfg.handOffs)
+	w := t.NextForHandOff(l, c.cfg.handOffs)
 	if w == nil {
 		return false, nil
 	}
 	// The next waiter's own kind takes the lock: a writer's mark left where
 	// it is refused is the next writer's, which its release removes.
-	h := c.handOff(ctx, l, w.kind.(handsOver), w)
+	h := c.handOff(ctx, l, w.Want.kind.(handsOver), w)
 	yes, no, unknown := h.count()
 	if h.next != nil {
-		t.qs.handOver(t.q, w, h.next, h.contended)
+		t.HandOver(w, h.next, h.contended)
 		l.finish()
 		return true, l.releaseResult(ctx, engine.JudgeRelease(len(c.nodes), l.quorum, yes, no, false), yes, no, tm.TTL, h.errs)
 	}
-	defer t.qs.giveTurn(t.q, w)
+	defer t.GiveTurn(w)
 	skipped := yes + no // the nodes the hand-off heard from
 	r, settled := c.e.FanOut(ctx, tm, c.e.ReleasedAt(l.quorum, yes, no, skipped, false, l.settled), engine.Invert(unknown), l.settled, l.kind.release(l.token, l.run))
 	l.settled = settled

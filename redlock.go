@@ -140,7 +140,7 @@ func (c *Client) inTurn(ctx context.Context, k kind, ac acquireConfig, attempts 
 	if queue == "" || ac.maxAttempts > 0 {
 		return c.acquireLoop(ctx, k, ac, attempts)
 	}
-	lock, err := c.queues.inTurn(turn, queue, k, ac, attempts, func() (*Lock, error) {
+	lock, err := c.takeTurn(turn, queue, k, ac, attempts, func() (*Lock, error) {
 		return c.acquireLoop(ctx, k, ac, attempts)
 	})
 	return lock, waitedOut(turn, err)
