@@ -544,10 +544,12 @@ func TestNew_sameServerTwiceOnRedis6(t *testing.T) {
 
 // TestNew_duplicateFoundLaterRefusesEverything: a node that could not be
 // identified at first contact, and turns out later to be another node's
-// server, stops every way of holding a lock on that Client: a waiting
-// goroutine is not handed the lock, Extend is not confirmed (the lock,
-// granted on distinct servers, stays valid until its Until), and Resume is
-// refused.
+// server, stops every way of holding a lock on that Client once it is
+// found: a waiting goroutine is not handed the lock, Extend is not
+// confirmed (the lock, granted on distinct servers, stays valid until its
+// Until), and Resume is refused. (An Extend that a quorum of identified,
+// distinct servers kept before the finding is confirmed: its lock is
+// held on every server. So the test waits for the finding first.)
 func TestNew_duplicateFoundLaterRefusesEverything(t *testing.T) {
 	goRedisOnly(t, "it steers its nodes through go-redis hooks")
 	c := newCluster(t, 3)
@@ -555,7 +557,8 @@ func TestNew_duplicateFoundLaterRefusesEverything(t *testing.T) {
 	addHook(t, c.clients[1], newIdentityHook("bbbb", false))
 	late := newIdentityHook("", false) // node 2 cannot tell yet
 	addHook(t, c.clients[2], late)
-	rc := c.client(t)
+	logs := &syncBuffer{}
+	rc := c.client(t, redlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	ctx := context.Background()
 	lock, err := rc.Acquire(ctx, "h", time.Minute) // holds the local turn: its release may hand over
 	if err != nil {
@@ -575,6 +578,10 @@ func TestNew_duplicateFoundLaterRefusesEverything(t *testing.T) {
 
 	aaaa := "aaaa"
 	late.id.Store(&aaaa) // node 2 is node 0's server
+	waitFor(t, "node 2 found to be node 0's server", func() bool {
+		_, _ = rc.Inspect(ctx, "h") // a first contact still: it identifies node 2
+		return strings.Contains(logs.String(), "two nodes reach the same server")
+	})
 	err = lock.Extend(ctx, time.Minute)
 	if !errors.Is(err, redlock.ErrNotConfirmed) || !errors.Is(err, redlock.ErrMisconfigured) || errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("Extend: err = %v, want ErrNotConfirmed and ErrMisconfigured", err)
