@@ -145,8 +145,8 @@ func (c *Engine) FanOut(ctx context.Context, tm Terms, stop func(*Tally) bool, s
 // FanOutEarly is FanOut that also returns as soon as early says the
 // outcome is known, with the fan whose rest hears the nodes yet to
 // answer; the fan is nil when stop ended it, and after a first contact
-// (which identifies the nodes' servers: see prepare) of an op that grants
-// a lock. An extend or renewal of a lock already granted returns early on
+// (which identifies the nodes' servers: see prepare) of an acquire (Shape
+// Grant; a hand-off does not return early at all). An extend or renewal of a lock already granted returns early on
 // a first contact too: its lock had a quorum of distinct servers (see
 // identity.go), and only the identified nodes' replies count; waiting for
 // a slow node not yet identified would cost a renewal all its time. Its
@@ -155,8 +155,7 @@ func (c *Engine) FanOut(ctx context.Context, tm Terms, stop func(*Tally) bool, s
 // from being sent.
 func (c *Engine) FanOutEarly(ctx context.Context, tm Terms, stop, early func(*Tally) bool, after Settlement, op nodeio.Op) (Tally, Settlement, *Fan) {
 	f := c.prepare(ctx, tm, stop, nil, op)
-	grants := op.Shape == nodeio.Grant || op.Shape == nodeio.HandOff
-	if f.first && grants || len(c.nodes) == 1 {
+	if f.first && op.Shape == nodeio.Grant || len(c.nodes) == 1 { // a grant waits: see prepare
 		early = nil
 	} else {
 		f.ctx = f.io
